@@ -1,0 +1,198 @@
+//! The error a backstop layer returns, and its predicates.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::policy::{ErrorKind, History, StopReason};
+use crate::BoxError;
+
+/// A failed call: the last attempt's failure, the attempt history, and why the
+/// sequence stopped.
+///
+/// The inner service's error is kept as the [`source`](StdError::source), so its
+/// own predicates stay reachable by downcasting. The `Display` text names the error
+/// kind, the number of attempts and the stop reason only: never a URL, header value
+/// or body, so it is safe to log.
+///
+/// # Examples
+///
+/// ```
+/// # async fn demo(err: backstop::Error) {
+/// if err.is_retryable() {
+///     // The policy would have re-sent this outcome; a gate stopped it.
+///     if let Some(after) = err.retry_after() {
+///         // Reschedule the work after the server's hint.
+///         let _ = after;
+///     }
+/// }
+/// println!("{err}: {}", err.attempts());
+/// # }
+/// ```
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    source: Option<BoxError>,
+    history: Option<History>,
+    retryable: bool,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, source: Option<BoxError>) -> Self {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                source,
+                history: None,
+                retryable: false,
+            }),
+        }
+    }
+
+    /// Wraps an inner service's error, reading its kind from its source chain.
+    pub(crate) fn from_inner(err: BoxError) -> Self {
+        match err.downcast::<Error>() {
+            Ok(err) => *err,
+            Err(err) => Error::new(crate::policy::classify_error(&*err), Some(err)),
+        }
+    }
+
+    pub(crate) fn with_history(mut self, history: History, retryable: bool) -> Self {
+        self.inner.history = Some(history);
+        self.inner.retryable = retryable;
+        self
+    }
+
+    /// The kind of the last attempt's failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// Whether the policy judged the last outcome worth sending again. A gate
+    /// (attempts, body, deadline, Retry-After, budget, breaker) then stopped it; see
+    /// [`stop_reason`](Error::stop_reason).
+    pub fn is_retryable(&self) -> bool {
+        self.inner.retryable
+    }
+
+    /// The attempt history, when the error comes from the retry layer.
+    pub fn history(&self) -> Option<&History> {
+        self.inner.history.as_ref()
+    }
+
+    /// How many attempts the call made (0 when none was sent).
+    pub fn attempts(&self) -> usize {
+        self.history().map_or(0, History::len)
+    }
+
+    /// Why the attempt sequence stopped.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.history().and_then(History::stop_reason)
+    }
+
+    /// The server's last Retry-After hint, including one longer than the policy
+    /// allowed, so the caller can reschedule.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.history().and_then(History::retry_after)
+    }
+
+    /// Whether an attempt timed out or the call's deadline passed.
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == ErrorKind::Timeout
+    }
+
+    /// Whether the call's deadline stopped it.
+    pub fn is_deadline(&self) -> bool {
+        self.stop_reason() == Some(StopReason::Deadline)
+    }
+
+    /// Whether an open circuit breaker refused the call or its retry.
+    pub fn is_circuit_open(&self) -> bool {
+        self.stop_reason() == Some(StopReason::CircuitOpen)
+    }
+
+    /// Whether the server certainly did not process the request.
+    pub fn is_not_processed(&self) -> bool {
+        self.inner.kind.is_not_processed()
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("backstop::Error");
+        d.field("kind", &self.inner.kind);
+        d.field("retryable", &self.inner.retryable);
+        if let Some(h) = &self.inner.history {
+            d.field("attempts", &h.len());
+            d.field("stop", &h.stop_reason());
+        }
+        d.field("source", &self.inner.source);
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner.kind, f)?;
+        if let Some(h) = &self.inner.history {
+            let n = h.len();
+            write!(f, " after {n} attempt{}", if n == 1 { "" } else { "s" })?;
+            if let Some(stop) = h.stop_reason() {
+                write!(f, " ({stop})")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// An attempt ran out of time (its own timeout, or the call's deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimedOut {
+    /// The call's deadline cut the attempt short.
+    pub deadline: bool,
+}
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.deadline {
+            "deadline passed"
+        } else {
+            "attempt timed out"
+        })
+    }
+}
+
+impl StdError for TimedOut {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn error_is_send_sync_static() {
+        assert_send_sync::<Error>();
+        assert_send_sync::<TimedOut>();
+    }
+
+    #[test]
+    fn from_inner_keeps_a_backstop_error() {
+        let err = Error::new(ErrorKind::GoAway, None);
+        let again = Error::from_inner(Box::new(err));
+        assert_eq!(again.kind(), ErrorKind::GoAway);
+    }
+}

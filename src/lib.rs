@@ -1,0 +1,127 @@
+//! Tower middleware that makes HTTP client retries **safe** and **worthwhile**.
+//!
+//! A retry that repeats a write the server already processed charges a card twice;
+//! a retry storm turns a short outage into a long one. backstop re-sends a request
+//! only when that is safe (the server did not process it, or repeating it is
+//! harmless) and worthwhile (the failure is transient, the deadline leaves time, the
+//! retry budget allows it and the origin's circuit breaker is not refusing).
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::{connect::HttpConnector, Client};
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // The transport is declared once, for the replay body that carries your body type.
+//! let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+//!     Client::builder(TokioExecutor::new()).build_http();
+//!
+//! let mut client = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .service(transport);
+//!
+//! let req = http::Request::get("http://127.0.0.1:8080/").body(Full::default())?;
+//! let res = client.ready().await?.call(req).await?;
+//! println!("{}", res.status());
+//! # Ok(()) }
+//! ```
+//!
+//! # The stack
+//!
+//! The layers talk through request extensions, never by naming each other; each
+//! works alone. Outer to inner:
+//!
+//! ```text
+//!  caller
+//!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt   (planned)
+//!    │   CircuitBreakerLayer    per origin; one outcome per call                   (planned)
+//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts      (planned)
+//!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
+//!        HedgeLayer             extra copies of a slow idempotent attempt           (planned)
+//!        ProgressLayer          records how far each attempt got onto the wire      (planned)
+//!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
+//! ```
+//!
+//! The shared vocabulary, including the handles those layers leave in the
+//! extensions ([`BudgetHandle`](policy::BudgetHandle),
+//! [`BreakerHandle`](policy::BreakerHandle)), is in [`policy`]; the retry layer
+//! already consults them when they are present.
+//!
+//! # When is a request sent again?
+//!
+//! The decision ladder ([`policy::classify`]) runs in this order, the first match
+//! deciding:
+//!
+//! 1. a response whose status is not retryable is an answer, returned as it is;
+//! 2. a failure re-sending cannot cure (invalid request, configuration, TLS, a
+//!    failed request body) is never re-sent;
+//! 3. `x-should-retry: true|false` decides when present;
+//! 4. a request the server did not process (425, HTTP/2 `REFUSED_STREAM`, a stream
+//!    refused by `GOAWAY`, canceled or refused before it started) is retryable for
+//!    every method;
+//! 5. an idempotent method, or a request with an idempotency key, is retryable;
+//! 6. anything else (a POST or PATCH without a key) only when nothing of it was
+//!    written.
+//!
+//! A retryable outcome must then pass the gates, each refusal recorded as the
+//! [`StopReason`](policy::StopReason): attempts left, a replayable body, the
+//! `Retry-After` cap, the deadline, the breaker and the budget.
+//!
+//! ## How transport errors are read
+//!
+//! [`policy::classify_error`] walks the error's source chain:
+//!
+//! | signal | kind | re-sent |
+//! |---|---|---|
+//! | hyper-util `is_connect()` with io refused / reset / timed out / not connected | `Connect` | any method |
+//! | hyper-util `is_connect()` otherwise (DNS, TLS, invalid URL) | `Config` | never |
+//! | hyper-util error without a cause (unsupported method/version, relative URI) | `Config` | never |
+//! | hyper `is_canceled()` | `Canceled` | any method |
+//! | h2 remote reset `REFUSED_STREAM` | `RefusedStream` | any method |
+//! | h2 remote `GOAWAY` | `GoAway` | any method |
+//! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
+//! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed |
+//! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed |
+//!
+//! # Feature flags
+//!
+//! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
+//! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
+//!
+//! The layers themselves need nothing beyond the core dependencies, so they are
+//! always compiled.
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod body;
+mod error;
+pub mod policy;
+pub mod retry;
+
+pub use body::{OneShot, ReplayBody};
+pub use error::{Error, TimedOut};
+pub use policy::RetryPolicy;
+pub use retry::{Retry, RetryLayer};
+
+/// A type-erased error, as tower uses.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod test_util;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

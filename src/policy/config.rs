@@ -1,0 +1,497 @@
+//! The retry policy: limits, retryable statuses, timeouts, with a validating builder.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use http::header::HeaderName;
+use http::{Method, StatusCode};
+
+use super::{is_idempotent, Backoff};
+
+/// The header an idempotency key travels in by default.
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// How the retry layer decides and paces re-sends.
+///
+/// `RetryPolicy::default()` works as it is:
+///
+/// | setting | default | why |
+/// |---|---|---|
+/// | `max_attempts` | 3 (two retries) | the Google SRE book's limit: more attempts multiply load across layers |
+/// | backoff | full jitter, 100 ms doubling to 5 s | spreads clients that failed together |
+/// | retryable statuses | 408, 429, 502, 503, 504 | transient by definition; 500 is opt-in ([`RetryPolicyBuilder::retry_on`]); 425 is always retried |
+/// | `max_retry_after` | 10 s | a longer `Retry-After` ends the call and is reported to the caller instead |
+/// | `attempt_timeout`, `timeout` | none | as hyper; set them for a deadline |
+/// | `min_attempt_time` | 10 ms | no attempt or wait starts with less time left than this |
+/// | `replay_cap` | 64 KiB | bytes of a request body kept for a re-send, as linkerd |
+/// | drain | 64 KiB within 100 ms | a failed response's body is read this far so its HTTP/1.1 connection is reused |
+/// | idempotency-key header | `idempotency-key` | the IETF httpapi draft's name |
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::RetryPolicy;
+///
+/// let policy = RetryPolicy::builder()
+///     .max_attempts(4)
+///     .backoff(Duration::from_millis(50), Duration::from_secs(2))
+///     .retry_on(500)
+///     .attempt_timeout(Duration::from_secs(2))
+///     .timeout(Duration::from_secs(10))
+///     .build()?;
+/// assert_eq!(policy.max_attempts(), 4);
+///
+/// // Bad numbers are refused, never a panic.
+/// assert!(RetryPolicy::builder().max_attempts(0).build().is_err());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    backoff: Backoff,
+    statuses: StatusSet,
+    max_retry_after: Duration,
+    attempt_timeout: Option<Duration>,
+    timeout: Option<Duration>,
+    min_attempt_time: Duration,
+    replay_cap: usize,
+    drain_limit: usize,
+    drain_timeout: Duration,
+    idempotency_header: HeaderName,
+    idempotent_methods: Option<Vec<Method>>,
+}
+
+/// The most attempts a policy may allow; more is a configuration mistake.
+const MAX_ATTEMPTS_LIMIT: u32 = 100;
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            backoff: Backoff::default(),
+            statuses: StatusSet::DEFAULT,
+            max_retry_after: Duration::from_secs(10),
+            attempt_timeout: None,
+            timeout: None,
+            min_attempt_time: Duration::from_millis(10),
+            replay_cap: 64 * 1024,
+            drain_limit: 64 * 1024,
+            drain_timeout: Duration::from_millis(100),
+            idempotency_header: IDEMPOTENCY_KEY,
+            idempotent_methods: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A builder starting from the defaults.
+    pub fn builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder {
+            policy: RetryPolicy::default(),
+            error: None,
+        }
+    }
+
+    /// One attempt, never a retry: for a call or route that must not be repeated.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Attempts allowed per call, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The backoff between attempts.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// The longest `Retry-After` the layer waits; a longer one ends the call.
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
+    }
+
+    /// The timeout of each attempt.
+    pub fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+
+    /// The total time of a call, every attempt and wait included.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The least time worth starting an attempt (or a wait) with.
+    pub fn min_attempt_time(&self) -> Duration {
+        self.min_attempt_time
+    }
+
+    /// The most request-body bytes kept for a re-send.
+    pub fn replay_cap(&self) -> usize {
+        self.replay_cap
+    }
+
+    /// The most bytes of a failed response's body read before a retry.
+    pub fn drain_limit(&self) -> usize {
+        self.drain_limit
+    }
+
+    /// The longest time spent reading a failed response's body before a retry.
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout
+    }
+
+    /// The header whose presence marks a request as keyed.
+    pub fn idempotency_header(&self) -> &HeaderName {
+        &self.idempotency_header
+    }
+
+    /// Whether a response with `status` is worth a retry (before the ladder's other
+    /// rungs).
+    pub fn is_retryable_status(&self, status: StatusCode) -> bool {
+        self.statuses.contains(status)
+    }
+
+    /// Whether the policy treats `method` as idempotent.
+    pub fn is_idempotent_method(&self, method: &Method) -> bool {
+        match &self.idempotent_methods {
+            None => is_idempotent(method),
+            Some(list) => list.contains(method),
+        }
+    }
+}
+
+/// Builds a [`RetryPolicy`], checking every number.
+///
+/// Setters never fail; the first invalid value is reported by
+/// [`build`](RetryPolicyBuilder::build).
+#[derive(Clone, Debug)]
+pub struct RetryPolicyBuilder {
+    policy: RetryPolicy,
+    error: Option<InvalidConfig>,
+}
+
+impl RetryPolicyBuilder {
+    fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.error.is_none() {
+            self.error = Some(InvalidConfig { setting, problem });
+        }
+    }
+
+    /// Attempts per call, the first included: 1 to 100.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
+            self.fail(
+                "max_attempts",
+                format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {n}"),
+            );
+        }
+        self.policy.max_attempts = n;
+        self
+    }
+
+    /// Full-jitter backoff: `base` for the first retry, doubling up to `max`
+    /// (`base <= max`).
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        if base > max {
+            self.fail(
+                "backoff",
+                format!("base {base:?} is larger than max {max:?}"),
+            );
+        }
+        self.policy.backoff = Backoff::new(base, max);
+        self
+    }
+
+    /// Also retry responses with this status (400 to 599).
+    pub fn retry_on(mut self, status: u16) -> Self {
+        match checked_status(status) {
+            Ok(s) => self.policy.statuses.insert(s),
+            Err(problem) => self.fail("retry_on", problem),
+        }
+        self
+    }
+
+    /// Replaces the retryable statuses (each 400 to 599). 425 Too Early is retried
+    /// whatever this says.
+    pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        self.policy.statuses = StatusSet::EMPTY;
+        for status in statuses {
+            self = self.retry_on(status);
+        }
+        self
+    }
+
+    /// The longest `Retry-After` to wait (at most one day); a longer hint ends the
+    /// call with the response, and the hint is reported to the caller.
+    pub fn max_retry_after(mut self, max: Duration) -> Self {
+        if max > Duration::from_secs(86_400) {
+            self.fail(
+                "max_retry_after",
+                format!("must be at most one day, got {max:?}"),
+            );
+        }
+        self.policy.max_retry_after = max;
+        self
+    }
+
+    /// The timeout of each attempt (more than zero); cut to the time left before the
+    /// deadline.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        if timeout.is_zero() {
+            self.fail("attempt_timeout", "must be more than zero".to_owned());
+        }
+        self.policy.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// The total time of a call, every attempt and wait included (more than zero).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        if timeout.is_zero() {
+            self.fail("timeout", "must be more than zero".to_owned());
+        }
+        self.policy.timeout = Some(timeout);
+        self
+    }
+
+    /// No attempt or wait starts with less time than this left before the deadline.
+    pub fn min_attempt_time(mut self, min: Duration) -> Self {
+        self.policy.min_attempt_time = min;
+        self
+    }
+
+    /// The most request-body bytes kept for a re-send (at most 64 MiB). A body
+    /// larger than this is sent once and never again.
+    pub fn replay_cap(mut self, bytes: usize) -> Self {
+        if bytes > 64 * 1024 * 1024 {
+            self.fail("replay_cap", format!("must be at most 64 MiB, got {bytes}"));
+        }
+        self.policy.replay_cap = bytes;
+        self
+    }
+
+    /// How much of a failed response's body is read (and dropped) before a retry, so
+    /// its HTTP/1.1 connection can be reused: at most `bytes` (up to 1 MiB) within
+    /// `timeout` (up to 10 s).
+    pub fn drain(mut self, bytes: usize, timeout: Duration) -> Self {
+        if bytes > 1024 * 1024 {
+            self.fail("drain", format!("must read at most 1 MiB, got {bytes}"));
+        }
+        if timeout > Duration::from_secs(10) {
+            self.fail("drain", format!("must take at most 10 s, got {timeout:?}"));
+        }
+        self.policy.drain_limit = bytes;
+        self.policy.drain_timeout = timeout;
+        self
+    }
+
+    /// The header whose presence marks a request as keyed (default
+    /// `idempotency-key`).
+    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
+        self.policy.idempotency_header = name;
+        self
+    }
+
+    /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
+    /// POST or PATCH here means the server deduplicates every such request.
+    pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.policy.idempotent_methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// The policy, or the first invalid setting.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    pub fn build(self) -> Result<RetryPolicy, InvalidConfig> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        let p = &self.policy;
+        if let Some(total) = p.timeout {
+            if p.min_attempt_time > total {
+                return Err(InvalidConfig {
+                    setting: "min_attempt_time",
+                    problem: format!(
+                        "{:?} is longer than the total timeout {total:?}",
+                        p.min_attempt_time
+                    ),
+                });
+            }
+        }
+        Ok(self.policy)
+    }
+}
+
+fn checked_status(status: u16) -> Result<StatusCode, String> {
+    if !(400..=599).contains(&status) {
+        return Err(format!("status must be 400 to 599, got {status}"));
+    }
+    StatusCode::from_u16(status).map_err(|_| format!("invalid status {status}"))
+}
+
+/// A retry policy setting that was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidConfig {
+    setting: &'static str,
+    problem: String,
+}
+
+impl InvalidConfig {
+    /// The name of the setting.
+    pub fn setting(&self) -> &'static str {
+        self.setting
+    }
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.setting, self.problem)
+    }
+}
+
+impl StdError for InvalidConfig {}
+
+/// A set of 4xx and 5xx statuses, as a bitmap.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct StatusSet([u64; 4]);
+
+impl StatusSet {
+    const EMPTY: StatusSet = StatusSet([0; 4]);
+    const DEFAULT: StatusSet = StatusSet::EMPTY
+        .with(408)
+        .with(429)
+        .with(502)
+        .with(503)
+        .with(504);
+
+    const fn with(mut self, code: u16) -> Self {
+        let i = (code - 400) as usize;
+        self.0[i / 64] |= 1 << (i % 64);
+        self
+    }
+
+    fn insert(&mut self, status: StatusCode) {
+        *self = self.with(status.as_u16());
+    }
+
+    fn contains(&self, status: StatusCode) -> bool {
+        let code = status.as_u16();
+        if !(400..=599).contains(&code) {
+            return false;
+        }
+        let i = (code - 400) as usize;
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+impl fmt::Debug for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(
+                (400u16..=599)
+                    .filter(|c| self.0[(c - 400) as usize / 64] & (1 << ((c - 400) % 64)) != 0),
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_retry_the_transient_statuses() {
+        let p = RetryPolicy::default();
+        for code in [408, 429, 502, 503, 504] {
+            assert!(
+                p.is_retryable_status(StatusCode::from_u16(code).unwrap()),
+                "{code}"
+            );
+        }
+        for code in [200, 400, 404, 500, 501, 599] {
+            assert!(
+                !p.is_retryable_status(StatusCode::from_u16(code).unwrap()),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_numbers_are_refused() {
+        let cases: Vec<(RetryPolicyBuilder, &str)> = vec![
+            (RetryPolicy::builder().max_attempts(0), "max_attempts"),
+            (RetryPolicy::builder().max_attempts(101), "max_attempts"),
+            (
+                RetryPolicy::builder().backoff(Duration::from_secs(2), Duration::from_secs(1)),
+                "backoff",
+            ),
+            (RetryPolicy::builder().retry_on(200), "retry_on"),
+            (RetryPolicy::builder().retry_on(600), "retry_on"),
+            (
+                RetryPolicy::builder().retryable_statuses([503, 99]),
+                "retry_on",
+            ),
+            (
+                RetryPolicy::builder().max_retry_after(Duration::from_secs(90_000)),
+                "max_retry_after",
+            ),
+            (
+                RetryPolicy::builder().attempt_timeout(Duration::ZERO),
+                "attempt_timeout",
+            ),
+            (RetryPolicy::builder().timeout(Duration::ZERO), "timeout"),
+            (RetryPolicy::builder().replay_cap(usize::MAX), "replay_cap"),
+            (
+                RetryPolicy::builder().drain(usize::MAX, Duration::ZERO),
+                "drain",
+            ),
+            (
+                RetryPolicy::builder()
+                    .timeout(Duration::from_millis(5))
+                    .min_attempt_time(Duration::from_millis(10)),
+                "min_attempt_time",
+            ),
+        ];
+        for (builder, setting) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.setting(), setting, "{err}");
+            assert!(err.to_string().starts_with("invalid "), "{err}");
+        }
+    }
+
+    #[test]
+    fn statuses_can_be_replaced_and_extended() {
+        let p = RetryPolicy::builder()
+            .retryable_statuses([503])
+            .retry_on(500)
+            .build()
+            .unwrap();
+        assert!(p.is_retryable_status(StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(p.is_retryable_status(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(!p.is_retryable_status(StatusCode::TOO_MANY_REQUESTS));
+        assert_eq!(format!("{:?}", p.statuses), "{500, 503}");
+    }
+
+    #[test]
+    fn none_is_one_attempt() {
+        assert_eq!(RetryPolicy::none().max_attempts(), 1);
+    }
+
+    #[test]
+    fn idempotent_methods_can_be_replaced() {
+        let p = RetryPolicy::builder()
+            .idempotent_methods([Method::GET])
+            .build()
+            .unwrap();
+        assert!(p.is_idempotent_method(&Method::GET));
+        assert!(!p.is_idempotent_method(&Method::PUT));
+    }
+}

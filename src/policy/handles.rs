@@ -1,0 +1,104 @@
+//! Handles that the budget and circuit-breaker layers leave in request extensions.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// A retry budget account: the retry and hedge layers withdraw from it before each
+/// extra attempt.
+///
+/// The budget layer implements it; any other shared limit (a process-wide or
+/// distributed budget) can too. Implementations must be cheap and must not block:
+/// they run on the request path.
+pub trait Budget: Send + Sync + 'static {
+    /// Spends one extra attempt if the account allows it; `false` means the budget
+    /// is spent and the extra attempt must not be sent.
+    fn try_withdraw(&self) -> bool;
+}
+
+/// The budget account of a call, found in its request extensions.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use backstop::policy::{Budget, BudgetHandle};
+///
+/// struct Tokens(AtomicU32);
+/// impl Budget for Tokens {
+///     fn try_withdraw(&self) -> bool {
+///         self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+///     }
+/// }
+///
+/// let handle = BudgetHandle::new(Arc::new(Tokens(AtomicU32::new(1))));
+/// let mut req = http::Request::get("http://example.com/").body(()).unwrap();
+/// req.extensions_mut().insert(handle.clone());
+/// assert!(handle.try_withdraw());
+/// assert!(!handle.try_withdraw());
+/// ```
+#[derive(Clone)]
+pub struct BudgetHandle(Arc<dyn Budget>);
+
+impl BudgetHandle {
+    /// Wraps a budget account.
+    pub fn new(budget: Arc<dyn Budget>) -> Self {
+        BudgetHandle(budget)
+    }
+
+    /// Spends one extra attempt if the account allows it.
+    pub fn try_withdraw(&self) -> bool {
+        self.0.try_withdraw()
+    }
+}
+
+impl fmt::Debug for BudgetHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BudgetHandle").finish_non_exhaustive()
+    }
+}
+
+/// An origin's circuit breaker, as the retry and hedge layers see it: they ask it
+/// before every extra attempt and after every wait.
+pub trait Breaker: Send + Sync + 'static {
+    /// Whether an extra attempt may be sent now; `false` while the breaker refuses
+    /// traffic to the origin.
+    fn allows_retry(&self) -> bool;
+}
+
+/// The circuit breaker of a call's origin, found in its request extensions.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use backstop::policy::{Breaker, BreakerHandle};
+///
+/// struct AlwaysOpen;
+/// impl Breaker for AlwaysOpen {
+///     fn allows_retry(&self) -> bool { false }
+/// }
+///
+/// let handle = BreakerHandle::new(Arc::new(AlwaysOpen));
+/// assert!(!handle.allows_retry());
+/// ```
+#[derive(Clone)]
+pub struct BreakerHandle(Arc<dyn Breaker>);
+
+impl BreakerHandle {
+    /// Wraps a breaker.
+    pub fn new(breaker: Arc<dyn Breaker>) -> Self {
+        BreakerHandle(breaker)
+    }
+
+    /// Whether an extra attempt may be sent now.
+    pub fn allows_retry(&self) -> bool {
+        self.0.allows_retry()
+    }
+}
+
+impl fmt::Debug for BreakerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerHandle").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,282 @@
+//! Attempt history and the reasons a call stopped.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use super::{ErrorKind, Progress};
+
+/// Why a request body cannot be sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotReplayable {
+    /// The caller marked the body one-shot ([`OneShot`](crate::OneShot)).
+    OneShot,
+    /// The body announced a size larger than the replay cap, so none of it was kept.
+    SizeHintOverCap,
+    /// The body grew past the replay cap while it was being sent.
+    CapExceeded,
+    /// The body itself failed while it was being read.
+    BodyError,
+}
+
+impl fmt::Display for NotReplayable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NotReplayable::OneShot => "body is one-shot",
+            NotReplayable::SizeHintOverCap => "body size over the replay cap",
+            NotReplayable::CapExceeded => "body outgrew the replay cap",
+            NotReplayable::BodyError => "body failed while being read",
+        })
+    }
+}
+
+/// Why a failed outcome may not be sent again however the gates stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsafe {
+    /// The same request would fail the same way (invalid request, configuration,
+    /// TLS or name resolution).
+    Permanent,
+    /// The server said `x-should-retry: false`.
+    ServerDeclined,
+    /// A non-idempotent request without an idempotency key may have been processed.
+    MaybeProcessed,
+    /// The request body failed; sending it again would fail again.
+    BodyFailed,
+}
+
+impl fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unsafe::Permanent => "failure is permanent",
+            Unsafe::ServerDeclined => "server declined a retry",
+            Unsafe::MaybeProcessed => "request may have been processed",
+            Unsafe::BodyFailed => "request body failed",
+        })
+    }
+}
+
+/// Why the attempt sequence of a call stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The last outcome was an answer to return as it is (a success, or a status
+    /// that is not retryable).
+    Answered,
+    /// The last outcome failed and may not be sent again.
+    NotRetryable(Unsafe),
+    /// The policy's attempts were all used.
+    AttemptsExhausted,
+    /// The request body cannot be sent again.
+    BodyNotReplayable(NotReplayable),
+    /// The deadline leaves no time for a wait plus a useful attempt.
+    Deadline,
+    /// The server asked for a wait longer than the policy allows.
+    RetryAfterTooLong,
+    /// The retry budget is spent.
+    Budget,
+    /// The origin's circuit breaker refuses calls.
+    CircuitOpen,
+}
+
+impl StopReason {
+    /// A short `snake_case` name, for metrics labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StopReason::Answered => "answered",
+            StopReason::NotRetryable(_) => "not_retryable",
+            StopReason::AttemptsExhausted => "attempts_exhausted",
+            StopReason::BodyNotReplayable(_) => "body_not_replayable",
+            StopReason::Deadline => "deadline",
+            StopReason::RetryAfterTooLong => "retry_after_too_long",
+            StopReason::Budget => "budget",
+            StopReason::CircuitOpen => "circuit_open",
+        }
+    }
+
+    /// Whether a gate (attempts, body, deadline, Retry-After, budget, breaker)
+    /// stopped a sequence whose last outcome was retryable.
+    pub fn is_gate(&self) -> bool {
+        !matches!(self, StopReason::Answered | StopReason::NotRetryable(_))
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Answered => f.write_str("answered"),
+            StopReason::NotRetryable(why) => write!(f, "not retryable: {why}"),
+            StopReason::AttemptsExhausted => f.write_str("attempts exhausted"),
+            StopReason::BodyNotReplayable(why) => write!(f, "not replayable: {why}"),
+            StopReason::Deadline => f.write_str("deadline"),
+            StopReason::RetryAfterTooLong => f.write_str("retry-after over the allowed maximum"),
+            StopReason::Budget => f.write_str("retry budget spent"),
+            StopReason::CircuitOpen => f.write_str("circuit open"),
+        }
+    }
+}
+
+/// What one attempt ended with: a status or an error kind, never a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// A response head with this status.
+    Status(StatusCode),
+    /// An error of this kind.
+    Error(ErrorKind),
+    /// The attempt was abandoned (a hedge that lost, or a call dropped).
+    Canceled,
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptOutcome::Status(s) => match s.canonical_reason() {
+                Some(r) => write!(f, "{} {}", s.as_u16(), r),
+                None => write!(f, "{}", s.as_u16()),
+            },
+            AttemptOutcome::Error(kind) => fmt::Display::fmt(kind, f),
+            AttemptOutcome::Canceled => f.write_str("canceled"),
+        }
+    }
+}
+
+/// One attempt of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptRecord {
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// What the attempt ended with.
+    pub outcome: AttemptOutcome,
+    /// The server's Retry-After hint on this attempt, if any was valid.
+    pub retry_after: Option<Duration>,
+    /// The wait before the next attempt, if one was scheduled.
+    pub wait: Option<Duration>,
+    /// How far the request got onto the wire, when that was recorded.
+    pub progress: Option<Progress>,
+    /// The attempt was a hedge sent beside another.
+    pub hedge: bool,
+    /// Time from the start of the call to the end of this attempt.
+    pub elapsed: Duration,
+}
+
+/// The attempts of one call, in order, and why the sequence stopped.
+///
+/// It rides on the final response's extensions and inside [`Error`](crate::Error).
+/// Its text names statuses and error kinds only: never a URL, a header value or a
+/// body, so it is safe to log.
+///
+/// ```text
+/// attempt 1/3: 503 Service Unavailable (Retry-After 2.0s) after 0.41s, waited 2.0s
+/// attempt 2/3: 200 OK after 2.43s
+/// stopped: answered
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct History {
+    first: Option<AttemptRecord>,
+    rest: Vec<AttemptRecord>,
+    max_attempts: u32,
+    stop: Option<StopReason>,
+    retry_after: Option<Duration>,
+}
+
+impl History {
+    pub(crate) fn new(max_attempts: u32) -> Self {
+        History {
+            first: None,
+            rest: Vec::new(),
+            max_attempts,
+            stop: None,
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn push(&mut self, record: AttemptRecord) {
+        if self.first.is_none() {
+            self.first = Some(record);
+        } else {
+            self.rest.push(record);
+        }
+    }
+
+    pub(crate) fn last_mut(&mut self) -> Option<&mut AttemptRecord> {
+        match self.rest.last_mut() {
+            Some(r) => Some(r),
+            None => self.first.as_mut(),
+        }
+    }
+
+    pub(crate) fn stop(&mut self, reason: StopReason) {
+        self.stop = Some(reason);
+    }
+
+    pub(crate) fn set_retry_after(&mut self, hint: Option<Duration>) {
+        self.retry_after = hint;
+    }
+
+    /// The attempts, first to last.
+    pub fn attempts(&self) -> impl Iterator<Item = &AttemptRecord> + DoubleEndedIterator + '_ {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    /// How many attempts were made (hedges included).
+    pub fn len(&self) -> usize {
+        self.first.iter().len() + self.rest.len()
+    }
+
+    /// Whether no attempt was made.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// How many retries were made after the first attempt.
+    pub fn retries(&self) -> usize {
+        self.len().saturating_sub(1)
+    }
+
+    /// Why the sequence stopped.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop
+    }
+
+    /// The last Retry-After hint the server gave, including one that was longer than
+    /// the policy allowed (so the caller can reschedule the call).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The attempts' limit of the policy that ran the call.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+}
+
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for a in self.attempts() {
+            write!(
+                f,
+                "attempt {}/{}: {}",
+                a.number, self.max_attempts, a.outcome
+            )?;
+            if a.hedge {
+                f.write_str(" (hedge)")?;
+            }
+            if let Some(ra) = a.retry_after {
+                write!(f, " (Retry-After {:.1}s)", ra.as_secs_f64())?;
+            }
+            write!(f, " after {:.2}s", a.elapsed.as_secs_f64())?;
+            if let Some(w) = a.wait {
+                write!(f, ", waited {:.2}s", w.as_secs_f64())?;
+            }
+            f.write_str("\n")?;
+        }
+        match self.stop {
+            Some(stop) => write!(f, "stopped: {stop}"),
+            None => f.write_str("in progress"),
+        }
+    }
+}

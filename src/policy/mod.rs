@@ -1,0 +1,29 @@
+//! The shared vocabulary of every backstop layer, and its pure decision functions.
+//!
+//! Layers talk through request extensions, never by naming each other; the types of
+//! the handles they leave there live here, together with the decision ladder that
+//! says whether an outcome may be sent again, the backoff, the `Retry-After` parser
+//! and the attempt history. Nothing here needs a runtime or a network.
+
+mod backoff;
+mod classify;
+mod config;
+mod deadline;
+mod handles;
+mod history;
+mod idempotency;
+mod progress;
+mod retry_after;
+pub use classify::{
+    classify, classify_error, Classification, ErrorKind, Outcome, RequestFacts, RetryReason,
+};
+
+pub use backoff::Backoff;
+pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
+pub use deadline::Deadline;
+pub use handles::{Breaker, BreakerHandle, Budget, BudgetHandle};
+pub use history::{AttemptOutcome, AttemptRecord, History, NotReplayable, StopReason, Unsafe};
+
+pub use idempotency::{is_idempotent, IdempotencyKey};
+pub use progress::{AttemptProgress, Progress};
+pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};

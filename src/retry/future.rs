@@ -1,0 +1,595 @@
+use std::fmt;
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Buf;
+use http::request::Parts;
+use http::{Method, Request, Response};
+use http_body::Body;
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Instant, Sleep};
+use tower_service::Service;
+use tracing::Span;
+
+use crate::body::{OneShot, ReplayBody};
+use crate::error::TimedOut;
+use crate::policy::{
+    classify, classify_error, AttemptOutcome, AttemptProgress, AttemptRecord, BreakerHandle,
+    BudgetHandle, Classification, Deadline, ErrorKind, History, IdempotencyKey, Outcome,
+    RequestFacts, RetryPolicy, StopReason, Unsafe,
+};
+use crate::{BoxError, Error};
+
+pin_project! {
+    /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
+    pub struct ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    {
+        #[pin]
+        state: State<S::Future, RB>,
+        // The attempt's timeout, the wait before the next attempt, or the drain's
+        // time limit: never two at once. `None` when there is nothing to time, so
+        // the success path without timeouts registers no timer.
+        #[pin]
+        timer: Option<Sleep>,
+        call: Call<S, B>,
+        span: Span,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, RB> {
+        // Waiting for the inner service's answer to the current attempt.
+        Attempt { #[pin] future: F },
+        // Waiting out the backoff or Retry-After; holds the failed response, if the
+        // outcome was one, so that a breaker refusing after the wait can return it.
+        Waiting { response: Option<Response<RB>> },
+        // Reading and dropping the head of a failed response's body, so its
+        // connection goes back to the pool.
+        Draining { #[pin] body: RB, read: usize },
+        // Waiting for the inner service to be ready for the next attempt.
+        Readying,
+        // Refused before any attempt (the deadline left no time), or finished.
+        Done { error: Option<Error> },
+    }
+}
+
+/// Everything a call keeps between attempts.
+struct Call<S, B> {
+    service: S,
+    policy: Arc<RetryPolicy>,
+    method: Method,
+    keyed: bool,
+    /// The request head for later attempts; `None` once no attempt is left.
+    template: Option<Parts>,
+    /// A handle on the shared replay state; `None` when the policy allows one attempt.
+    body: Option<ReplayBody<B>>,
+    /// Whether the ladder's last rung needs a progress record (no key, not idempotent).
+    needs_progress: bool,
+    progress: Option<AttemptProgress>,
+    budget: Option<BudgetHandle>,
+    breaker: Option<BreakerHandle>,
+    attempt: u32,
+    started: Instant,
+    deadline: Option<Instant>,
+    /// Whether the current attempt's timeout is the call's deadline.
+    timeout_is_deadline: bool,
+    history: History,
+    /// The last error, kept while waiting for a retry.
+    last_error: Option<(ErrorKind, BoxError)>,
+}
+
+/// What to do after an attempt's outcome.
+enum Step<RB> {
+    Return(Result<Response<RB>, Error>),
+    Wait {
+        wait: Duration,
+        response: Option<Response<RB>>,
+    },
+}
+
+impl<S, B, RB> ResponseFuture<S, B, RB>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    pub(crate) fn new(service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Self {
+        let started = Instant::now();
+        let (mut parts, body) = req.into_parts();
+        let ext = &parts.extensions;
+        let keyed = ext.get::<IdempotencyKey>().is_some()
+            || parts.headers.contains_key(policy.idempotency_header());
+        let deadline = match (ext.get::<Deadline>(), policy.timeout()) {
+            (Some(d), Some(t)) => Some(d.instant().min(started + t)),
+            (Some(d), None) => Some(d.instant()),
+            (None, Some(t)) => Some(started + t),
+            (None, None) => None,
+        };
+        let budget = ext.get::<BudgetHandle>().cloned();
+        let breaker = ext.get::<BreakerHandle>().cloned();
+        let one_shot = ext.get::<OneShot>().is_some();
+        let retries = policy.max_attempts() > 1;
+
+        let mut first = if one_shot || !retries {
+            ReplayBody::one_shot(body)
+        } else {
+            ReplayBody::new(body, policy.replay_cap())
+        };
+        let template = retries.then(|| parts.clone());
+        let handle = retries.then(|| first.replay());
+        let needs_progress = !keyed && !policy.is_idempotent_method(&parts.method);
+        let progress = needs_progress.then(|| {
+            let p = AttemptProgress::new();
+            parts.extensions.insert(p.clone());
+            first.set_progress(Some(p.clone()));
+            p
+        });
+        let span = tracing::debug_span!(
+            "backstop.retry",
+            http.request.method = %parts.method,
+            http.request.resend_count = tracing::field::Empty,
+        );
+
+        let mut call = Call {
+            method: parts.method.clone(),
+            service,
+            policy,
+            keyed,
+            template,
+            body: handle,
+            needs_progress,
+            progress,
+            budget,
+            breaker,
+            attempt: 1,
+            started,
+            deadline,
+            timeout_is_deadline: false,
+            history: History::new(0),
+            last_error: None,
+        };
+        call.history = History::new(call.policy.max_attempts());
+
+        let timeout = call.attempt_timeout(started);
+        let (state, timer) = match timeout {
+            Err(()) => {
+                call.history.stop(StopReason::Deadline);
+                let err = Error::new(
+                    ErrorKind::Timeout,
+                    Some(Box::new(TimedOut { deadline: true })),
+                )
+                .with_history(mem::replace(&mut call.history, History::new(0)), false);
+                (State::Done { error: Some(err) }, None)
+            }
+            Ok(timeout) => {
+                let future = call.service.call(Request::from_parts(parts, first));
+                (State::Attempt { future }, timeout.map(sleep_until))
+            }
+        };
+        ResponseFuture {
+            state,
+            timer,
+            call,
+            span,
+        }
+    }
+}
+
+impl<S, B> Call<S, B> {
+    /// When the attempt starting at `now` must end: the policy's attempt timeout,
+    /// cut to the deadline. `Err` when less than the minimum attempt time is left.
+    fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
+        let own = self.policy.attempt_timeout().map(|t| now + t);
+        self.timeout_is_deadline = false;
+        let Some(deadline) = self.deadline else {
+            return Ok(own);
+        };
+        if deadline.saturating_duration_since(now) < self.policy.min_attempt_time() {
+            return Err(());
+        }
+        match own {
+            Some(own) if own <= deadline => Ok(Some(own)),
+            _ => {
+                self.timeout_is_deadline = true;
+                Ok(Some(deadline))
+            }
+        }
+    }
+
+    fn facts(&self) -> RequestFacts<'_> {
+        RequestFacts {
+            method: &self.method,
+            keyed: self.keyed,
+        }
+    }
+
+    fn record(
+        &mut self,
+        outcome: AttemptOutcome,
+        retry_after: Option<Duration>,
+        progress: Option<crate::policy::Progress>,
+        now: Instant,
+    ) {
+        self.history.push(AttemptRecord {
+            number: self.attempt,
+            outcome,
+            retry_after,
+            wait: None,
+            progress,
+            hedge: false,
+            elapsed: now.saturating_duration_since(self.started),
+        });
+        self.history.set_retry_after(retry_after);
+    }
+
+    /// The gates a retryable outcome must pass; the wait before the next attempt, or
+    /// the gate that refused.
+    fn gates(&self, hint: Option<Duration>, now: Instant) -> Result<Duration, StopReason>
+    where
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        let policy = &*self.policy;
+        if self.attempt >= policy.max_attempts() {
+            return Err(StopReason::AttemptsExhausted);
+        }
+        if let Some(body) = &self.body {
+            body.replayable().map_err(StopReason::BodyNotReplayable)?;
+        }
+        let wait = match hint {
+            Some(hint) if hint > policy.max_retry_after() => {
+                return Err(StopReason::RetryAfterTooLong)
+            }
+            Some(hint) => hint,
+            None => policy.backoff().wait(self.attempt),
+        };
+        if let Some(deadline) = self.deadline {
+            let needed = wait.saturating_add(policy.min_attempt_time());
+            if deadline.saturating_duration_since(now) < needed {
+                return Err(StopReason::Deadline);
+            }
+        }
+        if self.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
+            return Err(StopReason::CircuitOpen);
+        }
+        if self.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
+            return Err(StopReason::Budget);
+        }
+        Ok(wait)
+    }
+
+    /// Ends the sequence: records why and hands the history out.
+    fn finish(&mut self, stop: StopReason) -> History {
+        if stop.is_gate() {
+            tracing::debug!(
+                attempt = self.attempt,
+                gate = stop.as_str(),
+                "retry skipped"
+            );
+        }
+        self.history.stop(stop);
+        mem::replace(&mut self.history, History::new(0))
+    }
+
+    fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> Step<RB> {
+        let history = self.finish(stop);
+        res.extensions_mut().insert(history);
+        Step::Return(Ok(res))
+    }
+
+    fn fail<RB>(
+        &mut self,
+        kind: ErrorKind,
+        err: BoxError,
+        stop: StopReason,
+        retryable: bool,
+    ) -> Step<RB> {
+        let history = self.finish(stop);
+        let err = match err.downcast::<Error>() {
+            // An inner backstop layer's error: keep its own source.
+            Ok(inner) => *inner,
+            Err(err) => Error::new(kind, Some(err)),
+        };
+        Step::Return(Err(err.with_history(history, retryable)))
+    }
+
+    fn scheduled<RB>(
+        &mut self,
+        wait: Duration,
+        response: Option<Response<RB>>,
+        reason: impl fmt::Display,
+    ) -> Step<RB> {
+        if let Some(last) = self.history.last_mut() {
+            last.wait = Some(wait);
+        }
+        tracing::debug!(
+            attempt = self.attempt,
+            reason = %reason,
+            wait_ms = wait.as_millis() as u64,
+            "retry scheduled"
+        );
+        Step::Wait { wait, response }
+    }
+
+    /// Classifies an attempt's outcome and decides what comes next.
+    fn on_outcome<RB>(&mut self, result: Result<Response<RB>, BoxError>) -> Step<RB>
+    where
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        let now = Instant::now();
+        let progress = self.progress.take().map(|p| p.snapshot());
+        match result {
+            Ok(res) => {
+                let status = res.status();
+                let outcome = Outcome::Response {
+                    status,
+                    headers: res.headers(),
+                };
+                let class = classify(&self.policy, self.facts(), outcome, progress);
+                let hint = match class {
+                    Classification::Retryable(_) => {
+                        crate::policy::parse_retry_after(res.headers(), SystemTime::now())
+                    }
+                    _ => None,
+                };
+                self.record(AttemptOutcome::Status(status), hint, progress, now);
+                match class {
+                    Classification::Retryable(reason) => match self.gates(hint, now) {
+                        Ok(wait) => self.scheduled(wait, Some(res), reason),
+                        Err(stop) => self.answer(res, stop),
+                    },
+                    Classification::NotRetryable(why) => {
+                        self.answer(res, StopReason::NotRetryable(why))
+                    }
+                    Classification::Answer => self.answer(res, StopReason::Answered),
+                }
+            }
+            Err(err) => {
+                let kind = classify_error(&*err);
+                let class = classify(&self.policy, self.facts(), Outcome::Error(kind), progress);
+                self.record(AttemptOutcome::Error(kind), None, progress, now);
+                match class {
+                    Classification::Retryable(reason) => match self.gates(None, now) {
+                        Ok(wait) => {
+                            self.last_error = Some((kind, err));
+                            self.scheduled(wait, None, reason)
+                        }
+                        Err(stop) => self.fail(kind, err, stop, true),
+                    },
+                    Classification::NotRetryable(why) => {
+                        self.fail(kind, err, StopReason::NotRetryable(why), false)
+                    }
+                    // The ladder answers only responses.
+                    Classification::Answer => self.fail(
+                        kind,
+                        err,
+                        StopReason::NotRetryable(Unsafe::Permanent),
+                        false,
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The request for the next attempt.
+    fn next_request(&mut self) -> Option<Request<ReplayBody<B>>>
+    where
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        self.attempt += 1;
+        let mut parts = if self.attempt >= self.policy.max_attempts() {
+            self.template.take()?
+        } else {
+            self.template.clone()?
+        };
+        let mut body = self.body.as_ref()?.replay();
+        if self.needs_progress {
+            let p = AttemptProgress::new();
+            parts.extensions.insert(p.clone());
+            body.set_progress(Some(p.clone()));
+            self.progress = Some(p);
+        }
+        Some(Request::from_parts(parts, body))
+    }
+
+    /// The outcome kept through the wait, returned as it is.
+    fn last_outcome<RB>(&mut self, response: Option<Response<RB>>, stop: StopReason) -> Step<RB> {
+        match (response, self.last_error.take()) {
+            (Some(res), _) => self.answer(res, stop),
+            (None, Some((kind, err))) => self.fail(kind, err, stop, true),
+            (None, None) => self.fail(
+                ErrorKind::Other,
+                Box::new(TimedOut { deadline: false }),
+                stop,
+                true,
+            ),
+        }
+    }
+}
+
+impl<S, B, RB> Future for ResponseFuture<S, B, RB>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+    RB: Body,
+{
+    type Output = Result<Response<RB>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let call = this.call;
+        let _entered = this.span.enter();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Attempt { future } => {
+                    let result = match future.poll(cx) {
+                        Poll::Ready(result) => result.map_err(Into::into),
+                        Poll::Pending => match this.timer.as_mut().as_pin_mut() {
+                            Some(timer) => {
+                                ready!(timer.poll(cx));
+                                let err: BoxError = Box::new(TimedOut {
+                                    deadline: call.timeout_is_deadline,
+                                });
+                                Err(err)
+                            }
+                            None => return Poll::Pending,
+                        },
+                    };
+                    this.timer.set(None);
+                    match call.on_outcome(result) {
+                        Step::Return(result) => {
+                            this.state.set(State::Done { error: None });
+                            return Poll::Ready(result);
+                        }
+                        Step::Wait { wait, response } => {
+                            if !wait.is_zero() {
+                                this.timer.set(Some(sleep_until(Instant::now() + wait)));
+                            }
+                            this.state.set(State::Waiting { response });
+                        }
+                    }
+                }
+                StateProj::Waiting { response } => {
+                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+                        ready!(timer.poll(cx));
+                        this.timer.set(None);
+                    }
+                    let response = response.take();
+                    // The breaker may have opened while we waited.
+                    if call.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
+                        let step = call.last_outcome(response, StopReason::CircuitOpen);
+                        this.state.set(State::Done { error: None });
+                        if let Step::Return(result) = step {
+                            return Poll::Ready(result);
+                        }
+                        continue;
+                    }
+                    match response {
+                        Some(res) => {
+                            let now = Instant::now();
+                            let mut until = now + call.policy.drain_timeout();
+                            if let Some(deadline) = call.deadline {
+                                let latest = deadline
+                                    .checked_sub(call.policy.min_attempt_time())
+                                    .unwrap_or(now);
+                                until = until.min(latest.max(now));
+                            }
+                            this.timer.set(Some(sleep_until(until)));
+                            this.state.set(State::Draining {
+                                body: res.into_body(),
+                                read: 0,
+                            });
+                        }
+                        None => this.state.set(State::Readying),
+                    }
+                }
+                StateProj::Draining { mut body, read } => {
+                    let limit = call.policy.drain_limit();
+                    while *read < limit {
+                        match body.as_mut().poll_frame(cx) {
+                            Poll::Ready(Some(Ok(frame))) => {
+                                if let Some(data) = frame.data_ref() {
+                                    *read += data.remaining();
+                                }
+                            }
+                            Poll::Ready(Some(Err(_))) | Poll::Ready(None) => break,
+                            Poll::Pending => {
+                                let expired = match this.timer.as_mut().as_pin_mut() {
+                                    Some(timer) => timer.poll(cx).is_ready(),
+                                    None => true,
+                                };
+                                if !expired {
+                                    return Poll::Pending;
+                                }
+                                break;
+                            }
+                        }
+                    }
+                    this.timer.set(None);
+                    this.state.set(State::Readying);
+                }
+                StateProj::Readying => {
+                    if let Err(e) = ready!(call.service.poll_ready(cx)) {
+                        let step = call.fail::<RB>(
+                            ErrorKind::Other,
+                            e.into(),
+                            StopReason::NotRetryable(Unsafe::Permanent),
+                            false,
+                        );
+                        this.state.set(State::Done { error: None });
+                        if let Step::Return(result) = step {
+                            return Poll::Ready(result);
+                        }
+                        continue;
+                    }
+                    let now = Instant::now();
+                    let timeout = match call.attempt_timeout(now) {
+                        Ok(timeout) => timeout,
+                        Err(()) => {
+                            let err: BoxError = Box::new(TimedOut { deadline: true });
+                            let step = call.fail::<RB>(
+                                ErrorKind::Timeout,
+                                err,
+                                StopReason::Deadline,
+                                true,
+                            );
+                            this.state.set(State::Done { error: None });
+                            if let Step::Return(result) = step {
+                                return Poll::Ready(result);
+                            }
+                            continue;
+                        }
+                    };
+                    call.last_error = None;
+                    let Some(req) = call.next_request() else {
+                        // Unreachable: the gates allowed an attempt that has a template.
+                        let step = call.last_outcome::<RB>(None, StopReason::AttemptsExhausted);
+                        this.state.set(State::Done { error: None });
+                        if let Step::Return(result) = step {
+                            return Poll::Ready(result);
+                        }
+                        continue;
+                    };
+                    this.span
+                        .record("http.request.resend_count", call.attempt - 1);
+                    this.timer.set(timeout.map(sleep_until));
+                    let future = call.service.call(req);
+                    this.state.set(State::Attempt { future });
+                }
+                StateProj::Done { error } => {
+                    return match error.take() {
+                        Some(err) => Poll::Ready(Err(err)),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("attempt", &self.call.attempt)
+            .finish_non_exhaustive()
+    }
+}

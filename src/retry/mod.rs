@@ -1,0 +1,147 @@
+//! Middleware that re-sends a request when that is safe and worthwhile.
+//!
+//! [`Retry`] runs the attempt loop of one call: it sends the request, classifies
+//! the outcome with the [decision ladder](crate::policy::classify), passes a
+//! retryable outcome through the gates (attempts left, a replayable body, the
+//! `Retry-After` cap, the deadline, the circuit breaker, the retry budget), reads
+//! and drops the head of a failed response's body so its connection is reused,
+//! waits (full-jitter backoff, or exactly the server's `Retry-After`), and sends
+//! again.
+//!
+//! The transport receives the request body wrapped in a [`ReplayBody`], which
+//! streams the first attempt straight through while keeping its chunks (up to the
+//! policy's replay cap) for a later attempt.
+//!
+//! # Examples
+//!
+//! ```
+//! use backstop::{RetryLayer, RetryPolicy, ReplayBody};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), backstop::Error> {
+//! // Any service of `Request<ReplayBody<B>>` works; here a stand-in for a client.
+//! let transport = tower::service_fn(|req: http::Request<ReplayBody<Full<Bytes>>>| async move {
+//!     let _ = req;
+//!     Ok::<_, std::io::Error>(http::Response::new(Full::new(Bytes::from_static(b"hello"))))
+//! });
+//! let mut client = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .service(transport);
+//!
+//! let req = http::Request::get("http://example.com/").body(Full::default()).unwrap();
+//! let res = client.ready().await?.call(req).await?;
+//! let history = res.extensions().get::<backstop::policy::History>().unwrap();
+//! assert_eq!(history.len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Overrides
+//!
+//! - Per call: a [`RetryPolicy`] or a [`Deadline`](crate::policy::Deadline) in the
+//!   request's extensions overrides the layer's for that call; a
+//!   [`OneShot`](crate::OneShot) marker forbids re-sending its body.
+//! - Per route: [`Routes`] maps path prefixes, methods and hosts to policies.
+//!
+//! # What differs from `tower::retry`
+//!
+//! `tower::retry` clones every request before the first attempt and needs a
+//! cloneable body; a request that cannot be cloned silently loses its retries. Here
+//! the body is kept as it streams and "not replayable" is a recorded stop reason;
+//! a POST is never re-sent after it may have been processed; `Retry-After` is
+//! honoured; the deadline covers every attempt and wait; the history of attempts
+//! rides on the response and the error.
+
+mod future;
+mod layer;
+mod route;
+
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Buf;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+pub use future::ResponseFuture;
+pub use layer::RetryLayer;
+pub use route::{Route, Routes};
+
+use crate::body::ReplayBody;
+use crate::policy::RetryPolicy;
+use crate::{BoxError, Error};
+
+/// Re-sends a request when that is safe and worthwhile. See the [module
+/// docs](self).
+#[derive(Clone, Debug)]
+pub struct Retry<S> {
+    inner: S,
+    routes: Arc<Routes>,
+}
+
+impl<S> Retry<S> {
+    /// Wraps `inner` with one policy for every call.
+    pub fn new(inner: S, policy: RetryPolicy) -> Self {
+        Retry::from_routes(inner, Arc::new(Routes::new(policy)))
+    }
+
+    /// Wraps `inner` with policies by route.
+    pub fn with_routes(inner: S, routes: Routes) -> Self {
+        Retry::from_routes(inner, Arc::new(routes))
+    }
+
+    pub(crate) fn from_routes(inner: S, routes: Arc<Routes>) -> Self {
+        Retry { inner, routes }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Retry<S>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+    RB: Body,
+{
+    type Response = Response<RB>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_inner(e.into()))
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let policy = match req.extensions_mut().remove::<RetryPolicy>() {
+            Some(policy) => Arc::new(policy),
+            None => self.routes.policy_for(&req).clone(),
+        };
+        // The inner service that was driven to readiness serves the first attempt;
+        // later attempts drive the clone's readiness themselves.
+        let clone = self.inner.clone();
+        let inner = mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(inner, policy, req)
+    }
+}

@@ -1,0 +1,540 @@
+//! The retry layer's attempt loop, gates and timing, on tokio's paused clock over a
+//! scripted in-process transport. Wire behaviour is in `tests/wire.rs`.
+
+mod support;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop::policy::{
+    Breaker, BreakerHandle, Budget, BudgetHandle, Deadline, ErrorKind, History, NotReplayable,
+    StopReason, Unsafe,
+};
+use backstop::{OneShot, RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use support::mock::{status, status_with, Mock, Step};
+use tower::{Layer, Service, ServiceExt};
+
+fn get() -> Request<Full<Bytes>> {
+    Request::get("http://upstream.test/items?token=s3cret")
+        .body(Full::default())
+        .unwrap()
+}
+
+fn post(body: &'static str) -> Request<Full<Bytes>> {
+    Request::post("http://upstream.test/charges")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap()
+}
+
+async fn send(
+    mock: &Mock,
+    policy: RetryPolicy,
+    req: Request<Full<Bytes>>,
+) -> Result<http::Response<Full<Bytes>>, backstop::Error> {
+    let mut svc = RetryLayer::new(policy).layer(mock.clone());
+    svc.ready().await?.call(req).await
+}
+
+fn history(res: &http::Response<Full<Bytes>>) -> &History {
+    res.extensions()
+        .get::<History>()
+        .expect("history on the response")
+}
+
+fn fast() -> RetryPolicy {
+    RetryPolicy::builder()
+        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn scenario_1_503_then_200_on_get_makes_two_calls() {
+    let mock = Mock::new([status(503), status(200)]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+    let h = history(&res);
+    assert_eq!(h.len(), 2);
+    assert_eq!(h.retries(), 1);
+    assert_eq!(h.stop_reason(), Some(StopReason::Answered));
+    // Full jitter: the wait is below the first ceiling.
+    assert!(mock.gaps()[0] < Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_records_one_attempt_and_no_wait() {
+    let mock = Mock::new([status(200)]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    let h = history(&res);
+    assert_eq!(h.len(), 1);
+    let first = h.attempts().next().unwrap();
+    assert_eq!(first.wait, None);
+    assert_eq!(first.number, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_are_exhausted_and_the_last_answer_returned() {
+    let mock = Mock::new([status(503), status(502), status(504), status(200)]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::AttemptsExhausted)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn none_policy_sends_once() {
+    let mock = Mock::new([status(503)]);
+    let res = send(&mock, RetryPolicy::none(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_statuses_are_answers() {
+    for code in [200, 400, 404, 409, 500, 501] {
+        let mock = Mock::new([status(code)]);
+        let res = send(&mock, fast(), get()).await.unwrap();
+        assert_eq!(res.status().as_u16(), code);
+        assert_eq!(mock.calls(), 1, "{code}");
+        assert_eq!(history(&res).stop_reason(), Some(StopReason::Answered));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_500_is_opt_in() {
+    let mock = Mock::new([status(500), status(200)]);
+    let policy = RetryPolicy::builder().retry_on(500).build().unwrap();
+    let res = send(&mock, policy, get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_seconds_is_waited_exactly() {
+    let mock = Mock::new([status_with(503, &[("retry-after", "2")]), status(200)]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.gaps(), [Duration::from_secs(2)]);
+    let first = history(&res).attempts().next().unwrap().clone();
+    assert_eq!(first.retry_after, Some(Duration::from_secs(2)));
+    assert_eq!(first.wait, Some(Duration::from_secs(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_ms_and_fractions_are_waited_exactly() {
+    let mock = Mock::new([
+        status_with(429, &[("retry-after-ms", "250"), ("retry-after", "9")]),
+        status_with(503, &[("retry-after", "1.5")]),
+        status(200),
+    ]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        mock.gaps(),
+        [Duration::from_millis(250), Duration::from_millis(1500)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_zero_and_past_dates_retry_at_once() {
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "0")]),
+        status_with(503, &[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+        status(200),
+    ]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.gaps(), [Duration::ZERO, Duration::ZERO]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn garbage_and_negative_retry_after_fall_back_to_backoff() {
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "-1")]),
+        status_with(503, &[("retry-after", "abc")]),
+        status(200),
+    ]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let gaps = mock.gaps();
+    assert!(gaps[0] < Duration::from_millis(100), "{gaps:?}");
+    assert!(gaps[1] < Duration::from_millis(200), "{gaps:?}");
+    assert!(history(&res).attempts().all(|a| a.retry_after.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_over_the_cap_ends_the_call_and_is_reported() {
+    let mock = Mock::new([status_with(503, &[("retry-after", "120")]), status(200)]);
+    let started = tokio::time::Instant::now();
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    let h = history(&res);
+    assert_eq!(h.stop_reason(), Some(StopReason::RetryAfterTooLong));
+    assert_eq!(h.retry_after(), Some(Duration::from_secs(120)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_retry_after_is_clamped_not_a_panic() {
+    let mock = Mock::new([status_with(
+        503,
+        &[("retry-after", "99999999999999999999999999")],
+    )]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::RetryAfterTooLong)
+    );
+    assert!(history(&res).retry_after().unwrap() >= Duration::from_secs(86_400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn x_should_retry_decides() {
+    let mock = Mock::new([status_with(500, &[("x-should-retry", "true")]), status(200)]);
+    let res = send(&mock, fast(), post("x")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+
+    let mock = Mock::new([
+        status_with(503, &[("x-should-retry", "false")]),
+        status(200),
+    ]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::NotRetryable(Unsafe::ServerDeclined))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_without_key_is_not_resent_after_an_answer() {
+    let mock = Mock::new([status(503), status(200)]);
+    let res = send(&mock, fast(), post("charge")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+    );
+    // The attempt carried a progress record for the last rung.
+    assert!(mock.seen()[0].progress);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_post_is_resent_with_the_whole_body() {
+    let mock = Mock::new([status(503), status(200)]);
+    let mut req = post("charge 42");
+    req.headers_mut()
+        .insert("idempotency-key", "k-1".parse().unwrap());
+    let res = send(&mock, fast(), req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].body, "charge 42");
+    assert_eq!(seen[1].body, "charge 42");
+    assert!(!seen[1].progress, "keyed requests need no progress record");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_425_is_resent_for_every_method() {
+    let mock = Mock::new([status(425), status(201)]);
+    let res = send(&mock, fast(), post("x")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert_eq!(mock.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_is_resent_even_for_a_post() {
+    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionRefused), status(200)]);
+    let res = send(&mock, fast(), post("x")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_post_is_not_resent_and_the_error_says_why() {
+    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionReset), status(200)]);
+    let err = send(&mock, fast(), post("x")).await.unwrap_err();
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(!err.is_retryable());
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(
+        err.stop_reason(),
+        Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+    );
+    // The inner error is the source.
+    let source = std::error::Error::source(&err).unwrap();
+    assert_eq!(
+        source.downcast_ref::<io::Error>().unwrap().kind(),
+        io::ErrorKind::ConnectionReset
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_report_attempts_and_retryability() {
+    let mock = Mock::new([
+        Step::Io(io::ErrorKind::ConnectionReset),
+        Step::Io(io::ErrorKind::ConnectionReset),
+        Step::Io(io::ErrorKind::ConnectionReset),
+    ]);
+    let err = send(&mock, fast(), get()).await.unwrap_err();
+    assert_eq!(mock.calls(), 3);
+    assert!(err.is_retryable());
+    assert_eq!(err.attempts(), 3);
+    assert_eq!(err.stop_reason(), Some(StopReason::AttemptsExhausted));
+    assert_eq!(
+        err.to_string(),
+        "connection closed after 3 attempts (attempts exhausted)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_requests_are_never_resent() {
+    let mock = Mock::new([Step::Io(io::ErrorKind::InvalidInput), status(200)]);
+    let err = send(&mock, fast(), get()).await.unwrap_err();
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(
+        err.stop_reason(),
+        Some(StopReason::NotRetryable(Unsafe::Permanent))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_body_is_never_sent_twice() {
+    let mock = Mock::new([status(503), status(200)]);
+    let mut req = Request::put("http://upstream.test/blob")
+        .body(Full::new(Bytes::from_static(b"data")))
+        .unwrap();
+    req.extensions_mut().insert(OneShot);
+    let res = send(&mock, fast(), req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::BodyNotReplayable(NotReplayable::OneShot))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
+    let mock = Mock::new([status(503), status(200)]);
+    let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
+    let req = Request::put("http://upstream.test/blob")
+        .body(Full::new(Bytes::from_static(b"0123456789")))
+        .unwrap();
+    let res = send(&mock, policy, req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(mock.seen()[0].body, "0123456789");
+    assert_eq!(
+        history(&res).stop_reason(),
+        Some(StopReason::BodyNotReplayable(
+            NotReplayable::SizeHintOverCap
+        ))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn scenario_12_the_attempt_timeout_fires_and_the_deadline_covers_everything() {
+    let mock = Mock::new([Step::Hang, Step::Hang, Step::Hang, Step::Hang]);
+    let policy = RetryPolicy::builder()
+        .max_attempts(10)
+        .attempt_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(50), Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let err = send(&mock, policy, get()).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+    // Three full attempts fit (3 × 300 ms plus waits); the fourth is cut to the deadline
+    // or not started at all.
+    assert!(mock.calls() >= 3 && mock.calls() <= 4, "{}", mock.calls());
+    for gap in mock.gaps().iter().take(2) {
+        assert!(
+            *gap >= Duration::from_millis(300) && *gap < Duration::from_millis(350),
+            "{gap:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_answer_within_the_attempt_timeout_is_taken() {
+    let mock = Mock::new([Step::Slow(Duration::from_millis(250), 200)]);
+    let policy = RetryPolicy::builder()
+        .attempt_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let res = send(&mock, policy, get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_refuses_a_wait_it_cannot_afford() {
+    let mock = Mock::new([status_with(503, &[("retry-after", "5")]), status(200)]);
+    let policy = RetryPolicy::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let res = send(&mock, policy, get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no sleeping past the deadline"
+    );
+    assert_eq!(history(&res).stop_reason(), Some(StopReason::Deadline));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_call_deadline_that_left_no_time_sends_nothing() {
+    let mock = Mock::new([status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(Deadline::after(Duration::from_millis(1)));
+    let err = send(&mock, fast(), req).await.unwrap_err();
+    assert_eq!(mock.calls(), 0);
+    assert!(err.is_deadline());
+    assert_eq!(err.attempts(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_call_policy_overrides_the_layer() {
+    let mock = Mock::new([status(503), status(200)]);
+    let mut req = get();
+    req.extensions_mut().insert(RetryPolicy::none());
+    let res = send(&mock, fast(), req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn routes_pick_the_policy() {
+    use backstop::retry::{Route, Routes};
+    let routes = Routes::new(fast()).route(Route::path_prefix("/items"), RetryPolicy::none());
+    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mut svc = RetryLayer::with_routes(routes).layer(mock.clone());
+    let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    let other = Request::get("http://upstream.test/other")
+        .body(Full::default())
+        .unwrap();
+    let res = svc.ready().await.unwrap().call(other).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 3);
+}
+
+struct Tokens(AtomicU32);
+impl Budget for Tokens {
+    fn try_withdraw(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_stops_with_the_last_outcome() {
+    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(BudgetHandle::new(Arc::new(Tokens(AtomicU32::new(1)))));
+    let res = send(&mock, fast(), req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 2, "one retry from a budget of one");
+    assert_eq!(history(&res).stop_reason(), Some(StopReason::Budget));
+}
+
+struct Switch(AtomicBool);
+impl Breaker for Switch {
+    fn allows_retry(&self) -> bool {
+        !self.0.load(Ordering::Acquire)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_stops_before_the_retry() {
+    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionReset), status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(BreakerHandle::new(Arc::new(Switch(AtomicBool::new(true)))));
+    let err = send(&mock, fast(), req).await.unwrap_err();
+    assert_eq!(mock.calls(), 1);
+    assert!(err.is_circuit_open());
+    assert!(err.is_retryable());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
+    let switch = Arc::new(Switch(AtomicBool::new(false)));
+    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(BreakerHandle::new(switch.clone()));
+    let mut svc = RetryLayer::new(fast()).layer(mock.clone());
+    let call = svc.ready().await.unwrap().call(req);
+    let flip = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        switch.0.store(true, Ordering::Release);
+    };
+    let (res, ()) = tokio::join!(call, flip);
+    let res = res.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(history(&res).stop_reason(), Some(StopReason::CircuitOpen));
+}
+
+#[tokio::test(start_paused = true)]
+async fn history_and_errors_name_no_url_or_header_value() {
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "1"), ("x-secret", "hunter2")]),
+        Step::Io(io::ErrorKind::ConnectionReset),
+        Step::Io(io::ErrorKind::ConnectionReset),
+    ]);
+    let err = send(&mock, fast(), get()).await.unwrap_err();
+    let text = format!("{err} {err:?} {}", err.history().unwrap());
+    for secret in ["s3cret", "upstream.test", "hunter2", "/items"] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
+    }
+    let history = err.history().unwrap().to_string();
+    assert!(
+        history.starts_with(
+            "attempt 1/3: 503 Service Unavailable (Retry-After 1.0s) after 0.00s, waited 1.00s\n"
+        ),
+        "{history}"
+    );
+    assert!(
+        history.ends_with("stopped: attempts exhausted"),
+        "{history}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_service_is_clone_and_its_error_send_sync() {
+    fn assert_clone<T: Clone>(_: &T) {}
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    fn assert_send<T: Send>(_: &T) {}
+    let mut svc = RetryLayer::new(fast()).layer(Mock::new([]));
+    assert_clone(&svc);
+    assert_send_sync::<backstop::Error>();
+    let future = svc.ready().await.unwrap().call(get());
+    assert_send(&future);
+    assert_eq!(future.await.unwrap().status(), StatusCode::OK);
+}

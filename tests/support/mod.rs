@@ -1,0 +1,3 @@
+#![allow(dead_code, unreachable_pub)]
+
+pub mod mock;
