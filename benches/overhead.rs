@@ -1,1 +1,99 @@
-fn main(){}
+//! What the retry layer costs on the success path, over a trivial inner service.
+//!
+//! Each iteration builds a GET request with two headers and sends it; the request's
+//! construction is the same in every benchmark, so the differences are the layers'.
+//!
+//! `cargo bench --bench overhead`
+//!
+//! - `overhead/bare`: the inner service alone.
+//! - `overhead/tower_retry`: tower's `Retry` with a policy that clones the request.
+//! - `overhead/backstop_retry`: backstop's `RetryLayer` with the default policy.
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::hint::black_box;
+
+use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion};
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::{Layer, Service, ServiceExt};
+
+fn request() -> Request<Full<Bytes>> {
+    Request::get("http://127.0.0.1:8080/items/42?view=full")
+        .header("accept", "application/json")
+        .header("user-agent", "backstop-bench")
+        .body(Full::default())
+        .unwrap()
+}
+
+fn ok<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
+    ready(Ok(Response::new(Full::default())))
+}
+
+/// Retries 5xx up to twice, cloning the request before each attempt, as a tower
+/// user would write it.
+#[derive(Clone)]
+struct TowerPolicy(usize);
+
+impl tower::retry::Policy<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible> for TowerPolicy {
+    type Future = Ready<()>;
+
+    fn retry(
+        &mut self,
+        _: &mut Request<Full<Bytes>>,
+        result: &mut Result<Response<Full<Bytes>>, Infallible>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(res) if res.status().is_server_error() && self.0 > 0 => {
+                self.0 -= 1;
+                Some(ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, req: &Request<Full<Bytes>>) -> Option<Request<Full<Bytes>>> {
+        Some(req.clone())
+    }
+}
+
+fn overhead(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("overhead");
+
+    let bare = tower::service_fn(ok::<Full<Bytes>>);
+    group.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = bare;
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
+    let tower_retry =
+        tower::retry::RetryLayer::new(TowerPolicy(2)).layer(tower::service_fn(ok::<Full<Bytes>>));
+    group.bench_function("tower_retry", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = tower_retry.clone();
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
+    let backstop_retry = RetryLayer::new(RetryPolicy::default())
+        .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    group.bench_function("backstop_retry", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = backstop_retry.clone();
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
+    group.finish();
+}
+
+criterion_group!(benches, overhead);
+criterion_main!(benches);

@@ -97,14 +97,19 @@ impl fmt::Display for ErrorKind {
 /// assert_eq!(classify_error(&reset), ErrorKind::Closed);
 /// ```
 pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorKind {
+    chain_kind(err).unwrap_or(ErrorKind::Other)
+}
+
+/// The first recognised kind along `err`'s source chain.
+fn chain_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if let Some(kind) = kind_of(e) {
-            return kind;
+            return Some(kind);
         }
         cur = e.source();
     }
-    ErrorKind::Other
+    None
 }
 
 fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
@@ -136,10 +141,8 @@ fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
 fn io_kind(e: &io::Error) -> ErrorKind {
     use io::ErrorKind as K;
     // A custom io error may wrap a more telling one (h2 and TLS do this).
-    if let Some(inner) = e.get_ref() {
-        if let Some(kind) = kind_of(inner) {
-            return kind;
-        }
+    if let Some(kind) = e.get_ref().and_then(|inner| chain_kind(inner)) {
+        return kind;
     }
     match e.kind() {
         K::ConnectionRefused => ErrorKind::Connect,
@@ -213,12 +216,8 @@ fn hyper_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
             return Some(ErrorKind::Timeout);
         }
         // An HTTP/2 or io cause tells more than hyper's own kind.
-        let mut cur = he.source();
-        while let Some(inner) = cur {
-            if let Some(kind) = kind_of(inner) {
-                return Some(kind);
-            }
-            cur = inner.source();
+        if let Some(kind) = he.source().and_then(chain_kind) {
+            return Some(kind);
         }
         if he.is_incomplete_message() || he.is_closed() || he.is_shutdown() {
             return Some(ErrorKind::Closed);
@@ -454,45 +453,220 @@ mod tests {
         let patch = (Method::PATCH, false);
 
         #[rustfmt::skip]
-        let cases: Vec<(&str, (Method, bool), Outcome<'_>, Option<Progress>, Classification)> = vec![
+        type Case<'a> = (&'a str, (Method, bool), Outcome<'a>, Option<Progress>, Classification);
+        let cases: Vec<Case<'_>> = vec![
             // 1. an answer
             ("200 GET", get.clone(), resp(200, &plain), None, Answer),
             ("404 GET", get.clone(), resp(404, &plain), None, Answer),
-            ("500 GET (opt-in)", get.clone(), resp(500, &plain), None, Answer),
+            (
+                "500 GET (opt-in)",
+                get.clone(),
+                resp(500, &plain),
+                None,
+                Answer,
+            ),
             ("200 POST", post.clone(), resp(200, &plain), None, Answer),
-            ("200 with x-should-retry: false", get.clone(), resp(200, &no), None, Answer),
+            (
+                "200 with x-should-retry: false",
+                get.clone(),
+                resp(200, &no),
+                None,
+                Answer,
+            ),
             // 2. never curable
-            ("config GET", get.clone(), Outcome::Error(K::Config), None, NotRetryable(Unsafe::Permanent)),
-            ("config POST nothing written", post.clone(), Outcome::Error(K::Config), Some(progress(true, 0)), NotRetryable(Unsafe::Permanent)),
-            ("body write GET", get.clone(), Outcome::Error(K::BodyWrite), None, NotRetryable(Unsafe::BodyFailed)),
+            (
+                "config GET",
+                get.clone(),
+                Outcome::Error(K::Config),
+                None,
+                NotRetryable(Unsafe::Permanent),
+            ),
+            (
+                "config POST nothing written",
+                post.clone(),
+                Outcome::Error(K::Config),
+                Some(progress(true, 0)),
+                NotRetryable(Unsafe::Permanent),
+            ),
+            (
+                "body write GET",
+                get.clone(),
+                Outcome::Error(K::BodyWrite),
+                None,
+                NotRetryable(Unsafe::BodyFailed),
+            ),
             // 3. the server's word
-            ("500 x-should-retry: true", get.clone(), resp(500, &yes), None, Retryable(R::ServerAsked)),
-            ("500 POST x-should-retry: true", post.clone(), resp(500, &yes), None, Retryable(R::ServerAsked)),
-            ("503 x-should-retry: false", get.clone(), resp(503, &no), None, NotRetryable(Unsafe::ServerDeclined)),
-            ("503 x-should-retry: junk", get.clone(), resp(503, &junk), None, Retryable(R::Idempotent)),
+            (
+                "500 x-should-retry: true",
+                get.clone(),
+                resp(500, &yes),
+                None,
+                Retryable(R::ServerAsked),
+            ),
+            (
+                "500 POST x-should-retry: true",
+                post.clone(),
+                resp(500, &yes),
+                None,
+                Retryable(R::ServerAsked),
+            ),
+            (
+                "503 x-should-retry: false",
+                get.clone(),
+                resp(503, &no),
+                None,
+                NotRetryable(Unsafe::ServerDeclined),
+            ),
+            (
+                "503 x-should-retry: junk",
+                get.clone(),
+                resp(503, &junk),
+                None,
+                Retryable(R::Idempotent),
+            ),
             // 4. not processed, every method
-            ("425 POST", post.clone(), resp(425, &plain), None, Retryable(R::NotProcessed)),
-            ("refused stream POST", post.clone(), Outcome::Error(K::RefusedStream), None, Retryable(R::NotProcessed)),
-            ("goaway PATCH", patch.clone(), Outcome::Error(K::GoAway), None, Retryable(R::NotProcessed)),
-            ("canceled POST", post.clone(), Outcome::Error(K::Canceled), None, Retryable(R::NotProcessed)),
-            ("connect POST", post.clone(), Outcome::Error(K::Connect), None, Retryable(R::NotProcessed)),
+            (
+                "425 POST",
+                post.clone(),
+                resp(425, &plain),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "refused stream POST",
+                post.clone(),
+                Outcome::Error(K::RefusedStream),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "goaway PATCH",
+                patch.clone(),
+                Outcome::Error(K::GoAway),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "canceled POST",
+                post.clone(),
+                Outcome::Error(K::Canceled),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "connect POST",
+                post.clone(),
+                Outcome::Error(K::Connect),
+                None,
+                Retryable(R::NotProcessed),
+            ),
             // 5. idempotent or keyed
-            ("503 GET", get.clone(), resp(503, &plain), None, Retryable(R::Idempotent)),
-            ("429 PUT", (Method::PUT, false), resp(429, &plain), None, Retryable(R::Idempotent)),
-            ("closed DELETE", (Method::DELETE, false), Outcome::Error(K::Closed), None, Retryable(R::Idempotent)),
-            ("timeout GET", get.clone(), Outcome::Error(K::Timeout), None, Retryable(R::Idempotent)),
-            ("503 keyed POST", keyed_post.clone(), resp(503, &plain), None, Retryable(R::Keyed)),
-            ("closed keyed POST", keyed_post.clone(), Outcome::Error(K::Closed), Some(progress(true, 10)), Retryable(R::Keyed)),
+            (
+                "503 GET",
+                get.clone(),
+                resp(503, &plain),
+                None,
+                Retryable(R::Idempotent),
+            ),
+            (
+                "429 PUT",
+                (Method::PUT, false),
+                resp(429, &plain),
+                None,
+                Retryable(R::Idempotent),
+            ),
+            (
+                "closed DELETE",
+                (Method::DELETE, false),
+                Outcome::Error(K::Closed),
+                None,
+                Retryable(R::Idempotent),
+            ),
+            (
+                "timeout GET",
+                get.clone(),
+                Outcome::Error(K::Timeout),
+                None,
+                Retryable(R::Idempotent),
+            ),
+            (
+                "503 keyed POST",
+                keyed_post.clone(),
+                resp(503, &plain),
+                None,
+                Retryable(R::Keyed),
+            ),
+            (
+                "closed keyed POST",
+                keyed_post.clone(),
+                Outcome::Error(K::Closed),
+                Some(progress(true, 10)),
+                Retryable(R::Keyed),
+            ),
             // 6. anything else: only when nothing was written
-            ("503 POST", post.clone(), resp(503, &plain), None, NotRetryable(Unsafe::MaybeProcessed)),
-            ("503 POST even with a clean record", post.clone(), resp(503, &plain), Some(progress(true, 0)), NotRetryable(Unsafe::MaybeProcessed)),
-            ("closed POST untracked", post.clone(), Outcome::Error(K::Closed), None, NotRetryable(Unsafe::MaybeProcessed)),
-            ("closed POST untracked record", post.clone(), Outcome::Error(K::Closed), Some(progress(false, 0)), NotRetryable(Unsafe::MaybeProcessed)),
-            ("closed POST tracked, nothing written", post.clone(), Outcome::Error(K::Closed), Some(progress(true, 0)), Retryable(R::NothingWritten)),
-            ("closed POST tracked, body written", post.clone(), Outcome::Error(K::Closed), Some(progress(true, 5)), NotRetryable(Unsafe::MaybeProcessed)),
-            ("timeout PATCH tracked, nothing written", patch.clone(), Outcome::Error(K::Timeout), Some(progress(true, 0)), Retryable(R::NothingWritten)),
-            ("timeout PATCH untracked", patch.clone(), Outcome::Error(K::Timeout), None, NotRetryable(Unsafe::MaybeProcessed)),
-            ("other POST untracked", post.clone(), Outcome::Error(K::Other), None, NotRetryable(Unsafe::MaybeProcessed)),
+            (
+                "503 POST",
+                post.clone(),
+                resp(503, &plain),
+                None,
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "503 POST even with a clean record",
+                post.clone(),
+                resp(503, &plain),
+                Some(progress(true, 0)),
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "closed POST untracked",
+                post.clone(),
+                Outcome::Error(K::Closed),
+                None,
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "closed POST untracked record",
+                post.clone(),
+                Outcome::Error(K::Closed),
+                Some(progress(false, 0)),
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "closed POST tracked, nothing written",
+                post.clone(),
+                Outcome::Error(K::Closed),
+                Some(progress(true, 0)),
+                Retryable(R::NothingWritten),
+            ),
+            (
+                "closed POST tracked, body written",
+                post.clone(),
+                Outcome::Error(K::Closed),
+                Some(progress(true, 5)),
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "timeout PATCH tracked, nothing written",
+                patch.clone(),
+                Outcome::Error(K::Timeout),
+                Some(progress(true, 0)),
+                Retryable(R::NothingWritten),
+            ),
+            (
+                "timeout PATCH untracked",
+                patch.clone(),
+                Outcome::Error(K::Timeout),
+                None,
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
+            (
+                "other POST untracked",
+                post.clone(),
+                Outcome::Error(K::Other),
+                None,
+                NotRetryable(Unsafe::MaybeProcessed),
+            ),
         ];
         for (name, (method, keyed), outcome, progress, want) in cases {
             let facts = RequestFacts {
@@ -568,10 +742,9 @@ mod tests {
             classify_error(&Wrapper(Box::new(bad_uri))),
             ErrorKind::Config
         );
-        let wrapped_io = io::Error::new(
-            io::ErrorKind::Other,
-            Wrapper(Box::new(io::Error::from(io::ErrorKind::ConnectionReset))),
-        );
+        let wrapped_io = io::Error::other(Wrapper(Box::new(io::Error::from(
+            io::ErrorKind::ConnectionReset,
+        ))));
         assert_eq!(classify_error(&wrapped_io), ErrorKind::Closed);
         assert_eq!(
             classify_error(&Wrapper(Box::new(fmt::Error))),

@@ -165,7 +165,10 @@ pub struct AttemptRecord {
 
 /// The attempts of one call, in order, and why the sequence stopped.
 ///
-/// It rides on the final response's extensions and inside [`Error`](crate::Error).
+/// It rides inside [`Error`](crate::Error), and on the final response's extensions
+/// when there is something to tell: more than one attempt, or a gate that stopped a
+/// retry. A response answered at the first attempt carries none, so the success
+/// path allocates nothing for it.
 /// Its text names statuses and error kinds only: never a URL, a header value or a
 /// body, so it is safe to log.
 ///
@@ -176,8 +179,7 @@ pub struct AttemptRecord {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct History {
-    first: Option<AttemptRecord>,
-    rest: Vec<AttemptRecord>,
+    attempts: Vec<AttemptRecord>,
     max_attempts: u32,
     stop: Option<StopReason>,
     retry_after: Option<Duration>,
@@ -186,8 +188,7 @@ pub struct History {
 impl History {
     pub(crate) fn new(max_attempts: u32) -> Self {
         History {
-            first: None,
-            rest: Vec::new(),
+            attempts: Vec::new(),
             max_attempts,
             stop: None,
             retry_after: None,
@@ -195,18 +196,11 @@ impl History {
     }
 
     pub(crate) fn push(&mut self, record: AttemptRecord) {
-        if self.first.is_none() {
-            self.first = Some(record);
-        } else {
-            self.rest.push(record);
-        }
+        self.attempts.push(record);
     }
 
     pub(crate) fn last_mut(&mut self) -> Option<&mut AttemptRecord> {
-        match self.rest.last_mut() {
-            Some(r) => Some(r),
-            None => self.first.as_mut(),
-        }
+        self.attempts.last_mut()
     }
 
     pub(crate) fn stop(&mut self, reason: StopReason) {
@@ -218,18 +212,18 @@ impl History {
     }
 
     /// The attempts, first to last.
-    pub fn attempts(&self) -> impl Iterator<Item = &AttemptRecord> + DoubleEndedIterator + '_ {
-        self.first.iter().chain(self.rest.iter())
+    pub fn attempts(&self) -> &[AttemptRecord] {
+        &self.attempts
     }
 
     /// How many attempts were made (hedges included).
     pub fn len(&self) -> usize {
-        self.first.iter().len() + self.rest.len()
+        self.attempts.len()
     }
 
     /// Whether no attempt was made.
     pub fn is_empty(&self) -> bool {
-        self.first.is_none()
+        self.attempts.is_empty()
     }
 
     /// How many retries were made after the first attempt.
@@ -256,7 +250,7 @@ impl History {
 
 impl fmt::Display for History {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for a in self.attempts() {
+        for a in &self.attempts {
             write!(
                 f,
                 "attempt {}/{}: {}",

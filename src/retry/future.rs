@@ -35,8 +35,7 @@ pin_project! {
         // The attempt's timeout, the wait before the next attempt, or the drain's
         // time limit: never two at once. `None` when there is nothing to time, so
         // the success path without timeouts registers no timer.
-        #[pin]
-        timer: Option<Sleep>,
+        timer: Option<Pin<Box<Sleep>>>,
         call: Call<S, B>,
         span: Span,
     }
@@ -49,7 +48,7 @@ pin_project! {
         Attempt { #[pin] future: F },
         // Waiting out the backoff or Retry-After; holds the failed response, if the
         // outcome was one, so that a breaker refusing after the wait can return it.
-        Waiting { response: Option<Response<RB>> },
+        Waiting { response: Option<Box<Response<RB>>> },
         // Reading and dropping the head of a failed response's body, so its
         // connection goes back to the pool.
         Draining { #[pin] body: RB, read: usize },
@@ -90,7 +89,7 @@ enum Step<RB> {
     Return(Result<Response<RB>, Error>),
     Wait {
         wait: Duration,
-        response: Option<Response<RB>>,
+        response: Option<Box<Response<RB>>>,
     },
 }
 
@@ -105,8 +104,11 @@ where
         let started = Instant::now();
         let (mut parts, body) = req.into_parts();
         let ext = &parts.extensions;
-        let keyed = ext.get::<IdempotencyKey>().is_some()
-            || parts.headers.contains_key(policy.idempotency_header());
+        // Whether a key is present only matters for a method that is not idempotent.
+        let idempotent = policy.is_idempotent_method(&parts.method);
+        let keyed = !idempotent
+            && (ext.get::<IdempotencyKey>().is_some()
+                || parts.headers.contains_key(policy.idempotency_header()));
         let deadline = match (ext.get::<Deadline>(), policy.timeout()) {
             (Some(d), Some(t)) => Some(d.instant().min(started + t)),
             (Some(d), None) => Some(d.instant()),
@@ -125,7 +127,7 @@ where
         };
         let template = retries.then(|| parts.clone());
         let handle = retries.then(|| first.replay());
-        let needs_progress = !keyed && !policy.is_idempotent_method(&parts.method);
+        let needs_progress = !keyed && !idempotent;
         let progress = needs_progress.then(|| {
             let p = AttemptProgress::new();
             parts.extensions.insert(p.clone());
@@ -171,7 +173,10 @@ where
             }
             Ok(timeout) => {
                 let future = call.service.call(Request::from_parts(parts, first));
-                (State::Attempt { future }, timeout.map(sleep_until))
+                (
+                    State::Attempt { future },
+                    timeout.map(|t| Box::pin(sleep_until(t))),
+                )
             }
         };
         ResponseFuture {
@@ -280,9 +285,14 @@ impl<S, B> Call<S, B> {
         mem::replace(&mut self.history, History::new(0))
     }
 
+    /// Returns a response. Its history rides on it when there is something to tell:
+    /// more than one attempt, or a gate that stopped a retry. A first-attempt answer
+    /// carries none, so the success path allocates nothing for it.
     fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> Step<RB> {
         let history = self.finish(stop);
-        res.extensions_mut().insert(history);
+        if history.len() > 1 || stop != StopReason::Answered {
+            res.extensions_mut().insert(history);
+        }
         Step::Return(Ok(res))
     }
 
@@ -305,7 +315,7 @@ impl<S, B> Call<S, B> {
     fn scheduled<RB>(
         &mut self,
         wait: Duration,
-        response: Option<Response<RB>>,
+        response: Option<Box<Response<RB>>>,
         reason: impl fmt::Display,
     ) -> Step<RB> {
         if let Some(last) = self.history.last_mut() {
@@ -327,7 +337,6 @@ impl<S, B> Call<S, B> {
         B::Data: Buf,
         B::Error: Into<BoxError>,
     {
-        let now = Instant::now();
         let progress = self.progress.take().map(|p| p.snapshot());
         match result {
             Ok(res) => {
@@ -337,6 +346,11 @@ impl<S, B> Call<S, B> {
                     headers: res.headers(),
                 };
                 let class = classify(&self.policy, self.facts(), outcome, progress);
+                if class == Classification::Answer && self.history.is_empty() {
+                    // The success path: a first-attempt answer has no history to tell.
+                    return Step::Return(Ok(res));
+                }
+                let now = Instant::now();
                 let hint = match class {
                     Classification::Retryable(_) => {
                         crate::policy::parse_retry_after(res.headers(), SystemTime::now())
@@ -346,7 +360,7 @@ impl<S, B> Call<S, B> {
                 self.record(AttemptOutcome::Status(status), hint, progress, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
-                        Ok(wait) => self.scheduled(wait, Some(res), reason),
+                        Ok(wait) => self.scheduled(wait, Some(Box::new(res)), reason),
                         Err(stop) => self.answer(res, stop),
                     },
                     Classification::NotRetryable(why) => {
@@ -356,6 +370,7 @@ impl<S, B> Call<S, B> {
                 }
             }
             Err(err) => {
+                let now = Instant::now();
                 let kind = classify_error(&*err);
                 let class = classify(&self.policy, self.facts(), Outcome::Error(kind), progress);
                 self.record(AttemptOutcome::Error(kind), None, progress, now);
@@ -406,9 +421,13 @@ impl<S, B> Call<S, B> {
     }
 
     /// The outcome kept through the wait, returned as it is.
-    fn last_outcome<RB>(&mut self, response: Option<Response<RB>>, stop: StopReason) -> Step<RB> {
+    fn last_outcome<RB>(
+        &mut self,
+        response: Option<Box<Response<RB>>>,
+        stop: StopReason,
+    ) -> Step<RB> {
         match (response, self.last_error.take()) {
-            (Some(res), _) => self.answer(res, stop),
+            (Some(res), _) => self.answer(*res, stop),
             (None, Some((kind, err))) => self.fail(kind, err, stop, true),
             (None, None) => self.fail(
                 ErrorKind::Other,
@@ -440,9 +459,9 @@ where
                 StateProj::Attempt { future } => {
                     let result = match future.poll(cx) {
                         Poll::Ready(result) => result.map_err(Into::into),
-                        Poll::Pending => match this.timer.as_mut().as_pin_mut() {
+                        Poll::Pending => match this.timer.as_mut() {
                             Some(timer) => {
-                                ready!(timer.poll(cx));
+                                ready!(timer.as_mut().poll(cx));
                                 let err: BoxError = Box::new(TimedOut {
                                     deadline: call.timeout_is_deadline,
                                 });
@@ -451,7 +470,7 @@ where
                             None => return Poll::Pending,
                         },
                     };
-                    this.timer.set(None);
+                    *this.timer = None;
                     match call.on_outcome(result) {
                         Step::Return(result) => {
                             this.state.set(State::Done { error: None });
@@ -459,16 +478,16 @@ where
                         }
                         Step::Wait { wait, response } => {
                             if !wait.is_zero() {
-                                this.timer.set(Some(sleep_until(Instant::now() + wait)));
+                                *this.timer = Some(Box::pin(sleep_until(Instant::now() + wait)));
                             }
                             this.state.set(State::Waiting { response });
                         }
                     }
                 }
                 StateProj::Waiting { response } => {
-                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                        ready!(timer.poll(cx));
-                        this.timer.set(None);
+                    if let Some(timer) = this.timer.as_mut() {
+                        ready!(timer.as_mut().poll(cx));
+                        *this.timer = None;
                     }
                     let response = response.take();
                     // The breaker may have opened while we waited.
@@ -490,7 +509,7 @@ where
                                     .unwrap_or(now);
                                 until = until.min(latest.max(now));
                             }
-                            this.timer.set(Some(sleep_until(until)));
+                            *this.timer = Some(Box::pin(sleep_until(until)));
                             this.state.set(State::Draining {
                                 body: res.into_body(),
                                 read: 0,
@@ -510,8 +529,8 @@ where
                             }
                             Poll::Ready(Some(Err(_))) | Poll::Ready(None) => break,
                             Poll::Pending => {
-                                let expired = match this.timer.as_mut().as_pin_mut() {
-                                    Some(timer) => timer.poll(cx).is_ready(),
+                                let expired = match this.timer.as_mut() {
+                                    Some(timer) => timer.as_mut().poll(cx).is_ready(),
                                     None => true,
                                 };
                                 if !expired {
@@ -521,7 +540,7 @@ where
                             }
                         }
                     }
-                    this.timer.set(None);
+                    *this.timer = None;
                     this.state.set(State::Readying);
                 }
                 StateProj::Readying => {
@@ -568,7 +587,7 @@ where
                     };
                     this.span
                         .record("http.request.resend_count", call.attempt - 1);
-                    this.timer.set(timeout.map(sleep_until));
+                    *this.timer = timeout.map(|t| Box::pin(sleep_until(t)));
                     let future = call.service.call(req);
                     this.state.set(State::Attempt { future });
                 }

@@ -1,0 +1,1140 @@
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::io;
+use std::marker::PhantomPinned;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use tokio::sync::mpsc;
+
+use super::ReplayBody;
+use crate::policy::{AttemptProgress, NotReplayable};
+use crate::BoxError;
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// A frame (or error) in a comparable form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum F {
+    Data(Bytes),
+    Trailers(HeaderMap),
+    Err(String),
+}
+
+fn d(s: &str) -> F {
+    F::Data(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn conv(item: Option<Result<Frame<Bytes>, BoxError>>) -> Option<F> {
+    match item? {
+        Err(e) => Some(F::Err(e.to_string())),
+        Ok(frame) => match frame.into_data() {
+            Ok(data) => Some(F::Data(data)),
+            Err(frame) => match frame.into_trailers() {
+                Ok(t) => Some(F::Trailers(t)),
+                Err(_) => panic!("unknown frame kind"),
+            },
+        },
+    }
+}
+
+async fn next<B>(body: &mut ReplayBody<B>) -> Option<F>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    conv(body.frame().await)
+}
+
+/// Every frame up to the end, or up to and including the first error.
+async fn all<B>(body: &mut ReplayBody<B>) -> Vec<F>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let mut out = Vec::new();
+    while let Some(f) = next(body).await {
+        let stop = matches!(f, F::Err(_));
+        out.push(f);
+        if stop {
+            break;
+        }
+    }
+    out
+}
+
+fn poll_once<B>(body: &mut ReplayBody<B>, cx: &mut Context<'_>) -> Poll<Option<F>>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    Pin::new(body).poll_frame(cx).map(conv)
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct CountWaker(AtomicUsize);
+
+impl Wake for CountWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn count_waker() -> (Arc<CountWaker>, Waker) {
+    let c = Arc::new(CountWaker::default());
+    let w = Waker::from(Arc::clone(&c));
+    (c, w)
+}
+
+fn woken(c: &CountWaker) -> usize {
+    c.0.load(Ordering::SeqCst)
+}
+
+type Frames = futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>;
+
+/// A body of data frames (size hint unknown).
+fn stream(chunks: &[&str]) -> StreamBody<Frames> {
+    stream_with_trailers(chunks, None)
+}
+
+fn stream_with_trailers(chunks: &[&str], trailers: Option<HeaderMap>) -> StreamBody<Frames> {
+    let mut frames: Vec<Result<Frame<Bytes>, Infallible>> = chunks
+        .iter()
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c.as_bytes()))))
+        .collect();
+    if let Some(t) = trailers {
+        frames.push(Ok(Frame::trailers(t)));
+    }
+    StreamBody::new(futures_util::stream::iter(frames))
+}
+
+fn trailers() -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert("x-checksum", HeaderValue::from_static("abc123"));
+    t.insert("x-count", HeaderValue::from_static("3"));
+    t
+}
+
+/// A body fed through a channel, to control when chunks arrive.
+struct ChanBody {
+    rx: mpsc::UnboundedReceiver<Result<Frame<Bytes>, io::Error>>,
+}
+
+impl Body for ChanBody {
+    type Data = Bytes;
+    type Error = io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+type Tx = mpsc::UnboundedSender<Result<Frame<Bytes>, io::Error>>;
+
+fn chan() -> (Tx, ChanBody) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, ChanBody { rx })
+}
+
+fn send(tx: &Tx, s: &str) {
+    tx.send(Ok(Frame::data(Bytes::copy_from_slice(s.as_bytes()))))
+        .unwrap();
+}
+
+/// A body with an exact, shrinking size hint that counts its polls.
+struct Counted {
+    chunks: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+    polls: Arc<AtomicUsize>,
+}
+
+fn counted(chunks: &[&str]) -> (Counted, Arc<AtomicUsize>) {
+    let polls = Arc::new(AtomicUsize::new(0));
+    let body = Counted {
+        chunks: chunks
+            .iter()
+            .map(|c| Bytes::copy_from_slice(c.as_bytes()))
+            .collect(),
+        trailers: None,
+        polls: Arc::clone(&polls),
+    };
+    (body, polls)
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        if let Some(c) = self.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(c))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && self.trailers.is_none()
+    }
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
+fn exact(h: SizeHint) -> Option<u64> {
+    h.exact()
+}
+
+fn not_kept() -> F {
+    F::Err("replay body: data no longer kept".into())
+}
+
+const CAP: usize = 1024;
+
+// ---------------------------------------------------------------------------
+// Types
+// ---------------------------------------------------------------------------
+
+#[test]
+fn send_sync_static_and_hyper_bounds() {
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+    fn hyper_body<T>()
+    where
+        T: Body + Send + Unpin + 'static,
+        T::Data: Send,
+        T::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+    }
+    send_sync_static::<ReplayBody<Full<Bytes>>>();
+    hyper_body::<ReplayBody<Full<Bytes>>>();
+    // A !Unpin, Send body still gives a Send + Sync + Unpin reader.
+    send_sync_static::<ReplayBody<NotUnpin>>();
+    hyper_body::<ReplayBody<NotUnpin>>();
+
+    // The client type users declare under the retry layer.
+    type Client = hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        ReplayBody<Full<Bytes>>,
+    >;
+    fn client_is_send_sync<T: Send + Sync + Clone + 'static>() {}
+    client_is_send_sync::<Client>();
+}
+
+#[tokio::test]
+async fn hyper_client_sends_every_reader() {
+    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+    use hyper::body::Incoming;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: http::Request<Incoming>| async move {
+                    let cl = req
+                        .headers()
+                        .get(CONTENT_LENGTH)
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    let te = req.headers().contains_key(TRANSFER_ENCODING);
+                    let body = req.into_body().collect().await?.to_bytes();
+                    let text = format!("{cl:?} {te} {}", String::from_utf8_lossy(&body));
+                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(text))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<ReplayBody<Full<Bytes>>>();
+    let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
+
+    let first = ReplayBody::new(Full::new(Bytes::from_static(b"hello world")), CAP);
+    let second = first.replay();
+    let progress = AttemptProgress::new();
+    let mut first = first;
+    first.set_progress(Some(progress.clone()));
+    for body in [first, second] {
+        let req = http::Request::post(uri.clone()).body(body).unwrap();
+        let resp = client.request(req).await.unwrap();
+        let text = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&text[..], b"Some(\"11\") false hello world");
+    }
+    let snap = progress.snapshot();
+    assert_eq!(snap.body_bytes, 11);
+    assert!(snap.body_complete, "hyper stops after the last data frame");
+
+    // A streamed body: chunked on every attempt, same bytes.
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<ReplayBody<StreamBody<Frames>>>();
+    let first = ReplayBody::new(stream(&["ab", "cd", "ef"]), CAP);
+    let readers = [first.replay(), first.replay()];
+    let req = http::Request::post(uri.clone()).body(first).unwrap();
+    let resp = client.request(req).await.unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&text[..], b"None true abcdef");
+    for body in readers {
+        assert!(body.is_fully_kept());
+        let req = http::Request::post(uri.clone()).body(body).unwrap();
+        let resp = client.request(req).await.unwrap();
+        let text = resp.into_body().collect().await.unwrap().to_bytes();
+        // Fully kept: the hint is exact, so hyper sends a content-length.
+        assert_eq!(&text[..], b"Some(\"6\") false abcdef");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Basic replay
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn one_chunk() {
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), CAP);
+    assert!(!first.is_fully_kept());
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(!first.is_end_stream());
+    assert_eq!(next(&mut first).await, Some(d("hello")));
+    // Full says it is at its end after its one chunk: kept without a further poll.
+    assert!(first.is_end_stream());
+    assert!(first.is_fully_kept());
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(next(&mut first).await, None, "None again after None");
+
+    let mut second = first.replay();
+    assert_eq!(exact(second.size_hint()), Some(5));
+    assert!(!second.is_end_stream());
+    assert_eq!(all(&mut second).await, vec![d("hello")]);
+    assert!(second.is_end_stream());
+    assert_eq!(next(&mut second).await, None);
+}
+
+#[tokio::test]
+async fn several_chunks() {
+    let mut first = ReplayBody::new(stream(&["a", "bc", "def", "ghij"]), CAP);
+    let want = vec![d("a"), d("bc"), d("def"), d("ghij")];
+    assert_eq!(all(&mut first).await, want);
+    assert!(first.is_fully_kept());
+    assert_eq!(first.replayable(), Ok(()));
+    let mut second = first.replay();
+    assert_eq!(exact(second.size_hint()), Some(10));
+    assert_eq!(all(&mut second).await, want);
+}
+
+#[tokio::test]
+async fn chunks_are_shared_not_copied() {
+    let data = Bytes::from(vec![7u8; 64]);
+    let mut first = ReplayBody::new(Full::new(data.clone()), CAP);
+    let Some(Ok(frame)) = first.frame().await else {
+        panic!("no frame")
+    };
+    let a = frame.into_data().unwrap();
+    let mut second = first.replay();
+    let Some(Ok(frame)) = second.frame().await else {
+        panic!("no frame")
+    };
+    let b = frame.into_data().unwrap();
+    assert_eq!(a.as_ptr(), data.as_ptr());
+    assert_eq!(b.as_ptr(), data.as_ptr());
+}
+
+#[tokio::test]
+async fn trailers_replayed() {
+    let mut first = ReplayBody::new(stream_with_trailers(&["ab", "cd"], Some(trailers())), CAP);
+    let want = vec![d("ab"), d("cd"), F::Trailers(trailers())];
+    assert_eq!(all(&mut first).await, want);
+    assert!(first.is_end_stream());
+    assert_eq!(next(&mut first).await, None);
+    assert!(first.is_fully_kept());
+
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(d("ab")));
+    assert_eq!(next(&mut second).await, Some(d("cd")));
+    assert!(!second.is_end_stream(), "trailers still to come");
+    assert_eq!(next(&mut second).await, Some(F::Trailers(trailers())));
+    assert!(second.is_end_stream());
+    assert_eq!(next(&mut second).await, None);
+}
+
+#[tokio::test]
+async fn trailers_only() {
+    let mut first = ReplayBody::new(stream_with_trailers(&[], Some(trailers())), CAP);
+    assert_eq!(all(&mut first).await, vec![F::Trailers(trailers())]);
+    assert!(first.is_fully_kept());
+    let mut second = first.replay();
+    assert_eq!(all(&mut second).await, vec![F::Trailers(trailers())]);
+}
+
+#[tokio::test]
+async fn several_replays() {
+    let mut readers = vec![ReplayBody::new(
+        stream_with_trailers(&["one ", "two ", "three"], Some(trailers())),
+        CAP,
+    )];
+    let want = vec![d("one "), d("two "), d("three"), F::Trailers(trailers())];
+    for i in 0..4 {
+        let mut r = readers[i].replay();
+        if i == 0 {
+            // The first reader reads first.
+            assert_eq!(all(&mut readers[0]).await, want);
+        }
+        assert_eq!(all(&mut r).await, want, "reader {}", i + 1);
+        readers.push(r);
+    }
+    for r in &readers {
+        assert!(r.is_fully_kept());
+        assert_eq!(r.replayable(), Ok(()));
+    }
+}
+
+#[tokio::test]
+async fn reader_made_before_first_reads() {
+    // A replay made before anything was read, read after the first one finished.
+    let (body, polls) = counted(&["x", "yz"]);
+    let mut first = ReplayBody::new(body, CAP);
+    let mut second = first.replay();
+    assert_eq!(exact(second.size_hint()), Some(3));
+    assert_eq!(all(&mut first).await, vec![d("x"), d("yz")]);
+    let after_first = polls.load(Ordering::SeqCst);
+    assert_eq!(all(&mut second).await, vec![d("x"), d("yz")]);
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        after_first,
+        "a replay of a kept body does not touch the original"
+    );
+}
+
+#[tokio::test]
+async fn replay_after_full_read_does_not_touch_original() {
+    let (mut body, polls) = counted(&["ab", "c"]);
+    body.trailers = Some(trailers());
+    let mut first = ReplayBody::new(body, CAP);
+    assert_eq!(
+        all(&mut first).await,
+        vec![d("ab"), d("c"), F::Trailers(trailers())]
+    );
+    assert_eq!(polls.load(Ordering::SeqCst), 3);
+    for _ in 0..3 {
+        let mut r = first.replay();
+        assert_eq!(
+            all(&mut r).await,
+            vec![d("ab"), d("c"), F::Trailers(trailers())]
+        );
+    }
+    assert_eq!(polls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn empty_data_frames_pass_through() {
+    let mut first = ReplayBody::new(stream(&["a", "", "b", ""]), CAP);
+    assert_eq!(all(&mut first).await, vec![d("a"), d(""), d("b"), d("")]);
+    assert!(first.is_fully_kept());
+    // Empty frames carry nothing and are not kept.
+    let mut second = first.replay();
+    assert_eq!(all(&mut second).await, vec![d("a"), d("b")]);
+}
+
+// ---------------------------------------------------------------------------
+// Switching attempts mid-stream
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn replay_started_half_way() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, CAP);
+    send(&tx, "aa");
+    send(&tx, "bb");
+    assert_eq!(next(&mut first).await, Some(d("aa")));
+    assert_eq!(next(&mut first).await, Some(d("bb")));
+    assert!(!first.is_fully_kept());
+    assert_eq!(first.replayable(), Ok(()));
+
+    // The first attempt stops; a new one starts with body remaining.
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(d("aa")));
+    assert_eq!(next(&mut second).await, Some(d("bb")));
+    send(&tx, "cc");
+    send(&tx, "dd");
+    drop(tx);
+    assert_eq!(all(&mut second).await, vec![d("cc"), d("dd")]);
+    assert!(first.is_fully_kept());
+
+    // The stale first reader sees the same sequence if it is polled again.
+    assert_eq!(all(&mut first).await, vec![d("cc"), d("dd")]);
+
+    // A third reader gets everything.
+    let mut third = second.replay();
+    assert_eq!(
+        all(&mut third).await,
+        vec![d("aa"), d("bb"), d("cc"), d("dd")]
+    );
+}
+
+#[tokio::test]
+async fn two_readers_interleaved_while_streaming() {
+    let (tx, body) = chan();
+    let mut a = ReplayBody::new(body, CAP);
+    let mut b = a.replay();
+    let (ca, wa) = count_waker();
+    let (cb, wb) = count_waker();
+    let mut cxa = Context::from_waker(&wa);
+    let mut cxb = Context::from_waker(&wb);
+
+    // Both wait on the original.
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+
+    // A chunk arrives: both readers are woken, not just the last one to poll.
+    send(&tx, "1");
+    assert_eq!(woken(&ca), 1);
+    assert_eq!(woken(&cb), 1);
+
+    // b pulls it; a gets it from the kept chunks.
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("1"))));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("1"))));
+
+    // a waits, then b waits; both are woken when data arrives, a pulls it all.
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    let before = woken(&cb);
+    send(&tx, "2");
+    send(&tx, "3");
+    assert!(woken(&cb) > before);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("2"))));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("3"))));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("2"))));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("3"))));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+
+    // The end: both are woken and both end.
+    let (wa_before, wb_before) = (woken(&ca), woken(&cb));
+    drop(tx);
+    assert!(woken(&ca) > wa_before);
+    assert!(woken(&cb) > wb_before);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(None));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(None));
+    assert!(a.is_fully_kept());
+}
+
+/// A body that is ready on every second poll and never wakes anyone.
+struct Alternating {
+    polls: usize,
+}
+
+impl Body for Alternating {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.polls += 1;
+        match self.polls {
+            1 | 3 => Poll::Pending,
+            2 => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x"))))),
+            _ => Poll::Ready(None),
+        }
+    }
+}
+
+#[test]
+fn a_pull_wakes_the_readers_waiting_on_the_original() {
+    let mut a = ReplayBody::new(Alternating { polls: 0 }, CAP);
+    let mut b = a.replay();
+    let (ca, wa) = count_waker();
+    let (cb, wb) = count_waker();
+    let mut cxa = Context::from_waker(&wa);
+    let mut cxb = Context::from_waker(&wb);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    assert_eq!(woken(&cb), 0);
+    // a's poll finds the chunk the original never announced: b must hear of it.
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("x"))));
+    assert_eq!(woken(&cb), 1);
+    assert_eq!(woken(&ca), 0, "the puller is not woken needlessly");
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("x"))));
+    // b waits; a's pull of the end wakes it.
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(None));
+    assert_eq!(woken(&cb), 2);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(None));
+    assert!(a.is_fully_kept());
+}
+
+#[test]
+fn same_waker_for_two_readers_is_still_woken() {
+    // Two readers polled by one task (one waker): a pull by one must still wake
+    // the task for the other.
+    let mut a = ReplayBody::new(Alternating { polls: 0 }, CAP);
+    let mut b = a.replay();
+    let (c, w) = count_waker();
+    let mut cx = Context::from_waker(&w);
+    assert_eq!(poll_once(&mut b, &mut cx), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cx), Poll::Ready(Some(d("x"))));
+    assert_eq!(woken(&c), 1);
+}
+
+#[tokio::test]
+async fn two_readers_in_tasks_while_streaming() {
+    for _ in 0..20 {
+        let (tx, body) = chan();
+        let mut a = ReplayBody::new(body, CAP);
+        let mut b = a.replay();
+        let ta = tokio::spawn(async move { all(&mut a).await });
+        let tb = tokio::spawn(async move { all(&mut b).await });
+        let mut want = Vec::new();
+        for i in 0..50 {
+            let s = format!("chunk{i};");
+            send(&tx, &s);
+            want.push(F::Data(Bytes::from(s)));
+            if i % 7 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(tx);
+        let (ra, rb) = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            (ta.await.unwrap(), tb.await.unwrap())
+        })
+        .await
+        .expect("a reader was never woken");
+        assert_eq!(ra, want);
+        assert_eq!(rb, want);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_readers_on_threads() {
+    let (tx, body) = chan();
+    let first = ReplayBody::new(body, CAP);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut r = first.replay();
+        tasks.push(tokio::spawn(async move { all(&mut r).await }));
+    }
+    let mut want = Vec::new();
+    for i in 0..100 {
+        let s = format!("{i},");
+        send(&tx, &s);
+        want.push(F::Data(Bytes::from(s)));
+    }
+    drop(tx);
+    for t in tasks {
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), t)
+            .await
+            .expect("a reader was never woken")
+            .unwrap();
+        assert_eq!(got, want);
+    }
+    assert!(first.is_fully_kept());
+}
+
+// ---------------------------------------------------------------------------
+// Cap
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cap_crossed_mid_stream() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, 10);
+    let mut early = first.replay();
+    send(&tx, "1234");
+    send(&tx, "5678");
+    assert_eq!(next(&mut first).await, Some(d("1234")));
+    assert_eq!(next(&mut first).await, Some(d("5678")));
+    assert_eq!(first.replayable(), Ok(()));
+    send(&tx, "9abc");
+    send(&tx, "def");
+    drop(tx);
+    // The first reader still gets every byte.
+    assert_eq!(all(&mut first).await, vec![d("9abc"), d("def")]);
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+    assert!(!first.is_fully_kept());
+    assert!(first.is_end_stream());
+
+    // A replay reader gets an error frame, not a panic, and again if polled again.
+    let mut late = first.replay();
+    assert!(!late.is_end_stream());
+    assert_eq!(next(&mut late).await, Some(not_kept()));
+    assert_eq!(next(&mut late).await, Some(not_kept()));
+    assert_eq!(late.replayable(), Err(NotReplayable::CapExceeded));
+    // So does a reader made before the cap was crossed.
+    assert_eq!(next(&mut early).await, Some(not_kept()));
+}
+
+#[tokio::test]
+async fn cap_reached_exactly_is_kept() {
+    let mut first = ReplayBody::new(stream(&["12345", "67890"]), 10);
+    assert_eq!(all(&mut first).await, vec![d("12345"), d("67890")]);
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(first.is_fully_kept());
+    let mut second = first.replay();
+    assert_eq!(all(&mut second).await, vec![d("12345"), d("67890")]);
+}
+
+#[tokio::test]
+async fn cap_crossed_then_trailers() {
+    let mut first = ReplayBody::new(stream_with_trailers(&["123", "456"], Some(trailers())), 4);
+    assert_eq!(
+        all(&mut first).await,
+        vec![d("123"), d("456"), F::Trailers(trailers())]
+    );
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+}
+
+#[tokio::test]
+async fn zero_cap() {
+    let mut first = ReplayBody::new(stream(&["a"]), 0);
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(all(&mut first).await, vec![d("a")]);
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+}
+
+#[tokio::test]
+async fn size_hint_over_cap() {
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789ab")), 10);
+    assert_eq!(first.replayable(), Err(NotReplayable::SizeHintOverCap));
+    assert_eq!(exact(first.size_hint()), Some(12));
+    assert_eq!(all(&mut first).await, vec![d("0123456789ab")]);
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(first.replayable(), Err(NotReplayable::SizeHintOverCap));
+    assert!(!first.is_fully_kept());
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+}
+
+#[tokio::test]
+async fn size_hint_at_cap_is_kept() {
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789")), 10);
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(all(&mut first).await, vec![d("0123456789")]);
+    assert!(first.is_fully_kept());
+}
+
+// ---------------------------------------------------------------------------
+// Empty, one-shot, errors
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn empty_body() {
+    let mut first = ReplayBody::new(Empty::<Bytes>::new(), CAP);
+    assert!(first.is_empty_repr(), "no Arc, Mutex or Box");
+    assert!(first.is_fully_kept());
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(first.is_end_stream());
+    assert_eq!(exact(first.size_hint()), Some(0));
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(next(&mut first).await, None);
+    let mut second = first.replay();
+    assert!(second.is_empty_repr());
+    assert!(second.is_fully_kept());
+    assert!(second.is_end_stream());
+    assert_eq!(next(&mut second).await, None);
+
+    // An empty Full takes the same path, even with a zero cap.
+    let empty_full = ReplayBody::new(Full::new(Bytes::new()), 0);
+    assert!(empty_full.is_empty_repr());
+    assert_eq!(empty_full.replayable(), Ok(()));
+}
+
+#[tokio::test]
+async fn empty_body_reports_completion_when_polled() {
+    let mut body = ReplayBody::new(Empty::<Bytes>::new(), CAP);
+    let progress = AttemptProgress::new();
+    body.set_progress(Some(progress.clone()));
+    assert!(!progress.snapshot().anything_written());
+    assert_eq!(next(&mut body).await, None);
+    let snap = progress.snapshot();
+    assert_eq!(snap.body_bytes, 0);
+    assert!(snap.body_complete);
+}
+
+#[tokio::test]
+async fn one_shot() {
+    let mut first = ReplayBody::one_shot(stream_with_trailers(&["ab", "cd"], Some(trailers())));
+    assert_eq!(first.replayable(), Err(NotReplayable::OneShot));
+    assert!(!first.is_fully_kept());
+    assert_eq!(
+        all(&mut first).await,
+        vec![d("ab"), d("cd"), F::Trailers(trailers())]
+    );
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(first.replayable(), Err(NotReplayable::OneShot));
+    assert!(!first.is_fully_kept());
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+    assert_eq!(second.replayable(), Err(NotReplayable::OneShot));
+}
+
+#[tokio::test]
+async fn one_shot_trailers_only_not_replayed_silently() {
+    let mut first = ReplayBody::one_shot(stream_with_trailers(&[], Some(trailers())));
+    assert_eq!(all(&mut first).await, vec![F::Trailers(trailers())]);
+    let mut second = first.replay();
+    assert!(!second.is_end_stream());
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+}
+
+#[tokio::test]
+async fn one_shot_replay_before_any_read_streams_the_original() {
+    // Nothing was consumed yet, so a reader made now can still read from the start.
+    let first = ReplayBody::one_shot(stream(&["ab", "cd"]));
+    let mut second = first.replay();
+    assert_eq!(all(&mut second).await, vec![d("ab"), d("cd")]);
+    drop(first);
+}
+
+#[tokio::test]
+async fn original_body_errors() {
+    let frames: Vec<Result<Frame<Bytes>, io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ok"))),
+        Err(io::Error::other("disk on fire")),
+        Ok(Frame::data(Bytes::from_static(b"never"))),
+    ];
+    let mut first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), CAP);
+    let mut early = first.replay();
+    assert_eq!(next(&mut first).await, Some(d("ok")));
+    assert_eq!(next(&mut first).await, Some(F::Err("disk on fire".into())));
+    assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
+    assert!(!first.is_fully_kept());
+    assert!(!first.is_end_stream());
+    // Polled again: an error, never the data after the failure.
+    assert_eq!(
+        next(&mut first).await,
+        Some(F::Err("replay body: the original body failed".into()))
+    );
+    // Other readers get errors too.
+    assert_eq!(
+        next(&mut early).await,
+        Some(F::Err("replay body: the original body failed".into()))
+    );
+    let mut late = first.replay();
+    assert_eq!(
+        next(&mut late).await,
+        Some(F::Err("replay body: the original body failed".into()))
+    );
+}
+
+#[tokio::test]
+async fn body_error_outranks_cap_exceeded() {
+    let frames: Vec<Result<Frame<Bytes>, io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"too long"))),
+        Err(io::Error::other("boom")),
+    ];
+    let mut first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 2);
+    assert_eq!(next(&mut first).await, Some(d("too long")));
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+    assert_eq!(next(&mut first).await, Some(F::Err("boom".into())));
+    assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
+}
+
+#[tokio::test]
+async fn waiting_reader_sees_error_of_other_reader() {
+    let (tx, body) = chan();
+    let mut a = ReplayBody::new(body, CAP);
+    let mut b = a.replay();
+    let (cb, wb) = count_waker();
+    let mut cxb = Context::from_waker(&wb);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    tx.send(Err(io::Error::other("gone"))).unwrap();
+    assert_eq!(next(&mut a).await, Some(F::Err("gone".into())));
+    assert!(woken(&cb) >= 1);
+    assert_eq!(
+        poll_once(&mut b, &mut cxb),
+        Poll::Ready(Some(F::Err("replay body: the original body failed".into())))
+    );
+}
+
+/// A body that panics on its second poll.
+struct Panicky {
+    polls: usize,
+}
+
+impl Body for Panicky {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.polls += 1;
+        if self.polls > 1 {
+            panic!("body bug");
+        }
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"first")))))
+    }
+}
+
+#[tokio::test]
+async fn panicking_original_poisons_nothing() {
+    let mut first = ReplayBody::new(Panicky { polls: 0 }, CAP);
+    let mut second = first.replay();
+    assert_eq!(next(&mut first).await, Some(d("first")));
+    let waker = Waker::from(Arc::new(CountWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = Pin::new(&mut first).poll_frame(&mut cx);
+    }));
+    assert!(caught.is_err(), "the body's own panic propagates");
+    // Every later call works and reports the failure.
+    assert_eq!(second.replayable(), Err(NotReplayable::BodyError));
+    assert!(!second.is_fully_kept());
+    assert!(!second.is_end_stream());
+    let _ = second.size_hint();
+    let _ = format!("{second:?}");
+    let want = F::Err("replay body: the original body panicked".into());
+    assert_eq!(next(&mut second).await, Some(want.clone()));
+    assert_eq!(next(&mut first).await, Some(want.clone()));
+    let mut third = first.replay();
+    assert_eq!(next(&mut third).await, Some(want));
+}
+
+// ---------------------------------------------------------------------------
+// Progress
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn progress_reported_per_reader() {
+    let mut first = ReplayBody::new(stream_with_trailers(&["abc", "de"], Some(trailers())), CAP);
+    let p1 = AttemptProgress::new();
+    first.set_progress(Some(p1.clone()));
+    assert_eq!(next(&mut first).await, Some(d("abc")));
+    let snap = p1.snapshot();
+    assert_eq!(snap.body_bytes, 3);
+    assert!(snap.write_began);
+    assert!(!snap.body_complete);
+    assert_eq!(next(&mut first).await, Some(d("de")));
+    assert_eq!(p1.snapshot().body_bytes, 5);
+    assert!(!p1.snapshot().body_complete, "trailers still to come");
+    assert_eq!(next(&mut first).await, Some(F::Trailers(trailers())));
+    assert!(p1.snapshot().body_complete);
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(p1.snapshot().body_bytes, 5);
+
+    // A replay has its own record, unset until set.
+    let mut second = first.replay();
+    assert_eq!(next(&mut second).await, Some(d("abc")));
+    let p2 = AttemptProgress::new();
+    second.set_progress(Some(p2.clone()));
+    assert_eq!(next(&mut second).await, Some(d("de")));
+    assert_eq!(p2.snapshot().body_bytes, 2);
+    assert!(!p2.snapshot().body_complete);
+    assert_eq!(next(&mut second).await, Some(F::Trailers(trailers())));
+    assert_eq!(next(&mut second).await, None);
+    assert!(p2.snapshot().body_complete);
+    assert_eq!(p1.snapshot().body_bytes, 5, "first record untouched");
+
+    // Cleared progress: nothing reported.
+    let mut third = first.replay();
+    third.set_progress(Some(p2.clone()));
+    third.set_progress(None);
+    assert_eq!(all(&mut third).await.len(), 3);
+    assert_eq!(p2.snapshot().body_bytes, 2);
+}
+
+#[tokio::test]
+async fn progress_complete_on_none_end() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, CAP);
+    let p = AttemptProgress::new();
+    first.set_progress(Some(p.clone()));
+    send(&tx, "xyz");
+    assert_eq!(next(&mut first).await, Some(d("xyz")));
+    assert!(!p.snapshot().body_complete);
+    drop(tx);
+    assert_eq!(next(&mut first).await, None);
+    let snap = p.snapshot();
+    assert!(snap.body_complete);
+    assert_eq!(snap.body_bytes, 3);
+}
+
+#[tokio::test]
+async fn progress_complete_at_last_data_frame_when_known() {
+    // hyper stops polling once is_end_stream is true after a data frame.
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), CAP);
+    let p = AttemptProgress::new();
+    first.set_progress(Some(p.clone()));
+    assert_eq!(next(&mut first).await, Some(d("hello")));
+    assert!(first.is_end_stream());
+    assert_eq!(p.snapshot().body_bytes, 5);
+    assert!(p.snapshot().body_complete);
+
+    let mut second = first.replay();
+    let p2 = AttemptProgress::new();
+    second.set_progress(Some(p2.clone()));
+    assert_eq!(next(&mut second).await, Some(d("hello")));
+    assert!(p2.snapshot().body_complete);
+}
+
+// ---------------------------------------------------------------------------
+// Size hints
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn size_hint_exact_for_full() {
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), CAP);
+    let second = first.replay();
+    assert_eq!(exact(first.size_hint()), Some(5));
+    assert_eq!(exact(second.size_hint()), Some(5));
+    assert_eq!(next(&mut first).await, Some(d("hello")));
+    assert_eq!(exact(first.size_hint()), Some(0));
+    assert_eq!(exact(second.size_hint()), Some(5));
+}
+
+#[tokio::test]
+async fn size_hint_after_partial_reads() {
+    let (body, _) = counted(&["abc", "defg", "hi"]);
+    let mut first = ReplayBody::new(body, CAP);
+    assert_eq!(exact(first.size_hint()), Some(9));
+    assert_eq!(next(&mut first).await, Some(d("abc")));
+    assert_eq!(exact(first.size_hint()), Some(6));
+
+    let mut second = first.replay();
+    assert_eq!(exact(second.size_hint()), Some(9));
+    assert_eq!(next(&mut second).await, Some(d("abc")));
+    assert_eq!(exact(second.size_hint()), Some(6));
+    assert_eq!(next(&mut second).await, Some(d("defg")));
+    assert_eq!(exact(second.size_hint()), Some(2));
+    // The stale first reader is now behind by one kept chunk.
+    assert_eq!(exact(first.size_hint()), Some(6));
+    assert_eq!(next(&mut second).await, Some(d("hi")));
+    assert_eq!(exact(second.size_hint()), Some(0));
+    assert!(second.is_end_stream());
+    assert!(first.is_fully_kept());
+    assert_eq!(exact(first.size_hint()), Some(6));
+    assert_eq!(exact(first.replay().size_hint()), Some(9));
+}
+
+#[tokio::test]
+async fn size_hint_unknown_stream() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, CAP);
+    assert_eq!(first.size_hint().lower(), 0);
+    assert_eq!(first.size_hint().upper(), None);
+    send(&tx, "abcd");
+    assert_eq!(next(&mut first).await, Some(d("abcd")));
+    let second = first.replay();
+    assert_eq!(second.size_hint().lower(), 4);
+    assert_eq!(second.size_hint().upper(), None);
+    drop(tx);
+    assert_eq!(next(&mut first).await, None);
+    assert_eq!(exact(second.size_hint()), Some(4));
+}
+
+#[test]
+fn size_hint_saturates() {
+    struct Huge;
+    impl Body for Huge {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"z")))))
+        }
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(u64::MAX)
+        }
+    }
+    let mut first = ReplayBody::new(Huge, usize::MAX);
+    let waker = Waker::from(Arc::new(CountWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    assert_eq!(poll_once(&mut first, &mut cx), Poll::Ready(Some(d("z"))));
+    let second = first.replay();
+    assert_eq!(exact(second.size_hint()), Some(u64::MAX));
+}
+
+// ---------------------------------------------------------------------------
+// !Unpin, Debug
+// ---------------------------------------------------------------------------
+
+pin_project_lite::pin_project! {
+    /// A body that cannot be moved once pinned.
+    struct NotUnpin {
+        #[pin]
+        inner: StreamBody<Frames>,
+        #[pin]
+        _pinned: PhantomPinned,
+    }
+}
+
+impl Body for NotUnpin {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.project().inner.poll_frame(cx)
+    }
+}
+
+#[tokio::test]
+async fn not_unpin_body() {
+    fn is_unpin<T: Unpin>() {}
+    is_unpin::<ReplayBody<NotUnpin>>();
+    let body = NotUnpin {
+        inner: stream_with_trailers(&["pinned ", "body"], Some(trailers())),
+        _pinned: PhantomPinned,
+    };
+    let mut first = ReplayBody::new(body, CAP);
+    let want = vec![d("pinned "), d("body"), F::Trailers(trailers())];
+    assert_eq!(all(&mut first).await, want);
+    let mut second = first.replay();
+    assert_eq!(all(&mut second).await, want);
+}
+
+#[tokio::test]
+async fn debug_shows_state_not_contents() {
+    let empty = ReplayBody::new(Empty::<Bytes>::new(), CAP);
+    let s = format!("{empty:?}");
+    assert!(s.starts_with("ReplayBody"), "{s}");
+    assert!(s.contains("empty"), "{s}");
+
+    let mut body = ReplayBody::new(Full::new(Bytes::from_static(b"secret-token")), CAP);
+    let _ = next(&mut body).await;
+    let s = format!("{body:?}");
+    assert!(!s.contains("secret"), "{s}");
+    assert!(s.contains("kept_bytes: 12"), "{s}");
+    assert!(s.contains("replayable: Ok"), "{s}");
+}
+
+#[test]
+fn dropped_reader_leaves_the_waiting_list() {
+    fn waiting<B>(body: &ReplayBody<B>) -> usize {
+        match &body.repr {
+            super::Repr::Empty => 0,
+            super::Repr::Shared(r) => r.wakers.lock().len(),
+        }
+    }
+    let (tx, body) = chan();
+    let a = ReplayBody::new(body, CAP);
+    let mut b = a.replay();
+    let (_, w) = count_waker();
+    let mut cx = Context::from_waker(&w);
+    assert_eq!(poll_once(&mut b, &mut cx), Poll::Pending);
+    assert_eq!(waiting(&a), 1);
+    drop(b);
+    assert_eq!(waiting(&a), 0);
+    drop(tx);
+}
