@@ -38,7 +38,7 @@
 //!
 //! ```text
 //!  caller
-//!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt   (planned)
+//!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt
 //!    │   CircuitBreakerLayer    per origin; one outcome per call                   (planned)
 //!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts      (planned)
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
@@ -107,11 +107,13 @@
 
 pub mod body;
 mod error;
+pub mod idempotency_key;
 pub mod policy;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
 pub use error::{Error, TimedOut};
+pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;
 pub use retry::{Retry, RetryLayer};
 

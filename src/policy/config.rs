@@ -10,7 +10,7 @@ use http::{Method, StatusCode};
 use super::{is_idempotent, Backoff};
 
 /// The header an idempotency key travels in by default.
-pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// How the retry layer decides and paces re-sends.
 ///
@@ -79,7 +79,7 @@ impl Default for RetryPolicy {
             replay_cap: 64 * 1024,
             drain_limit: 64 * 1024,
             drain_timeout: Duration::from_millis(100),
-            idempotency_header: IDEMPOTENCY_KEY,
+            idempotency_header: IDEMPOTENCY_KEY_HEADER,
             idempotent_methods: None,
         }
     }

@@ -19,6 +19,7 @@ pub use classify::{
 };
 
 pub use backoff::Backoff;
+pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
 pub use deadline::Deadline;
 pub use handles::{Breaker, BreakerHandle, Budget, BudgetHandle};

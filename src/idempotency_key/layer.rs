@@ -1,0 +1,91 @@
+use std::fmt;
+use std::sync::Arc;
+
+use http::header::{HeaderName, HeaderValue};
+use http::Method;
+use tower_layer::Layer;
+
+use super::{Config, IdempotencyKeys};
+
+/// Applies [`IdempotencyKeys`]: a fresh key on each POST and PATCH call that has
+/// none, under `Idempotency-Key`. Place it outside the retry layer.
+///
+/// # Examples
+///
+/// ```
+/// use backstop::idempotency_key::IdempotencyKeyLayer;
+/// use http::{HeaderName, HeaderValue, Method};
+///
+/// let layer = IdempotencyKeyLayer::new()
+///     .header(HeaderName::from_static("x-request-key"))
+///     .methods([Method::POST, Method::PATCH, Method::DELETE])
+///     .generator(|| HeaderValue::from_str(&backstop::idempotency_key::new_key_string()).unwrap());
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct IdempotencyKeyLayer {
+    config: Arc<Config>,
+}
+
+impl IdempotencyKeyLayer {
+    /// Keys for POST and PATCH, under `Idempotency-Key`, as random UUID v4 strings.
+    pub fn new() -> Self {
+        IdempotencyKeyLayer {
+            config: Arc::new(Config {
+                header: crate::policy::IDEMPOTENCY_KEY_HEADER,
+                methods: vec![Method::POST, Method::PATCH],
+                generator: None,
+            }),
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// The header the key travels in. The retry layer recognises a keyed request
+    /// by the marker this layer leaves, whatever the header.
+    pub fn header(mut self, name: HeaderName) -> Self {
+        self.config_mut().header = name;
+        self
+    }
+
+    /// The methods that get a key (POST and PATCH by default).
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config_mut().methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Makes keys with `generate` instead of random UUIDs.
+    pub fn generator<F>(mut self, generate: F) -> Self
+    where
+        F: Fn() -> HeaderValue + Send + Sync + 'static,
+    {
+        self.config_mut().generator = Some(Arc::new(generate));
+        self
+    }
+}
+
+impl Default for IdempotencyKeyLayer {
+    fn default() -> Self {
+        IdempotencyKeyLayer::new()
+    }
+}
+
+impl fmt::Debug for IdempotencyKeyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyKeyLayer")
+            .field("header", &self.config.header)
+            .field("methods", &self.config.methods)
+            .field("custom_generator", &self.config.generator.is_some())
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for IdempotencyKeyLayer {
+    type Service = IdempotencyKeys<S>;
+
+    fn layer(&self, inner: S) -> IdempotencyKeys<S> {
+        IdempotencyKeys::new(inner, self.config.clone())
+    }
+}
