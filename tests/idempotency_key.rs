@@ -129,5 +129,5 @@ async fn every_attempt_of_a_call_carries_the_same_key() {
     assert_eq!(res.status(), StatusCode::CREATED);
     let keys = keys.lock().unwrap();
     assert_eq!(keys.len(), 3);
-    assert!(keys.iter().all(|k| k == &keys[0]));
+    assert!(keys.iter().all(|k| *k == keys[0]));
 }
