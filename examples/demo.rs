@@ -1,1 +1,235 @@
-fn main(){}
+//! What backstop does, against a real upstream on 127.0.0.1 with faults.
+//!
+//! `cargo run --example demo`
+//!
+//! The upstream answers a scripted mix: 503s with and without `Retry-After`, 429s,
+//! connections closed without an answer, and slow answers. The same calls go
+//! through a bare hyper-util client and through backstop's `RetryLayer`, and a
+//! table shows what each made of them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backstop::policy::{classify_error, History};
+use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the upstream does with its n-th request: a fixed cycle of ten.
+fn fault(n: usize) -> &'static str {
+    match n % 10 {
+        0 => "503",
+        3 => "503 + Retry-After: 0.05",
+        5 => "close",
+        7 => "slow",
+        8 => "429 + retry-after-ms: 30",
+        _ => "200",
+    }
+}
+
+struct Upstream {
+    addr: SocketAddr,
+    requests: Arc<AtomicUsize>,
+}
+
+async fn upstream() -> std::io::Result<Upstream> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |_req: Request<Incoming>| {
+                    let n = counter.fetch_add(1, Ordering::SeqCst);
+                    async move { answer(fault(n)).await }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(Upstream { addr, requests })
+}
+
+async fn answer(fault: &'static str) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    let mut res = Response::new(Full::new(Bytes::from_static(b"ok")));
+    match fault {
+        "503" => *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
+        "503 + Retry-After: 0.05" => {
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            res.headers_mut()
+                .insert("retry-after", "0.05".parse().unwrap());
+        }
+        "429 + retry-after-ms: 30" => {
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            res.headers_mut()
+                .insert("retry-after-ms", "30".parse().unwrap());
+        }
+        // An error from the service makes hyper close the connection unanswered.
+        "close" => return Err(std::io::Error::other("closing without an answer")),
+        "slow" => tokio::time::sleep(Duration::from_millis(400)).await,
+        _ => {}
+    }
+    Ok(res)
+}
+
+#[derive(Default)]
+struct Tally {
+    calls: usize,
+    ok: usize,
+    failed: BTreeMap<String, usize>,
+    retries: usize,
+    upstream: usize,
+    took: Duration,
+}
+
+fn row(name: &str, t: &Tally) {
+    let failed: Vec<String> = t.failed.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    println!(
+        "{name:<22} {:>5} {:>9} {:>5} {:>8}  {:<7} {}",
+        t.calls,
+        t.upstream,
+        t.ok,
+        t.retries,
+        format!("{:.2}s", t.took.as_secs_f64()),
+        if failed.is_empty() {
+            "-".to_owned()
+        } else {
+            failed.join(", ")
+        },
+    );
+}
+
+/// Sends `calls` GETs, eight at a time, through `client`.
+async fn run<S>(client: S, base: &str, calls: usize, requests: &AtomicUsize) -> Tally
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>> + Clone + Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
+    S::Future: Send,
+{
+    let before = requests.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let mut tally = Tally::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..calls {
+        let client = client.clone();
+        let uri = format!("{base}/items/{i}");
+        tasks.spawn(async move {
+            let req = Request::get(uri).body(Full::default()).unwrap();
+            // Every call is bounded: a bare client has no timeout of its own.
+            let call = client.oneshot(req);
+            match tokio::time::timeout(Duration::from_millis(300), call).await {
+                Ok(Ok(res)) => Ok(res),
+                Ok(Err(err)) => Err(describe(&err)),
+                Err(_) => Err("timed out (caller)".to_owned()),
+            }
+        });
+        if tasks.len() == 8 {
+            record(&mut tally, tasks.join_next().await);
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        record(&mut tally, Some(done));
+    }
+    tally.took = started.elapsed();
+    tally.upstream = requests.load(Ordering::SeqCst) - before;
+    tally
+}
+
+fn record(
+    tally: &mut Tally,
+    done: Option<Result<Result<Response<Incoming>, String>, tokio::task::JoinError>>,
+) {
+    let Some(Ok(outcome)) = done else { return };
+    tally.calls += 1;
+    match outcome {
+        Ok(res) => {
+            if let Some(h) = res.extensions().get::<History>() {
+                tally.retries += h.retries();
+            }
+            if res.status().is_success() {
+                tally.ok += 1;
+            } else {
+                *tally
+                    .failed
+                    .entry(res.status().as_u16().to_string())
+                    .or_default() += 1;
+            }
+        }
+        Err(reason) => *tally.failed.entry(reason).or_default() += 1,
+    }
+}
+
+/// An error as its kind, never its message (which could name the URL).
+fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    match err.downcast_ref::<backstop::Error>() {
+        Some(e) => match e.stop_reason() {
+            Some(stop) if stop.is_gate() => format!("{} ({})", e.kind(), stop),
+            _ => e.kind().to_string(),
+        },
+        None => classify_error(err).to_string(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let upstream = upstream().await?;
+    let base = format!("http://{}", upstream.addr);
+    let calls = 100;
+
+    println!(
+        "backstop demo: an upstream on {} that, per 10 requests, answers",
+        upstream.addr
+    );
+    println!("  2× 503 (one with Retry-After: 0.05), 1× 429 (retry-after-ms: 30),");
+    println!("  1× closes the connection unanswered, 1× answers after 400 ms, 5× 200.");
+    println!("Each client makes {calls} GET calls, 8 at a time, each bounded to 300 ms.\n");
+
+    let transport: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let bare = run(transport, &base, calls, &upstream.requests).await;
+
+    let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let policy = RetryPolicy::builder()
+        .max_attempts(4)
+        .backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .attempt_timeout(Duration::from_millis(100))
+        .timeout(Duration::from_millis(290))
+        .build()?;
+    let with_retry = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .service(transport);
+    let retried = run(with_retry, &base, calls, &upstream.requests).await;
+
+    println!(
+        "{:<22} {:>5} {:>9} {:>5} {:>8}  {:<7} failures",
+        "client", "calls", "upstream", "ok", "retries", "time"
+    );
+    row("bare hyper-util", &bare);
+    row("backstop RetryLayer", &retried);
+    println!(
+        "\nbackstop turned {} of {} failed calls into successes, for {} extra upstream requests.",
+        retried.ok.saturating_sub(bare.ok),
+        calls - bare.ok,
+        retried.upstream.saturating_sub(retried.calls),
+    );
+    Ok(())
+}

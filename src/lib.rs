@@ -43,7 +43,7 @@
 //!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts      (planned)
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
 //!        HedgeLayer             extra copies of a slow idempotent attempt           (planned)
-//!        ProgressLayer          records how far each attempt got onto the wire      (planned)
+//!        ProgressLayer          records how far each attempt got onto the wire
 //!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
 //! ```
 //!
@@ -109,12 +109,17 @@ pub mod body;
 mod error;
 pub mod idempotency_key;
 pub mod policy;
+#[cfg(feature = "hyper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hyper")))]
+pub mod progress;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
 pub use error::{Error, TimedOut};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;
+#[cfg(feature = "hyper")]
+pub use progress::ProgressLayer;
 pub use retry::{Retry, RetryLayer};
 
 /// A type-erased error, as tower uses.

@@ -1,0 +1,60 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper_util::client::legacy::connect::CaptureConnection;
+use pin_project_lite::pin_project;
+
+use crate::policy::AttemptProgress;
+
+pin_project! {
+    /// Response future of [`ProgressTracking`](super::ProgressTracking).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        // The attempt's record and the client's connection capture; `None` for a
+        // request without a record, which passes straight through.
+        tracking: Option<(AttemptProgress, CaptureConnection)>,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(inner: F, tracking: Option<(AttemptProgress, CaptureConnection)>) -> Self {
+        ResponseFuture { inner, tracking }
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = this.inner.poll(cx);
+        if let Some((progress, capture)) = this.tracking.as_ref() {
+            // hyper-util fills the capture in our own poll, when it hands the request
+            // to a connection and before the connection writes a byte; checking after
+            // every poll keeps the record current even if the future is dropped next
+            // (an attempt timeout).
+            if capture.connection_metadata().is_some() {
+                progress.mark_connected();
+                progress.mark_write_began();
+            }
+            if let Poll::Ready(Ok(_)) = &result {
+                progress.mark_head_received();
+            }
+        }
+        result
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("tracked", &self.tracking.is_some())
+            .finish_non_exhaustive()
+    }
+}
