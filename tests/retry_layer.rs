@@ -552,3 +552,54 @@ async fn the_service_is_clone_and_its_error_send_sync() {
     assert_send(&future);
     assert_eq!(future.await.unwrap().status(), StatusCode::OK);
 }
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(out.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "1")]),
+        Step::Io(io::ErrorKind::ConnectionReset),
+        status(503),
+    ]);
+    let res = send(&mock, fast(), get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("retry scheduled").count(), 2, "{text}");
+    assert!(text.contains("reason=idempotent method"), "{text}");
+    assert!(text.contains("wait_ms=1000"), "{text}");
+    assert_eq!(text.matches("retry skipped").count(), 1, "{text}");
+    assert!(text.contains("gate=\"attempts_exhausted\""), "{text}");
+    assert!(text.contains("http.request.resend_count=2"), "{text}");
+    for secret in ["s3cret", "upstream.test", "/items"] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
+    }
+}
