@@ -38,6 +38,8 @@ struct Inner {
     source: Option<BoxError>,
     history: Option<History>,
     retryable: bool,
+    /// Why a layer refused the call before any attempt (an open circuit breaker).
+    refused: Option<StopReason>,
 }
 
 impl Error {
@@ -48,8 +50,16 @@ impl Error {
                 source,
                 history: None,
                 retryable: false,
+                refused: None,
             }),
         }
+    }
+
+    /// A call a layer refused before sending anything; `source` says why.
+    pub(crate) fn refused(reason: StopReason, source: BoxError) -> Self {
+        let mut err = Error::new(ErrorKind::Other, Some(source));
+        err.inner.refused = Some(reason);
+        err
     }
 
     /// Wraps an inner service's error, reading its kind from its source chain.
@@ -88,9 +98,12 @@ impl Error {
         self.history().map_or(0, History::len)
     }
 
-    /// Why the attempt sequence stopped.
+    /// Why the attempt sequence stopped, or why the call was refused before any
+    /// attempt ([`StopReason::CircuitOpen`] from a circuit breaker).
     pub fn stop_reason(&self) -> Option<StopReason> {
-        self.history().and_then(History::stop_reason)
+        self.history()
+            .and_then(History::stop_reason)
+            .or(self.inner.refused)
     }
 
     /// The server's last Retry-After hint, including one longer than the policy
@@ -114,9 +127,23 @@ impl Error {
         self.stop_reason() == Some(StopReason::CircuitOpen)
     }
 
+    /// When the circuit breaker that refused this call will next let a probe
+    /// through; `None` when the call was not refused by a breaker, or when the
+    /// breaker is half-open and its probes are in flight (the next call may pass
+    /// as soon as they succeed).
+    ///
+    /// See [`CircuitOpen`](crate::circuit_breaker::CircuitOpen).
+    pub fn next_probe_at(&self) -> Option<tokio::time::Instant> {
+        self.inner
+            .source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<crate::circuit_breaker::CircuitOpen>())
+            .and_then(crate::circuit_breaker::CircuitOpen::next_probe_at)
+    }
+
     /// Whether the server certainly did not process the request.
     pub fn is_not_processed(&self) -> bool {
-        self.inner.kind.is_not_processed()
+        self.inner.kind.is_not_processed() || self.inner.refused.is_some()
     }
 }
 
@@ -125,6 +152,9 @@ impl fmt::Debug for Error {
         let mut d = f.debug_struct("backstop::Error");
         d.field("kind", &self.inner.kind);
         d.field("retryable", &self.inner.retryable);
+        if let Some(refused) = &self.inner.refused {
+            d.field("refused", refused);
+        }
         if let Some(h) = &self.inner.history {
             d.field("attempts", &h.len());
             d.field("stop", &h.stop_reason());
@@ -136,6 +166,9 @@ impl fmt::Debug for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(refused), None) = (self.inner.refused, &self.inner.history) {
+            return write!(f, "call refused ({refused})");
+        }
         fmt::Display::fmt(&self.inner.kind, f)?;
         if let Some(h) = &self.inner.history {
             let n = h.len();

@@ -39,8 +39,8 @@
 //! ```text
 //!  caller
 //!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt
-//!    │   CircuitBreakerLayer    per origin; one outcome per call                   (planned)
-//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts      (planned)
+//!    │   CircuitBreakerLayer    per origin; one outcome per call
+//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
 //!        HedgeLayer             extra copies of a slow idempotent attempt           (planned)
 //!        ProgressLayer          records how far each attempt got onto the wire
@@ -106,6 +106,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod body;
+pub mod budget;
+pub mod circuit_breaker;
 mod error;
 pub mod idempotency_key;
 pub mod policy;
@@ -115,6 +117,8 @@ pub mod progress;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
+pub use budget::{BudgetLayer, Partition, RetryBudget};
+pub use circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
 pub use error::{Error, TimedOut};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;

@@ -345,6 +345,10 @@ pub struct InvalidConfig {
 }
 
 impl InvalidConfig {
+    pub(crate) fn new(setting: &'static str, problem: String) -> Self {
+        InvalidConfig { setting, problem }
+    }
+
     /// The name of the setting.
     pub fn setting(&self) -> &'static str {
         self.setting

@@ -1,0 +1,292 @@
+//! The retry budget's settings, with a validating builder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::account::{Account, UNIT};
+use super::{BudgetAccount, Partition};
+use crate::policy::InvalidConfig;
+
+/// The largest ratio a budget accepts: a thousand retries per first attempt.
+const MAX_RATIO: f64 = 1000.0;
+/// The largest floor rate, in retries per second.
+const MAX_MIN_PER_SECOND: f64 = 1_000_000.0;
+const MIN_WINDOW: Duration = Duration::from_millis(10);
+const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
+/// How many retries a [`BudgetLayer`](super::BudgetLayer) allows.
+///
+/// Over the last `window`, retries (and hedges) may add at most `ratio` of the
+/// first attempts, plus a floor of `min_per_second · window` so that a quiet client
+/// can still retry.
+///
+/// | setting | default | why |
+/// |---|---|---|
+/// | `ratio` | 0.2 | Finagle's and tower's `TpsBudget`'s: a dead upstream sees ≈1.2× the normal load, not 3–4× |
+/// | `min_per_second` | 10 | the same anchors' floor: a client sending a few calls a second still gets its retries |
+/// | `window` | 10 s | the same anchors' window: long enough to smooth bursts, short enough to forget an outage |
+/// | partition | per origin | one bad upstream cannot spend the retries of another |
+///
+/// The arithmetic is exact: the ratio is kept in millionths and every first attempt
+/// deposits `ratio · 1 000 000` units, every retry withdraws `1 000 000`, so a ratio
+/// of 0.3 gives exactly 3 retries per 10 first attempts (tower's `TpsBudget` turns
+/// 0.3 into 1/3 and 0.6 into 1, tower#857). Ratios finer than a millionth are
+/// rounded to the nearest millionth.
+///
+/// The window is cut into ten slots; the events of a slot expire together, one
+/// `window` after the slot began, so an event counts for between 90 % and 100 % of
+/// the window.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::budget::RetryBudget;
+///
+/// let budget = RetryBudget::builder()
+///     .ratio(0.1)
+///     .min_per_second(1.0)
+///     .window(Duration::from_secs(30))
+///     .build()?;
+/// assert_eq!(budget.ratio(), 0.1);
+/// assert_eq!(budget.floor(), 30.0);
+///
+/// // Bad numbers are refused, never a panic.
+/// assert!(RetryBudget::builder().ratio(f64::NAN).build().is_err());
+/// assert!(RetryBudget::builder().window(Duration::ZERO).build().is_err());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RetryBudget {
+    /// Units a first attempt deposits.
+    pub(crate) deposit_units: i64,
+    /// The floor, in units.
+    pub(crate) floor_units: i64,
+    pub(crate) window: Duration,
+    min_per_second: f64,
+    pub(crate) partition: Partition,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        RetryBudget {
+            deposit_units: UNIT / 5,
+            floor_units: 100 * UNIT,
+            window: Duration::from_secs(10),
+            min_per_second: 10.0,
+            partition: Partition::origin(),
+        }
+    }
+}
+
+impl RetryBudget {
+    /// A builder starting from the defaults.
+    pub fn builder() -> RetryBudgetBuilder {
+        RetryBudgetBuilder {
+            ratio: 0.2,
+            min_per_second: 10.0,
+            window: Duration::from_secs(10),
+            partition: Partition::origin(),
+            error: None,
+        }
+    }
+
+    /// Retries allowed per first attempt, as kept (to a millionth).
+    pub fn ratio(&self) -> f64 {
+        self.deposit_units as f64 / UNIT as f64
+    }
+
+    /// The floor's rate, in retries per second.
+    pub fn min_per_second(&self) -> f64 {
+        self.min_per_second
+    }
+
+    /// The retries allowed per window whatever the traffic: `min_per_second ·
+    /// window`, as kept (to a millionth).
+    pub fn floor(&self) -> f64 {
+        self.floor_units as f64 / UNIT as f64
+    }
+
+    /// The window over which first attempts and retries are counted.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Which calls share an account.
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// A new account with these numbers, on its own: not shared with any layer.
+    ///
+    /// Its window starts now (on tokio's clock, so paused-clock tests control it).
+    pub fn account(&self) -> BudgetAccount {
+        BudgetAccount(Arc::new(Account::new(self)))
+    }
+}
+
+/// Builds a [`RetryBudget`], checking every number.
+///
+/// Setters never fail; the first invalid value is reported by
+/// [`build`](RetryBudgetBuilder::build).
+#[derive(Clone, Debug)]
+pub struct RetryBudgetBuilder {
+    ratio: f64,
+    min_per_second: f64,
+    window: Duration,
+    partition: Partition,
+    error: Option<InvalidConfig>,
+}
+
+impl RetryBudgetBuilder {
+    fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.error.is_none() {
+            self.error = Some(InvalidConfig::new(setting, problem));
+        }
+    }
+
+    /// Retries allowed per first attempt, from 0 to 1000 (default 0.2: one retry
+    /// per five first attempts). Kept to a millionth.
+    pub fn ratio(mut self, ratio: f64) -> Self {
+        if !(0.0..=MAX_RATIO).contains(&ratio) {
+            self.fail(
+                "ratio",
+                format!("must be a number from 0 to {MAX_RATIO}, got {ratio}"),
+            );
+        }
+        self.ratio = ratio;
+        self
+    }
+
+    /// The floor's rate in retries per second, from 0 to 1 000 000 (default 10):
+    /// `min_per_second · window` retries are allowed per window whatever the
+    /// traffic. 0 means no floor.
+    pub fn min_per_second(mut self, rate: f64) -> Self {
+        if !(0.0..=MAX_MIN_PER_SECOND).contains(&rate) {
+            self.fail(
+                "min_per_second",
+                format!("must be a number from 0 to {MAX_MIN_PER_SECOND}, got {rate}"),
+            );
+        }
+        self.min_per_second = rate;
+        self
+    }
+
+    /// The window over which first attempts and retries are counted, from 10 ms to
+    /// one hour (default 10 s).
+    pub fn window(mut self, window: Duration) -> Self {
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
+        }
+        self.window = window;
+        self
+    }
+
+    /// Which calls share an account (default: one per origin).
+    pub fn partition(mut self, partition: Partition) -> Self {
+        self.partition = partition;
+        self
+    }
+
+    /// The budget, or the first invalid setting.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    pub fn build(self) -> Result<RetryBudget, InvalidConfig> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        // Both products are bounded (1e9 and 3.6e15 units), far inside an i64.
+        let deposit_units = (self.ratio * UNIT as f64).round() as i64;
+        let floor = (self.min_per_second * self.window.as_secs_f64() * UNIT as f64).round() as i64;
+        Ok(RetryBudget {
+            deposit_units,
+            floor_units: floor,
+            window: self.window,
+            min_per_second: self.min_per_second,
+            partition: self.partition,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let built = RetryBudget::builder().build().unwrap();
+        let b = RetryBudget::default();
+        assert_eq!(b.deposit_units, built.deposit_units);
+        assert_eq!(b.floor_units, built.floor_units);
+        assert_eq!(b.ratio(), 0.2);
+        assert_eq!(b.min_per_second(), 10.0);
+        assert_eq!(b.window(), Duration::from_secs(10));
+        assert_eq!(b.floor(), 100.0);
+    }
+
+    #[test]
+    fn ratios_are_kept_exactly() {
+        for (ratio, units) in [
+            (0.1, 100_000),
+            (0.3, 300_000),
+            (0.6, 600_000),
+            (0.2, 200_000),
+        ] {
+            let b = RetryBudget::builder().ratio(ratio).build().unwrap();
+            assert_eq!(b.deposit_units, units, "{ratio}");
+            assert_eq!(b.ratio(), ratio);
+        }
+    }
+
+    #[test]
+    fn bad_numbers_are_refused() {
+        let cases = [
+            (RetryBudget::builder().ratio(f64::NAN), "ratio"),
+            (RetryBudget::builder().ratio(-0.1), "ratio"),
+            (RetryBudget::builder().ratio(1000.5), "ratio"),
+            (RetryBudget::builder().ratio(f64::INFINITY), "ratio"),
+            (
+                RetryBudget::builder().min_per_second(f64::NAN),
+                "min_per_second",
+            ),
+            (
+                RetryBudget::builder().min_per_second(-1.0),
+                "min_per_second",
+            ),
+            (
+                RetryBudget::builder().min_per_second(1e300),
+                "min_per_second",
+            ),
+            (RetryBudget::builder().window(Duration::ZERO), "window"),
+            (
+                RetryBudget::builder().window(Duration::from_millis(9)),
+                "window",
+            ),
+            (RetryBudget::builder().window(Duration::MAX), "window"),
+        ];
+        for (builder, setting) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.setting(), setting, "{err}");
+        }
+    }
+
+    #[test]
+    fn the_extremes_are_accepted() {
+        let b = RetryBudget::builder()
+            .ratio(1000.0)
+            .min_per_second(1_000_000.0)
+            .window(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        assert_eq!(b.floor(), 3.6e9);
+        let b = RetryBudget::builder()
+            .ratio(0.0)
+            .min_per_second(0.0)
+            .window(Duration::from_millis(10))
+            .build()
+            .unwrap();
+        assert_eq!(b.floor(), 0.0);
+    }
+}

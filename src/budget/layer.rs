@@ -1,0 +1,76 @@
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+use tower_layer::Layer;
+
+use super::account::Account;
+use super::partition::{Cache, Registry};
+use super::{BudgetAccount, BudgetService, RetryBudget};
+
+/// Applies [`BudgetService`] to a service: counts each call as a first attempt in
+/// its origin's account and leaves the account's handle in the request
+/// extensions, for the retry and hedge layers inside to withdraw from.
+///
+/// Clones of the layer, and every service it makes, share the accounts.
+#[derive(Clone)]
+pub struct BudgetLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) budget: RetryBudget,
+    pub(crate) accounts: Registry<Account>,
+}
+
+impl Shared {
+    pub(crate) fn account(&self, head: &Parts, cache: &mut Cache<Account>) -> Arc<Account> {
+        self.accounts
+            .get(head, cache, |_| Account::new(&self.budget))
+    }
+}
+
+impl BudgetLayer {
+    /// A layer with these numbers; its accounts are created as calls arrive.
+    pub fn new(budget: RetryBudget) -> Self {
+        let accounts = Registry::new(budget.partition.clone(), |_| Account::new(&budget));
+        BudgetLayer {
+            shared: Arc::new(Shared { budget, accounts }),
+        }
+    }
+
+    /// The numbers the layer applies.
+    pub fn budget(&self) -> &RetryBudget {
+        &self.shared.budget
+    }
+
+    /// The account that a call with this request head spends from, created if it is
+    /// new: for metrics ([`available`](BudgetAccount::available)) and tests.
+    pub fn account(&self, head: &Parts) -> BudgetAccount {
+        BudgetAccount(self.shared.account(head, &mut Cache::new()))
+    }
+}
+
+impl Default for BudgetLayer {
+    /// [`RetryBudget::default()`]: 20 % of first attempts plus 10 retries a second,
+    /// over 10 s, per origin.
+    fn default() -> Self {
+        BudgetLayer::new(RetryBudget::default())
+    }
+}
+
+impl<S> Layer<S> for BudgetLayer {
+    type Service = BudgetService<S>;
+
+    fn layer(&self, inner: S) -> BudgetService<S> {
+        BudgetService::from_shared(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for BudgetLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BudgetLayer")
+            .field("budget", &self.shared.budget)
+            .finish()
+    }
+}

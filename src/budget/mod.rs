@@ -1,0 +1,186 @@
+//! Middleware that limits retries to a share of first attempts, per origin.
+//!
+//! A client that retries every failure sends up to `max_attempts` times its normal
+//! load to an upstream that is already failing, and keeps it down. With a retry
+//! budget the retries (and hedges) of the last window may add at most a ratio of
+//! the first attempts (20 % by default) plus a small floor, so a dead upstream sees
+//! about 1.2× the normal load, while isolated failures are still retried.
+//!
+//! [`BudgetService`] counts every call it passes as one first attempt in the
+//! account of the call's origin, and leaves the account's
+//! [`BudgetHandle`](crate::policy::BudgetHandle) in the request extensions. The
+//! [`RetryLayer`](crate::RetryLayer) inside withdraws one retry from it before each
+//! retry (and a hedge layer before each hedge); when the account is empty the call
+//! stops with [`StopReason::Budget`](crate::policy::StopReason::Budget) and returns
+//! its last outcome. The layer changes neither the request, the response nor the
+//! error.
+//!
+//! Put it outside the retry layer (and inside the circuit breaker):
+//!
+//! ```text
+//! CircuitBreakerLayer → BudgetLayer → RetryLayer → transport
+//! ```
+//!
+//! # Examples
+//!
+//! ```
+//! use backstop::budget::{BudgetLayer, RetryBudget};
+//! use backstop::policy::{History, StopReason};
+//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // An upstream that is down: every answer is a 503.
+//! let transport = tower::service_fn(|_req: http::Request<ReplayBody<Full<Bytes>>>| async {
+//!     let mut res = http::Response::new(Full::<Bytes>::default());
+//!     *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+//!     Ok::<_, std::io::Error>(res)
+//! });
+//!
+//! // One retry per two first attempts, no floor.
+//! let budget = RetryBudget::builder().ratio(0.5).min_per_second(0.0).build()?;
+//! let mut client = ServiceBuilder::new()
+//!     .layer(BudgetLayer::new(budget))
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .service(transport);
+//!
+//! let get = || http::Request::get("http://upstream.test/").body(Full::default());
+//! // The first call's deposit is half a retry: not enough for one.
+//! let res = client.ready().await?.call(get()?).await?;
+//! let history = res.extensions().get::<History>().unwrap();
+//! assert_eq!((history.len(), history.stop_reason()), (1, Some(StopReason::Budget)));
+//! // The second call's completes one: it retries once, then the budget stops it.
+//! let res = client.ready().await?.call(get()?).await?;
+//! let history = res.extensions().get::<History>().unwrap();
+//! assert_eq!((history.len(), history.stop_reason()), (2, Some(StopReason::Budget)));
+//! # Ok(()) }
+//! ```
+//!
+//! # Accounts
+//!
+//! Each origin (scheme and authority) has its own account by default;
+//! [`Partition`] sets one global account or accounts by a key of yours. Clones of
+//! a [`BudgetLayer`] and of its services share the accounts. The per-call path
+//! takes no lock once an origin's account exists: each service clone remembers the
+//! last account it used, and falls back to a read-locked map when the origin
+//! changes. Depositing is two relaxed atomic additions; withdrawing is one
+//! compare-and-swap on the account's balance, so concurrent callers can never
+//! spend the same retry twice. Accounts that are idle (nothing left in their
+//! window) are forgotten when the map grows, so a client meeting many origins does
+//! not grow without bound.
+//!
+//! # What differs from tower's `TpsBudget`
+//!
+//! - Ratios are exact: 0.3 gives 3 retries per 10 first attempts, not 1 per 3
+//!   (tower#857); see [`RetryBudget`].
+//! - Bad numbers are a [`Result`] from the builder, never a panic.
+//! - Accounts are per origin, not one per policy, and the budget is a layer that
+//!   counts first attempts once per call, whatever retries or hedges follow.
+//! - The clock is tokio's, so budget windows can be tested on a paused clock.
+
+mod account;
+mod config;
+mod layer;
+mod partition;
+pub(crate) mod window;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Request;
+use tower_service::Service;
+
+pub use account::BudgetAccount;
+pub use config::{RetryBudget, RetryBudgetBuilder};
+pub use layer::BudgetLayer;
+pub use partition::Partition;
+
+pub(crate) use partition::{Cache, Entry, Registry};
+
+use account::Account;
+use layer::Shared;
+
+/// Counts each call as a first attempt in its origin's retry budget account and
+/// leaves the account's handle in the request extensions. See the [module
+/// docs](self).
+///
+/// Its response, error and future are the inner service's.
+pub struct BudgetService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+    cache: Cache<Account>,
+}
+
+impl<S> BudgetService<S> {
+    /// Wraps `inner` with a budget of its own (not shared with any layer).
+    pub fn new(inner: S, budget: RetryBudget) -> Self {
+        BudgetService::from_shared(inner, BudgetLayer::new(budget).shared)
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        BudgetService {
+            inner,
+            shared,
+            cache: Cache::new(),
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone> Clone for BudgetService<S> {
+    fn clone(&self) -> Self {
+        BudgetService {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for BudgetService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetService")
+            .field("inner", &self.inner)
+            .field("budget", &self.shared.budget)
+            .finish()
+    }
+}
+
+impl<S, B> Service<Request<B>> for BudgetService<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> S::Future {
+        let (mut head, body) = req.into_parts();
+        let account = self.shared.account(&head, &mut self.cache);
+        account.deposit();
+        head.extensions
+            .insert(crate::policy::BudgetHandle::new(account));
+        self.inner.call(Request::from_parts(head, body))
+    }
+}

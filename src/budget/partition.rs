@@ -1,0 +1,346 @@
+//! Which calls share a budget account or a circuit breaker, and the registry that
+//! finds a call's entry.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use http::request::Parts;
+use http::uri::{Authority, Scheme};
+use tokio::time::Instant;
+
+type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
+
+/// Which calls share a retry budget account or a circuit breaker.
+///
+/// By default every origin (scheme and authority of the request URI) has its own,
+/// so one failing upstream neither spends the retries of a healthy one nor gets it
+/// refused. Requests whose URI has no authority (a relative URI) share one entry.
+///
+/// # Examples
+///
+/// ```
+/// use backstop::budget::{Partition, RetryBudget};
+///
+/// // One account for every call the layer sees.
+/// let global = RetryBudget::builder().partition(Partition::global()).build()?;
+///
+/// // One account per tenant, named by a header (or the origin when it is missing).
+/// let per_tenant = Partition::by_key(|head: &http::request::Parts| {
+///     match head.headers.get("x-tenant").and_then(|v| v.to_str().ok()) {
+///         Some(tenant) => tenant.to_owned(),
+///         None => head.uri.authority().map_or_else(String::new, |a| a.to_string()),
+///     }
+/// });
+/// let budget = RetryBudget::builder().partition(per_tenant).build()?;
+/// # let _ = (global, budget);
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Partition(Kind);
+
+#[derive(Clone, Default)]
+enum Kind {
+    #[default]
+    Origin,
+    Global,
+    Custom(Arc<KeyFn>),
+}
+
+impl Partition {
+    /// One entry per origin: the scheme and authority of the request URI (the
+    /// default). Host names compare case-insensitively; `example.com` and
+    /// `example.com:80` are two origins.
+    pub fn origin() -> Self {
+        Partition(Kind::Origin)
+    }
+
+    /// One entry for every call.
+    pub fn global() -> Self {
+        Partition(Kind::Global)
+    }
+
+    /// One entry per key that `key` returns for the request head.
+    ///
+    /// The function runs on every call and its key is compared with the previous
+    /// call's, so keep it cheap; it must not block.
+    pub fn by_key<F>(key: F) -> Self
+    where
+        F: Fn(&Parts) -> String + Send + Sync + 'static,
+    {
+        Partition(Kind::Custom(Arc::new(key)))
+    }
+}
+
+impl fmt::Debug for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Kind::Origin => "Partition::Origin",
+            Kind::Global => "Partition::Global",
+            Kind::Custom(_) => "Partition::Custom",
+        })
+    }
+}
+
+/// What an entry is found by.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Origin(Option<Scheme>, Option<Authority>),
+    Custom(String),
+}
+
+impl Key {
+    /// A name for logs: the scheme, host and port, never user information.
+    fn label(&self) -> String {
+        match self {
+            Key::Origin(scheme, authority) => {
+                let mut label = String::new();
+                if let Some(scheme) = scheme {
+                    label.push_str(scheme.as_str());
+                    label.push_str("://");
+                }
+                match authority {
+                    Some(a) => {
+                        label.push_str(a.host());
+                        if let Some(port) = a.port_u16() {
+                            label.push(':');
+                            label.push_str(&port.to_string());
+                        }
+                    }
+                    None => label.push_str("(no authority)"),
+                }
+                label
+            }
+            Key::Custom(key) => key.clone(),
+        }
+    }
+}
+
+/// An entry that can be forgotten when it holds nothing a fresh one would not.
+pub(crate) trait Entry: Send + Sync + 'static {
+    /// Whether the entry is in the state a new one would start in.
+    fn is_idle(&self, now: Instant) -> bool;
+}
+
+/// The last entry a service clone used, so that a run of calls to one origin finds
+/// its entry without touching the shared map.
+pub(crate) struct Cache<T>(Option<(Key, Arc<T>)>);
+
+impl<T> Cache<T> {
+    pub(crate) fn new() -> Self {
+        Cache(None)
+    }
+}
+
+impl<T> Clone for Cache<T> {
+    fn clone(&self) -> Self {
+        Cache(self.0.clone())
+    }
+}
+
+impl<T> fmt::Debug for Cache<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Cache(1)"
+        } else {
+            "Cache(0)"
+        })
+    }
+}
+
+/// The entries of one layer (and of all its clones).
+///
+/// The map is only read-locked to find an entry that a service clone's [`Cache`]
+/// does not hold, and write-locked to create one; the per-call work on an entry is
+/// done on its own atomics.
+pub(crate) struct Registry<T> {
+    partition: Partition,
+    global: Option<Arc<T>>,
+    map: RwLock<Map<T>>,
+}
+
+struct Map<T> {
+    entries: HashMap<Key, Arc<T>>,
+    /// Idle entries are pruned when the map reaches this size.
+    prune_at: usize,
+}
+
+/// The least size at which the map is pruned of idle entries.
+const PRUNE_FLOOR: usize = 256;
+
+impl<T: Entry> Registry<T> {
+    /// A registry; `make` creates the entry of a new key, given a label for logs.
+    pub(crate) fn new(partition: Partition, make: impl FnOnce(String) -> T) -> Self {
+        let global = match partition.0 {
+            Kind::Global => Some(Arc::new(make("global".to_owned()))),
+            _ => None,
+        };
+        Registry {
+            partition,
+            global,
+            map: RwLock::new(Map {
+                entries: HashMap::new(),
+                prune_at: PRUNE_FLOOR,
+            }),
+        }
+    }
+
+    /// The entry of the call whose head is `head`, created with `make` if it is new.
+    pub(crate) fn get(
+        &self,
+        head: &Parts,
+        cache: &mut Cache<T>,
+        make: impl FnOnce(String) -> T,
+    ) -> Arc<T> {
+        if let Some(global) = &self.global {
+            return global.clone();
+        }
+        let key = match &self.partition.0 {
+            // Unreachable: a global registry is built with its entry.
+            Kind::Global => Key::Custom(String::new()),
+            Kind::Origin => {
+                if let Some((Key::Origin(scheme, authority), entry)) = &cache.0 {
+                    if scheme.as_ref() == head.uri.scheme()
+                        && authority.as_ref() == head.uri.authority()
+                    {
+                        return entry.clone();
+                    }
+                }
+                Key::Origin(head.uri.scheme().cloned(), head.uri.authority().cloned())
+            }
+            Kind::Custom(f) => {
+                let key = f(head);
+                if let Some((Key::Custom(cached), entry)) = &cache.0 {
+                    if *cached == key {
+                        return entry.clone();
+                    }
+                }
+                Key::Custom(key)
+            }
+        };
+        let entry = self.lookup(key.clone(), make);
+        cache.0 = Some((key, entry.clone()));
+        entry
+    }
+
+    fn lookup(&self, key: Key, make: impl FnOnce(String) -> T) -> Arc<T> {
+        {
+            let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(entry) = map.entries.get(&key) {
+                return entry.clone();
+            }
+        }
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = map.entries.get(&key) {
+            return entry.clone();
+        }
+        if map.entries.len() >= map.prune_at {
+            // Forget entries no service clone holds and that hold nothing a fresh
+            // one would not, so a client that meets many origins does not grow
+            // without bound.
+            let now = Instant::now();
+            map.entries
+                .retain(|_, entry| Arc::strong_count(entry) > 1 || !entry.is_idle(now));
+            map.prune_at = PRUNE_FLOOR.max(map.entries.len() * 2);
+        }
+        let entry = Arc::new(make(key.label()));
+        map.entries.insert(key, entry.clone());
+        entry
+    }
+
+    /// How many entries the registry holds (the global one counts as one).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        if self.global.is_some() {
+            return 1;
+        }
+        self.map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entries
+            .len()
+    }
+}
+
+impl<T> fmt::Debug for Registry<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counter;
+    impl Entry for Counter {
+        fn is_idle(&self, _: Instant) -> bool {
+            true
+        }
+    }
+
+    fn head(uri: &str) -> Parts {
+        http::Request::get(uri).body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn origins_get_their_own_entries() {
+        let reg = Registry::new(Partition::origin(), |_| Counter);
+        let mut cache = Cache::new();
+        let a = reg.get(&head("http://a.test/x"), &mut cache, |_| Counter);
+        let a2 = reg.get(&head("http://A.test/y?q=1"), &mut Cache::new(), |_| Counter);
+        let b = reg.get(&head("http://b.test/x"), &mut cache, |_| Counter);
+        let https = reg.get(&head("https://a.test/x"), &mut cache, |_| Counter);
+        assert!(Arc::ptr_eq(&a, &a2));
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &https));
+        assert_eq!(reg.len(), 3);
+    }
+
+    #[test]
+    fn global_is_one_entry() {
+        let reg = Registry::new(Partition::global(), |_| Counter);
+        let a = reg.get(&head("http://a.test/"), &mut Cache::new(), |_| Counter);
+        let b = reg.get(&head("http://b.test/"), &mut Cache::new(), |_| Counter);
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn custom_keys() {
+        let reg = Registry::new(
+            Partition::by_key(|h: &Parts| h.uri.path().to_owned()),
+            |_| Counter,
+        );
+        let mut cache = Cache::new();
+        let a = reg.get(&head("http://a.test/x"), &mut cache, |_| Counter);
+        let b = reg.get(&head("http://b.test/x"), &mut cache, |_| Counter);
+        let c = reg.get(&head("http://a.test/y"), &mut cache, |_| Counter);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn labels_carry_no_user_information() {
+        let key = Key::Origin(
+            Some(Scheme::HTTPS),
+            Some(Authority::from_static("user:secret@example.com:8443")),
+        );
+        assert_eq!(key.label(), "https://example.com:8443");
+    }
+
+    #[test]
+    fn idle_entries_are_pruned() {
+        let reg = Registry::new(Partition::origin(), |_| Counter);
+        let held = reg.get(&head("http://held.test/"), &mut Cache::new(), |_| Counter);
+        for i in 0..(PRUNE_FLOOR * 3) {
+            let uri = format!("http://h{i}.test/");
+            drop(reg.get(&head(&uri), &mut Cache::new(), |_| Counter));
+        }
+        assert!(reg.len() <= PRUNE_FLOOR * 2, "{}", reg.len());
+        let again = reg.get(&head("http://held.test/"), &mut Cache::new(), |_| Counter);
+        assert!(Arc::ptr_eq(&held, &again));
+    }
+}

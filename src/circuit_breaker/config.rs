@@ -1,0 +1,455 @@
+//! The circuit breaker's settings, with a validating builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::budget::Partition;
+use crate::policy::{ErrorKind, InvalidConfig, Outcome};
+
+type FailureFn = dyn Fn(Outcome<'_>) -> bool + Send + Sync;
+
+const MIN_WINDOW: Duration = Duration::from_millis(10);
+const MAX_WINDOW: Duration = Duration::from_secs(3600);
+const MIN_COOLDOWN: Duration = Duration::from_millis(1);
+const MAX_COOLDOWN: Duration = Duration::from_secs(86_400);
+/// The most probes a half-open breaker may let through at once.
+pub(crate) const MAX_PROBES: u32 = 1000;
+
+/// When a [`CircuitBreakerLayer`](super::CircuitBreakerLayer) opens, how long it
+/// stays open, and how it probes.
+///
+/// A breaker trips open on either of two signals about the calls of the last
+/// `window`: a failure ratio of at least `failure_ratio` once `min_calls` calls were
+/// seen, or `consecutive_failures` failed calls in a row (which also catches a quiet
+/// client that never reaches `min_calls`). It refuses calls for a `cooldown`, then
+/// lets `probes` calls through; if they all succeed it closes, and if one fails it
+/// opens again for twice the previous cooldown, up to `max_cooldown`.
+///
+/// | setting | default | why, against the anchors |
+/// |---|---|---|
+/// | `failure_ratio` | 0.5 | Polly trips at 10 %, Finagle below 80 % success. Here a call fails only once its whole retry sequence failed, which is much stronger evidence than one failed request, and a client-side breaker has no other host to send the work to: it should open on a clear majority, not on a blip |
+/// | `min_calls` | 20 | Polly asks for 100 calls in its window, which a client sending under 3 calls a second never reaches; 20 calls at 50 % are 10 failed call sequences |
+/// | `window` | 30 s | Polly's and Finagle's sampling window |
+/// | `consecutive_failures` | 5 | Finagle's and Envoy's outlier detection (linkerd: 7) |
+/// | `cooldown` | 5 s | Polly's break duration. Envoy ejects for 30 s, but it balances over other hosts; a single origin's callers wait for the breaker |
+/// | `max_cooldown` | 60 s | linkerd's longest penalty: a failed probe doubles the cooldown up to this |
+/// | `jitter` | 0.2 | each cooldown is multiplied by a random factor in `[0.8, 1.2]` (gRPC's backoff jitter), so clients that opened together do not probe together |
+/// | `probes` | 1 | Polly's single trial call: a recovering upstream gets one request per cooldown |
+/// | failure | an error, or a 5xx status | see below |
+///
+/// # What counts as a failure
+///
+/// By default a call fails when it ends with an error (any transport failure or
+/// timeout; a failure of the caller's own request body,
+/// [`ErrorKind::BodyWrite`], is not the origin's fault and does not count) or with
+/// a 5xx status. A 4xx never counts, not even 408 or 429: the server answered, and
+/// a 429 asks the client to slow down (which the retry budget does), not to stop.
+/// [`failure_if`](CircuitBreakerBuilder::failure_if) replaces the rule.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::circuit_breaker::CircuitBreaker;
+/// use backstop::policy::Outcome;
+///
+/// let breaker = CircuitBreaker::builder()
+///     .consecutive_failures(3)
+///     .cooldown(Duration::from_secs(2))
+///     .probes(2)
+///     // A 429 counts too.
+///     .failure_if(|outcome| match outcome {
+///         Outcome::Response { status, .. } => status == 429 || status.is_server_error(),
+///         Outcome::Error(_) => true,
+///     })
+///     .build()?;
+/// assert_eq!(breaker.probes(), 2);
+///
+/// // Bad numbers are refused, never a panic.
+/// assert!(CircuitBreaker::builder().failure_ratio(1.5).build().is_err());
+/// assert!(CircuitBreaker::builder().probes(0).build().is_err());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone)]
+pub struct CircuitBreaker {
+    /// The failure ratio that trips the breaker, in millionths.
+    pub(crate) ratio_ppm: u64,
+    pub(crate) min_calls: u32,
+    pub(crate) window: Duration,
+    pub(crate) consecutive_failures: u32,
+    pub(crate) cooldown: Duration,
+    pub(crate) max_cooldown: Duration,
+    pub(crate) jitter: f64,
+    pub(crate) probes: u32,
+    pub(crate) failure_if: Arc<FailureFn>,
+    pub(crate) partition: Partition,
+}
+
+/// The default failure rule: an error other than the caller's own body failing,
+/// or a 5xx status.
+fn default_failure(outcome: Outcome<'_>) -> bool {
+    match outcome {
+        Outcome::Response { status, .. } => status.is_server_error(),
+        Outcome::Error(kind) => kind != ErrorKind::BodyWrite,
+    }
+}
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        CircuitBreaker {
+            ratio_ppm: 500_000,
+            min_calls: 20,
+            window: Duration::from_secs(30),
+            consecutive_failures: 5,
+            cooldown: Duration::from_secs(5),
+            max_cooldown: Duration::from_secs(60),
+            jitter: 0.2,
+            probes: 1,
+            failure_if: Arc::new(default_failure),
+            partition: Partition::origin(),
+        }
+    }
+}
+
+impl CircuitBreaker {
+    /// A builder starting from the defaults.
+    pub fn builder() -> CircuitBreakerBuilder {
+        CircuitBreakerBuilder {
+            config: CircuitBreaker::default(),
+            max_set: false,
+            error: None,
+        }
+    }
+
+    /// The failure ratio that trips the breaker (to a millionth).
+    pub fn failure_ratio(&self) -> f64 {
+        self.ratio_ppm as f64 / 1e6
+    }
+
+    /// The calls the window must hold before the failure ratio is judged.
+    pub fn min_calls(&self) -> u32 {
+        self.min_calls
+    }
+
+    /// The window over which calls are counted.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Failed calls in a row that trip the breaker; 0 when that signal is off.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures
+    }
+
+    /// How long the breaker first stays open, before jitter.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
+    }
+
+    /// The longest cooldown, which repeated failed probes double up to (before
+    /// jitter).
+    pub fn max_cooldown(&self) -> Duration {
+        self.max_cooldown
+    }
+
+    /// The random spread of a cooldown: it is multiplied by a factor in
+    /// `[1 − jitter, 1 + jitter]`.
+    pub fn jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    /// How many calls a half-open breaker lets through; all must succeed to close.
+    pub fn probes(&self) -> u32 {
+        self.probes
+    }
+
+    /// Which calls share a breaker.
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// Whether the breaker counts `outcome` as a failure.
+    pub fn is_failure(&self, outcome: Outcome<'_>) -> bool {
+        (self.failure_if)(outcome)
+    }
+
+    /// The cooldown after `level` failed probes in a row, before jitter.
+    pub(crate) fn cooldown_at(&self, level: u32) -> Duration {
+        let factor = 1u32 << level.min(20);
+        self.cooldown
+            .checked_mul(factor)
+            .unwrap_or(self.max_cooldown)
+            .min(self.max_cooldown)
+    }
+}
+
+impl fmt::Debug for CircuitBreaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("failure_ratio", &self.failure_ratio())
+            .field("min_calls", &self.min_calls)
+            .field("window", &self.window)
+            .field("consecutive_failures", &self.consecutive_failures)
+            .field("cooldown", &self.cooldown)
+            .field("max_cooldown", &self.max_cooldown)
+            .field("jitter", &self.jitter)
+            .field("probes", &self.probes)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`CircuitBreaker`], checking every number.
+///
+/// Setters never fail; the first invalid value is reported by
+/// [`build`](CircuitBreakerBuilder::build).
+#[derive(Clone, Debug)]
+pub struct CircuitBreakerBuilder {
+    config: CircuitBreaker,
+    /// Whether `max_cooldown` was set, or is the default.
+    max_set: bool,
+    error: Option<InvalidConfig>,
+}
+
+impl CircuitBreakerBuilder {
+    fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.error.is_none() {
+            self.error = Some(InvalidConfig::new(setting, problem));
+        }
+    }
+
+    /// The share of failed calls in the window that trips the breaker: more than 0,
+    /// at most 1 (default 0.5). Kept to a millionth.
+    pub fn failure_ratio(mut self, ratio: f64) -> Self {
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            self.fail(
+                "failure_ratio",
+                format!("must be more than 0 and at most 1, got {ratio}"),
+            );
+            return self;
+        }
+        self.config.ratio_ppm = ((ratio * 1e6).round() as u64).max(1);
+        self
+    }
+
+    /// The calls the window must hold before the ratio is judged: at least 1
+    /// (default 20). A large number leaves only the consecutive-failures signal.
+    pub fn min_calls(mut self, calls: u32) -> Self {
+        if calls == 0 {
+            self.fail("min_calls", "must be at least 1".to_owned());
+        }
+        self.config.min_calls = calls;
+        self
+    }
+
+    /// The window over which calls are counted, from 10 ms to one hour (default
+    /// 30 s). It is cut into ten slots that expire one at a time.
+    pub fn window(mut self, window: Duration) -> Self {
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
+        }
+        self.config.window = window;
+        self
+    }
+
+    /// Failed calls in a row that trip the breaker whatever the ratio (default 5);
+    /// 0 turns this signal off.
+    pub fn consecutive_failures(mut self, failures: u32) -> Self {
+        self.config.consecutive_failures = failures;
+        self
+    }
+
+    /// How long the breaker stays open the first time, from 1 ms to one day
+    /// (default 5 s). When `max_cooldown` is left at its default and is shorter, it
+    /// is raised to this.
+    pub fn cooldown(mut self, cooldown: Duration) -> Self {
+        if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&cooldown) {
+            self.fail(
+                "cooldown",
+                format!("must be from 1ms to 1 day, got {cooldown:?}"),
+            );
+        }
+        self.config.cooldown = cooldown;
+        self
+    }
+
+    /// The longest cooldown, from 1 ms to one day (default 60 s): each failed probe
+    /// doubles the cooldown up to this. Set it to the cooldown to keep it fixed.
+    pub fn max_cooldown(mut self, max: Duration) -> Self {
+        if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&max) {
+            self.fail(
+                "max_cooldown",
+                format!("must be from 1ms to 1 day, got {max:?}"),
+            );
+        }
+        self.config.max_cooldown = max;
+        self.max_set = true;
+        self
+    }
+
+    /// The random spread of each cooldown, from 0 to 0.9 (default 0.2): the
+    /// cooldown is multiplied by a factor drawn from `[1 − jitter, 1 + jitter]`.
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        if !(0.0..=0.9).contains(&jitter) {
+            self.fail("jitter", format!("must be from 0 to 0.9, got {jitter}"));
+        }
+        self.config.jitter = jitter;
+        self
+    }
+
+    /// How many calls a half-open breaker lets through, from 1 to 1000 (default 1).
+    /// All must succeed for the breaker to close; one failure opens it again.
+    pub fn probes(mut self, probes: u32) -> Self {
+        if !(1..=MAX_PROBES).contains(&probes) {
+            self.fail(
+                "probes",
+                format!("must be from 1 to {MAX_PROBES}, got {probes}"),
+            );
+        }
+        self.config.probes = probes;
+        self
+    }
+
+    /// What counts as a failed call: `failure` gets the call's final outcome (its
+    /// response head, or its error's kind) and returns `true` for a failure.
+    pub fn failure_if<F>(mut self, failure: F) -> Self
+    where
+        F: Fn(Outcome<'_>) -> bool + Send + Sync + 'static,
+    {
+        self.config.failure_if = Arc::new(failure);
+        self
+    }
+
+    /// Which calls share a breaker (default: one per origin).
+    pub fn partition(mut self, partition: Partition) -> Self {
+        self.config.partition = partition;
+        self
+    }
+
+    /// The breaker settings, or the first invalid one.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    pub fn build(self) -> Result<CircuitBreaker, InvalidConfig> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        let mut config = self.config;
+        if config.cooldown > config.max_cooldown {
+            if self.max_set {
+                return Err(InvalidConfig::new(
+                    "max_cooldown",
+                    format!(
+                        "{:?} is shorter than the cooldown {:?}",
+                        config.max_cooldown, config.cooldown
+                    ),
+                ));
+            }
+            config.max_cooldown = config.cooldown;
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderMap, StatusCode};
+
+    #[test]
+    fn the_default_failure_rule() {
+        let b = CircuitBreaker::default();
+        let headers = HeaderMap::new();
+        let status = |code: u16| Outcome::Response {
+            status: StatusCode::from_u16(code).unwrap(),
+            headers: &headers,
+        };
+        for code in [500, 501, 502, 503, 504, 599] {
+            assert!(b.is_failure(status(code)), "{code}");
+        }
+        for code in [200, 204, 301, 400, 404, 408, 409, 425, 429] {
+            assert!(!b.is_failure(status(code)), "{code}");
+        }
+        for kind in [
+            ErrorKind::Connect,
+            ErrorKind::Timeout,
+            ErrorKind::Closed,
+            ErrorKind::Config,
+            ErrorKind::Other,
+        ] {
+            assert!(b.is_failure(Outcome::Error(kind)), "{kind:?}");
+        }
+        assert!(!b.is_failure(Outcome::Error(ErrorKind::BodyWrite)));
+    }
+
+    #[test]
+    fn bad_numbers_are_refused() {
+        let cases = [
+            (
+                CircuitBreaker::builder().failure_ratio(0.0),
+                "failure_ratio",
+            ),
+            (
+                CircuitBreaker::builder().failure_ratio(f64::NAN),
+                "failure_ratio",
+            ),
+            (
+                CircuitBreaker::builder().failure_ratio(1.01),
+                "failure_ratio",
+            ),
+            (CircuitBreaker::builder().min_calls(0), "min_calls"),
+            (CircuitBreaker::builder().window(Duration::ZERO), "window"),
+            (CircuitBreaker::builder().window(Duration::MAX), "window"),
+            (
+                CircuitBreaker::builder().cooldown(Duration::ZERO),
+                "cooldown",
+            ),
+            (
+                CircuitBreaker::builder().cooldown(Duration::MAX),
+                "cooldown",
+            ),
+            (
+                CircuitBreaker::builder().max_cooldown(Duration::ZERO),
+                "max_cooldown",
+            ),
+            (CircuitBreaker::builder().jitter(-0.1), "jitter"),
+            (CircuitBreaker::builder().jitter(f64::NAN), "jitter"),
+            (CircuitBreaker::builder().jitter(1.0), "jitter"),
+            (CircuitBreaker::builder().probes(0), "probes"),
+            (CircuitBreaker::builder().probes(1001), "probes"),
+        ];
+        for (builder, setting) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.setting(), setting, "{err}");
+        }
+    }
+
+    #[test]
+    fn cooldowns_double_up_to_the_maximum() {
+        let b = CircuitBreaker::builder()
+            .cooldown(Duration::from_secs(5))
+            .max_cooldown(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let seen: Vec<u64> = (0..6).map(|l| b.cooldown_at(l).as_secs()).collect();
+        assert_eq!(seen, [5, 10, 20, 40, 60, 60]);
+        assert_eq!(b.cooldown_at(40), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_long_cooldown_raises_the_default_maximum() {
+        let b = CircuitBreaker::builder()
+            .cooldown(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        assert_eq!(b.max_cooldown(), Duration::from_secs(120));
+        let err = CircuitBreaker::builder()
+            .cooldown(Duration::from_secs(10))
+            .max_cooldown(Duration::from_secs(1))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.setting(), "max_cooldown");
+    }
+}

@@ -1,0 +1,56 @@
+use std::error::Error as StdError;
+use std::fmt;
+
+use tokio::time::Instant;
+
+use super::State;
+
+/// A circuit breaker refused the call without sending it.
+///
+/// It is the [`source`](StdError::source) of the [`backstop::Error`](crate::Error)
+/// a [`CircuitBreakerService`](super::CircuitBreakerService) returns for a refused
+/// call; [`Error::is_circuit_open`](crate::Error::is_circuit_open) recognises it and
+/// [`Error::next_probe_at`](crate::Error::next_probe_at) reads when to come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CircuitOpen {
+    state: State,
+    next_probe_at: Option<Instant>,
+}
+
+impl CircuitOpen {
+    pub(crate) fn new(next_probe_at: Option<Instant>) -> Self {
+        CircuitOpen {
+            state: if next_probe_at.is_some() {
+                State::Open
+            } else {
+                State::HalfOpen
+            },
+            next_probe_at,
+        }
+    }
+
+    /// The breaker's state when it refused: [`State::Open`] during the cooldown,
+    /// [`State::HalfOpen`] while its probes are in flight.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// When the breaker will let the next probe through: the end of its cooldown.
+    /// `None` when it is half-open and its probes are in flight; it closes (and
+    /// lets every call through) as soon as they succeed.
+    pub fn next_probe_at(&self) -> Option<Instant> {
+        self.next_probe_at
+    }
+}
+
+impl fmt::Display for CircuitOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.state {
+            State::HalfOpen => "circuit half-open, probes in flight",
+            _ => "circuit open",
+        })
+    }
+}
+
+impl StdError for CircuitOpen {}

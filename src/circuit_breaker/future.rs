@@ -1,0 +1,126 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http::Response;
+use pin_project_lite::pin_project;
+
+use super::state::{Core, Ticket};
+use crate::policy::Outcome;
+use crate::{BoxError, Error};
+
+pin_project! {
+    /// Response future of [`CircuitBreakerService`](super::CircuitBreakerService).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // Waiting for the inner service's answer; the permit records its outcome,
+        // or gives a probe slot back if the future is dropped first.
+        Called { #[pin] future: F, permit: Option<Permit> },
+        // Refused without calling the inner service, or finished.
+        Done { error: Option<Error> },
+    }
+}
+
+/// A call the breaker admitted, until its outcome is recorded.
+pub(crate) struct Permit {
+    core: Arc<Core>,
+    ticket: Ticket,
+    recorded: bool,
+}
+
+impl Permit {
+    pub(crate) fn new(core: Arc<Core>, ticket: Ticket) -> Self {
+        Permit {
+            core,
+            ticket,
+            recorded: false,
+        }
+    }
+
+    fn complete(mut self, outcome: Outcome<'_>) {
+        let failed = self.core.config.is_failure(outcome);
+        self.recorded = true;
+        self.core.record(self.ticket, failed);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.recorded {
+            // Dropped before its outcome: a probe's slot goes back to the breaker.
+            self.core.release(self.ticket);
+        }
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn called(future: F, permit: Permit) -> Self {
+        ResponseFuture {
+            state: State::Called {
+                future,
+                permit: Some(permit),
+            },
+        }
+    }
+
+    pub(crate) fn refused(error: Error) -> Self {
+        ResponseFuture {
+            state: State::Done { error: Some(error) },
+        }
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<RB>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        match this.state.as_mut().project() {
+            StateProj::Called { future, permit } => {
+                let result = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
+                if let Some(permit) = permit.take() {
+                    permit.complete(match &result {
+                        Ok(res) => Outcome::Response {
+                            status: res.status(),
+                            headers: res.headers(),
+                        },
+                        Err(err) => Outcome::Error(err.kind()),
+                    });
+                }
+                this.state.set(State::Done { error: None });
+                Poll::Ready(result)
+            }
+            StateProj::Done { error } => match error.take() {
+                Some(error) => Poll::Ready(Err(error)),
+                // Polled after it finished.
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Called { .. } => "called",
+            State::Done { error: Some(_) } => "refused",
+            State::Done { error: None } => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}

@@ -1,0 +1,87 @@
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+use tokio::time::Instant;
+use tower_layer::Layer;
+
+use super::state::Core;
+use super::{CircuitBreaker, CircuitBreakerService, State};
+use crate::budget::{Cache, Registry};
+
+/// Applies [`CircuitBreakerService`] to a service: refuses calls to an origin whose
+/// breaker is open, and records one outcome per call.
+///
+/// Clones of the layer, and every service it makes, share the breakers.
+#[derive(Clone)]
+pub struct CircuitBreakerLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: Arc<CircuitBreaker>,
+    pub(crate) breakers: Registry<Core>,
+}
+
+impl Shared {
+    pub(crate) fn breaker(&self, head: &Parts, cache: &mut Cache<Core>) -> Arc<Core> {
+        self.breakers
+            .get(head, cache, |label| Core::new(self.config.clone(), label))
+    }
+}
+
+impl CircuitBreakerLayer {
+    /// A layer with these settings; its breakers are created as calls arrive.
+    pub fn new(config: CircuitBreaker) -> Self {
+        let config = Arc::new(config);
+        let breakers = Registry::new(config.partition.clone(), |label| {
+            Core::new(config.clone(), label)
+        });
+        CircuitBreakerLayer {
+            shared: Arc::new(Shared { config, breakers }),
+        }
+    }
+
+    /// The settings the layer applies.
+    pub fn config(&self) -> &CircuitBreaker {
+        &self.shared.config
+    }
+
+    /// The state of the breaker that a call with this request head goes through
+    /// (created, closed, if it is new): for metrics and tests.
+    ///
+    /// An open breaker whose cooldown has ended reads [`State::Open`] until a call
+    /// arrives and becomes its probe.
+    pub fn state(&self, head: &Parts) -> State {
+        self.shared.breaker(head, &mut Cache::new()).state()
+    }
+
+    /// When the breaker that a call with this request head goes through lets its
+    /// next probe through; `None` unless it is open.
+    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        self.shared.breaker(head, &mut Cache::new()).next_probe_at()
+    }
+}
+
+impl Default for CircuitBreakerLayer {
+    /// [`CircuitBreaker::default()`], one breaker per origin.
+    fn default() -> Self {
+        CircuitBreakerLayer::new(CircuitBreaker::default())
+    }
+}
+
+impl<S> Layer<S> for CircuitBreakerLayer {
+    type Service = CircuitBreakerService<S>;
+
+    fn layer(&self, inner: S) -> CircuitBreakerService<S> {
+        CircuitBreakerService::from_shared(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for CircuitBreakerLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayer")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}

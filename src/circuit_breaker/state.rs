@@ -1,0 +1,430 @@
+//! The breaker's state machine: one atomic word, moved by compare-and-swap.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::CircuitBreaker;
+use crate::budget::window::Ring;
+use crate::budget::Entry;
+use crate::policy::Breaker;
+
+/// The state of a circuit breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Traffic flows; outcomes are counted.
+    Closed,
+    /// Calls are refused at once until the cooldown ends.
+    Open,
+    /// A few probe calls are let through to test the upstream; the others are
+    /// refused.
+    HalfOpen,
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            State::Closed => "closed",
+            State::Open => "open",
+            State::HalfOpen => "half-open",
+        })
+    }
+}
+
+// The layout of the state word:
+//
+// | bits   | Closed | Open                      | HalfOpen                |
+// |--------|--------|---------------------------|-------------------------|
+// | 0..2   | 0      | 1                         | 2                       |
+// | 2..6   | 0      | failed probes in a row    | failed probes in a row  |
+// | 6..24  | generation (wrapping)                                        |
+// | 24..64 | 0      | end of cooldown, ms since the breaker's origin | 24..40 probes in flight, 40..56 probes succeeded |
+//
+// Every transition changes the generation, so an outcome can tell whether the
+// state it was admitted in is still the current one.
+const KIND_MASK: u64 = 0b11;
+const CLOSED: u64 = 0;
+const OPEN: u64 = 1;
+const HALF_OPEN: u64 = 2;
+const LEVEL_SHIFT: u32 = 2;
+const LEVEL_MAX: u32 = 15;
+const GEN_SHIFT: u32 = 6;
+const GEN_MASK: u64 = (1 << 18) - 1;
+const PAYLOAD_SHIFT: u32 = 24;
+const UNTIL_MAX: u64 = (1 << 40) - 1;
+const COUNT_MASK: u64 = 0xFFFF;
+const SUCCEEDED_SHIFT: u32 = 40;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Word(u64);
+
+impl Word {
+    fn kind(self) -> u64 {
+        self.0 & KIND_MASK
+    }
+    fn level(self) -> u32 {
+        ((self.0 >> LEVEL_SHIFT) & 0xF) as u32
+    }
+    fn gen(self) -> u32 {
+        ((self.0 >> GEN_SHIFT) & GEN_MASK) as u32
+    }
+    fn next_gen(self) -> u32 {
+        ((u64::from(self.gen()) + 1) & GEN_MASK) as u32
+    }
+    fn until_ms(self) -> u64 {
+        self.0 >> PAYLOAD_SHIFT
+    }
+    fn in_flight(self) -> u32 {
+        ((self.0 >> PAYLOAD_SHIFT) & COUNT_MASK) as u32
+    }
+    fn succeeded(self) -> u32 {
+        ((self.0 >> SUCCEEDED_SHIFT) & COUNT_MASK) as u32
+    }
+    fn head(kind: u64, level: u32, gen: u32) -> u64 {
+        kind | (u64::from(level.min(LEVEL_MAX)) << LEVEL_SHIFT) | (u64::from(gen) << GEN_SHIFT)
+    }
+    fn closed(gen: u32) -> Word {
+        Word(Word::head(CLOSED, 0, gen))
+    }
+    fn open(gen: u32, level: u32, until_ms: u64) -> Word {
+        Word(Word::head(OPEN, level, gen) | (until_ms.min(UNTIL_MAX) << PAYLOAD_SHIFT))
+    }
+    fn half_open(gen: u32, level: u32, in_flight: u32, succeeded: u32) -> Word {
+        Word(
+            Word::head(HALF_OPEN, level, gen)
+                | (u64::from(in_flight) << PAYLOAD_SHIFT)
+                | (u64::from(succeeded) << SUCCEEDED_SHIFT),
+        )
+    }
+    fn state(self) -> State {
+        match self.kind() {
+            CLOSED => State::Closed,
+            OPEN => State::Open,
+            _ => State::HalfOpen,
+        }
+    }
+}
+
+/// What a call was admitted as: the generation of the state that admitted it, and
+/// whether it holds a probe slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    gen: u32,
+    pub(crate) probe: bool,
+}
+
+/// One bit of a window slot counts a failure, the upper half counts a call.
+const CALL: u64 = 1 << 32;
+const FAILURES_MASK: u64 = CALL - 1;
+
+/// The shared state of one breaker (one origin's, by default).
+pub(crate) struct Core {
+    pub(crate) config: Arc<CircuitBreaker>,
+    /// A name for logs: scheme, host and port.
+    label: String,
+    origin: Instant,
+    word: AtomicU64,
+    /// Failed calls in a row while closed.
+    run: AtomicU32,
+    /// Calls and failures while closed, per slot.
+    window: Ring,
+}
+
+impl Core {
+    pub(crate) fn new(config: Arc<CircuitBreaker>, label: String) -> Self {
+        Core {
+            window: Ring::new(config.window),
+            config,
+            label,
+            origin: Instant::now(),
+            word: AtomicU64::new(Word::closed(0).0),
+            run: AtomicU32::new(0),
+        }
+    }
+
+    fn load(&self) -> Word {
+        Word(self.word.load(Ordering::Acquire))
+    }
+
+    fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
+        self.word
+            .compare_exchange(current.0, new.0, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(Word)
+    }
+
+    fn nanos(&self, now: Instant) -> u64 {
+        let d = now.saturating_duration_since(self.origin);
+        d.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos()))
+    }
+
+    fn instant_of_ms(&self, ms: u64) -> Instant {
+        self.origin + Duration::from_millis(ms)
+    }
+
+    /// The end of a cooldown starting at `now` after `level` failed probes in a
+    /// row, in whole milliseconds since the origin (rounded up, so never early).
+    fn cooldown_end(&self, now: Instant, level: u32) -> u64 {
+        let base = self.config.cooldown_at(level);
+        let jitter = self.config.jitter;
+        let cooldown = if jitter > 0.0 {
+            base.mul_f64(rand::rng().random_range(1.0 - jitter..=1.0 + jitter))
+        } else {
+            base
+        };
+        let end = self
+            .nanos(now)
+            .saturating_add(u64::try_from(cooldown.as_nanos()).unwrap_or(u64::MAX));
+        end.div_ceil(1_000_000)
+    }
+
+    /// The current state (an open breaker whose cooldown is over still reads
+    /// `Open` until a call arrives).
+    pub(crate) fn state(&self) -> State {
+        self.load().state()
+    }
+
+    /// When an open breaker will let the next probe through.
+    pub(crate) fn next_probe_at(&self) -> Option<Instant> {
+        let w = self.load();
+        (w.kind() == OPEN).then(|| self.instant_of_ms(w.until_ms()))
+    }
+
+    /// Admits a call, or refuses it with the time the next probe is allowed
+    /// (`None` when half-open probes are in flight).
+    pub(crate) fn admit(&self) -> Result<Ticket, Option<Instant>> {
+        let mut w = self.load();
+        let mut now = None;
+        loop {
+            match w.kind() {
+                CLOSED => {
+                    return Ok(Ticket {
+                        gen: w.gen(),
+                        probe: false,
+                    })
+                }
+                OPEN => {
+                    let now = *now.get_or_insert_with(Instant::now);
+                    let until = w.until_ms();
+                    if self.nanos(now) < until.saturating_mul(1_000_000) {
+                        return Err(Some(self.instant_of_ms(until)));
+                    }
+                    // The cooldown is over: this call is the first probe.
+                    let gen = w.next_gen();
+                    match self.cas(w, Word::half_open(gen, w.level(), 1, 0)) {
+                        Ok(()) => {
+                            tracing::debug!(origin = %self.label, "circuit half-open");
+                            return Ok(Ticket { gen, probe: true });
+                        }
+                        Err(actual) => w = actual,
+                    }
+                }
+                _ => {
+                    let (in_flight, succeeded) = (w.in_flight(), w.succeeded());
+                    if in_flight + succeeded >= self.config.probes {
+                        return Err(None);
+                    }
+                    let next = Word::half_open(w.gen(), w.level(), in_flight + 1, succeeded);
+                    match self.cas(w, next) {
+                        Ok(()) => {
+                            return Ok(Ticket {
+                                gen: w.gen(),
+                                probe: true,
+                            })
+                        }
+                        Err(actual) => w = actual,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records the final outcome of an admitted call.
+    pub(crate) fn record(&self, ticket: Ticket, failed: bool) {
+        if ticket.probe {
+            self.record_probe(ticket.gen, failed);
+        } else {
+            self.record_closed(ticket.gen, failed);
+        }
+    }
+
+    fn record_closed(&self, gen: u32, failed: bool) {
+        let w = self.load();
+        if w.kind() != CLOSED || w.gen() != gen {
+            // The breaker opened since the call was admitted: its outcome is old news.
+            return;
+        }
+        let now = Instant::now();
+        let slot = self.window.current(now, drop);
+        slot.fetch_add(CALL | u64::from(failed), Ordering::Relaxed);
+        if !failed {
+            if self.run.load(Ordering::Relaxed) != 0 {
+                self.run.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let run = self.run.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let config = &*self.config;
+        let mut trip = config.consecutive_failures != 0 && run >= config.consecutive_failures;
+        if !trip {
+            let (calls, failures) = self.window.values().fold((0u64, 0u64), |(c, f), v| {
+                (c + (v >> 32), f + (v & FAILURES_MASK))
+            });
+            trip = calls >= u64::from(config.min_calls)
+                && failures.saturating_mul(1_000_000) >= config.ratio_ppm.saturating_mul(calls);
+        }
+        if trip {
+            let until = self.cooldown_end(now, 0);
+            if self.cas(w, Word::open(w.next_gen(), 0, until)).is_ok() {
+                tracing::info!(
+                    origin = %self.label,
+                    cooldown_ms = until.saturating_sub(self.nanos(now) / 1_000_000),
+                    "circuit opened"
+                );
+            }
+        }
+    }
+
+    fn record_probe(&self, gen: u32, failed: bool) {
+        let mut w = self.load();
+        let mut now = None;
+        let mut until = None;
+        loop {
+            if w.kind() != HALF_OPEN || w.gen() != gen || w.in_flight() == 0 {
+                return;
+            }
+            let next = if failed {
+                let now = *now.get_or_insert_with(Instant::now);
+                let level = (w.level() + 1).min(LEVEL_MAX);
+                let until = *until.get_or_insert_with(|| self.cooldown_end(now, level));
+                Word::open(w.next_gen(), level, until)
+            } else if w.succeeded() + 1 >= self.config.probes {
+                Word::closed(w.next_gen())
+            } else {
+                Word::half_open(gen, w.level(), w.in_flight() - 1, w.succeeded() + 1)
+            };
+            match self.cas(w, next) {
+                Ok(()) => {
+                    match next.kind() {
+                        OPEN => tracing::info!(
+                            origin = %self.label,
+                            failed_probes = next.level(),
+                            "circuit opened again: a probe failed"
+                        ),
+                        CLOSED => {
+                            // A fresh start: what was counted before the breaker
+                            // opened says nothing about the recovered upstream.
+                            self.window.clear();
+                            self.run.store(0, Ordering::Relaxed);
+                            tracing::info!(origin = %self.label, "circuit closed");
+                        }
+                        _ => {}
+                    }
+                    return;
+                }
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// Gives back the probe slot of a call dropped before its outcome.
+    pub(crate) fn release(&self, ticket: Ticket) {
+        if !ticket.probe {
+            return;
+        }
+        let mut w = self.load();
+        loop {
+            if w.kind() != HALF_OPEN || w.gen() != ticket.gen || w.in_flight() == 0 {
+                return;
+            }
+            let next = Word::half_open(w.gen(), w.level(), w.in_flight() - 1, w.succeeded());
+            match self.cas(w, next) {
+                Ok(()) => return,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+}
+
+impl Breaker for Core {
+    /// Retries flow only while the breaker is closed: a half-open breaker's probe
+    /// is one test of the upstream, not a sequence of attempts.
+    fn allows_retry(&self) -> bool {
+        self.load().kind() == CLOSED
+    }
+}
+
+impl Entry for Core {
+    fn is_idle(&self, now: Instant) -> bool {
+        self.load().kind() == CLOSED
+            && self.run.load(Ordering::Relaxed) == 0
+            && self.window.is_expired(now)
+    }
+}
+
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("origin", &self.label)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core(config: CircuitBreaker) -> Core {
+        Core::new(Arc::new(config), "test".to_owned())
+    }
+
+    #[test]
+    fn words_round_trip() {
+        let w = Word::open(GEN_MASK as u32, 15, UNTIL_MAX);
+        assert_eq!(
+            (w.kind(), w.gen(), w.level(), w.until_ms()),
+            (OPEN, GEN_MASK as u32, 15, UNTIL_MAX)
+        );
+        assert_eq!(w.next_gen(), 0);
+        let w = Word::half_open(7, 3, 1000, 999);
+        assert_eq!(
+            (w.kind(), w.gen(), w.level(), w.in_flight(), w.succeeded()),
+            (HALF_OPEN, 7, 3, 1000, 999)
+        );
+        assert_eq!(Word::closed(5).state(), State::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn trips_on_consecutive_failures_then_probes() {
+        let b = core(
+            CircuitBreaker::builder()
+                .consecutive_failures(3)
+                .jitter(0.0)
+                .cooldown(Duration::from_secs(1))
+                .build()
+                .unwrap(),
+        );
+        for _ in 0..3 {
+            let t = b.admit().unwrap();
+            b.record(t, true);
+        }
+        assert_eq!(b.state(), State::Open);
+        let at = b.admit().unwrap_err().unwrap();
+        assert_eq!(at, b.origin + Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let probe = b.admit().unwrap();
+        assert!(probe.probe);
+        assert_eq!(b.admit(), Err(None));
+        assert!(!b.allows_retry());
+        b.record(probe, false);
+        assert_eq!(b.state(), State::Closed);
+        assert!(b.allows_retry());
+    }
+}
