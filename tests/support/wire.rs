@@ -1,0 +1,137 @@
+//! Clients over real loopback upstreams from `backstop::test_util`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use backstop::test_util::Protocol;
+use backstop::{BoxError, ReplayBody};
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+
+pub const BOTH: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
+
+/// The body type every wire test sends.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A hyper-util client declared for backstop's replay body.
+pub type Transport = Client<HttpConnector, ReplayBody<Body>>;
+
+pub fn transport(protocol: Protocol) -> Transport {
+    let mut builder = Client::builder(TokioExecutor::new());
+    if protocol == Protocol::Http2 {
+        builder.http2_only(true);
+    }
+    builder.build_http()
+}
+
+/// Runs a test body with a deadline, so that nothing can hang the suite.
+pub async fn within_10s<T>(body: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), body)
+        .await
+        .expect("test timed out")
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|e| match e {}).boxed()
+}
+
+pub fn empty() -> Body {
+    full(Bytes::new())
+}
+
+/// A body of unknown length fed chunk by chunk through the returned sender.
+pub fn channel() -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, BoxError>(http_body::Frame::data(chunk)), rx))
+    });
+    (tx, StreamBody::new(stream).boxed())
+}
+
+/// What a [`FaultyConnector`] does with one connect.
+#[derive(Clone, Copy, Debug)]
+pub enum Connect {
+    /// Connect normally.
+    Ok,
+    /// Fail at once as a refused connection.
+    Refuse,
+    /// Connect after this delay.
+    Delay(Duration),
+}
+
+/// An `HttpConnector` whose connects follow a script (then connect normally): faults
+/// that happen before any byte of a request is written.
+#[derive(Clone)]
+pub struct FaultyConnector {
+    inner: HttpConnector,
+    script: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Connect>>>,
+    decide: Option<std::sync::Arc<dyn Fn() -> Connect + Send + Sync>>,
+}
+
+impl FaultyConnector {
+    pub fn new(script: impl IntoIterator<Item = Connect>) -> Self {
+        let mut inner = HttpConnector::new();
+        inner.set_nodelay(true);
+        FaultyConnector {
+            inner,
+            script: std::sync::Arc::new(std::sync::Mutex::new(script.into_iter().collect())),
+            decide: None,
+        }
+    }
+
+    /// Decides each connect with `decide` once the script is used up.
+    pub fn then(mut self, decide: impl Fn() -> Connect + Send + Sync + 'static) -> Self {
+        self.decide = Some(std::sync::Arc::new(decide));
+        self
+    }
+}
+
+impl tower::Service<http::Uri> for FaultyConnector {
+    type Response = <HttpConnector as tower::Service<http::Uri>>::Response;
+    type Error = BoxError;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        tower::Service::poll_ready(&mut self.inner, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let next = self.script.lock().unwrap().pop_front();
+        let fault = next.unwrap_or_else(|| self.decide.as_ref().map_or(Connect::Ok, |d| d()));
+        let connecting = tower::Service::call(&mut self.inner, uri);
+        Box::pin(async move {
+            match fault {
+                Connect::Ok => {}
+                Connect::Refuse => {
+                    return Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
+                }
+                Connect::Delay(d) => tokio::time::sleep(d).await,
+            }
+            connecting.await.map_err(Into::into)
+        })
+    }
+}
+
+/// A hyper-util client over a [`FaultyConnector`], declared for backstop's replay body.
+pub fn faulty_transport(
+    protocol: Protocol,
+    connector: FaultyConnector,
+    pooled: bool,
+) -> Client<FaultyConnector, ReplayBody<Body>> {
+    let mut builder = Client::builder(TokioExecutor::new());
+    if protocol == Protocol::Http2 {
+        builder.http2_only(true);
+    }
+    if !pooled {
+        builder.pool_max_idle_per_host(0);
+    }
+    builder.build(connector)
+}
