@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use support::wire::{channel, empty, full, transport, within_10s, Body, BOTH};
+use support::wire::{channel, empty, full, probed_channel, transport, within_10s, Body, BOTH};
 use tower::{Layer, ServiceExt};
 
 async fn upstream(protocol: Protocol, script: Vec<Step>) -> Upstream {
@@ -405,6 +405,52 @@ async fn the_final_response_body_is_intact() {
                 .unwrap();
             let body = res.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body, "payload");
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn scenario_3_an_early_503_then_a_reset_mid_upload_is_retried_whole() {
+    within_10s(async {
+        for protocol in BOTH {
+            // The server answers 503 as soon as the head arrives, then stops the upload
+            // (HTTP/2: RST_STREAM NO_ERROR; HTTP/1.1: the connection closes).
+            let up = upstream(
+                protocol,
+                vec![Reply::status(503).before_body().into(), Reply::ok().into()],
+            )
+            .await;
+            let (tx, body, mut dropped) = probed_channel();
+            let feed = tokio::spawn(async move {
+                for i in 0..16u8 {
+                    if tx.send(Bytes::from(vec![b'a' + i; 2048])).await.is_err() {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            });
+            let res = send(protocol, quick(), request(Method::PUT, &up, body))
+                .await
+                .unwrap();
+            feed.await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
+            let seen = up.requests();
+            assert_eq!(seen.len(), 2, "{protocol:?}");
+            assert!(!seen[0].processed());
+            let want: Vec<u8> = (0..16u8).flat_map(|i| vec![b'a' + i; 2048]).collect();
+            assert_eq!(
+                seen[1].body, want,
+                "{protocol:?}: the retry carries the whole body"
+            );
+            // No leak: once the call is over, every reader of the body is gone, and the
+            // original body with them (hyper may drop an attempt's body on its
+            // connection task a moment later).
+            drop(res);
+            tokio::time::timeout(Duration::from_secs(2), dropped.wait_for(|gone| *gone))
+                .await
+                .expect("the request body was released")
+                .unwrap();
         }
     })
     .await

@@ -217,6 +217,7 @@ pub struct Reply {
     body: Bytes,
     delay: Option<Duration>,
     stall: Stall,
+    early: bool,
     invalid: Option<String>,
 }
 
@@ -238,6 +239,7 @@ impl Reply {
             body: Bytes::new(),
             delay: None,
             stall: Stall::No,
+            early: false,
             invalid,
         }
     }
@@ -268,6 +270,15 @@ impl Reply {
     /// Waits this long after reading the request body, before sending the response head.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Answers as soon as the request head arrives, without reading the request body
+    /// (the request is not processed). On HTTP/2 the stream is then reset with
+    /// `NO_ERROR` while the client may still be sending (RFC 9113 §8.1); on HTTP/1.1
+    /// the connection is closed after the response.
+    pub fn before_body(mut self) -> Self {
+        self.early = true;
         self
     }
 

@@ -165,7 +165,9 @@ async fn h1_request(
     };
     match step {
         Step::Reply(reply) => {
-            body.read(shared, slot, None).await.map_err(|()| abort())?;
+            if !reply.early {
+                body.read(shared, slot, None).await.map_err(|()| abort())?;
+            }
             if let Some(delay) = reply.delay {
                 tokio::time::sleep(delay).await;
             }
@@ -363,6 +365,24 @@ async fn h2_stream(
     let (slot, step) = shared.begin(&head, id);
     let mut body = RequestBody::H2(body);
     match step {
+        Step::Reply(reply) if reply.early => {
+            // Answer with the body unread, then tell the client to stop sending it.
+            if let Some(delay) = reply.delay {
+                tokio::time::sleep(delay).await;
+            }
+            let head = http::Response::from_parts(reply.head(), ());
+            match respond.send_response(head, reply.body.is_empty()) {
+                Ok(mut stream) => {
+                    if !reply.body.is_empty() {
+                        let _ = stream.send_data(reply.body.clone(), true);
+                    }
+                    stream.send_reset(h2::Reason::NO_ERROR);
+                }
+                Err(_) => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+            }
+            drop(body);
+            Outcome::Done
+        }
         Step::Reply(reply) => {
             if body.read(&shared, slot, None).await.is_err() {
                 respond.send_reset(h2::Reason::CANCEL);

@@ -44,13 +44,37 @@ pub fn empty() -> Body {
 
 /// A body of unknown length fed chunk by chunk through the returned sender.
 pub fn channel() -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
+    let (tx, body, _) = probed_channel();
+    (tx, body)
+}
+
+/// Tells its watchers when it is dropped.
+pub struct DropFlag(tokio::sync::watch::Sender<bool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// [`channel`], and a watch that turns true once the body itself has been dropped.
+pub fn probed_channel() -> (
+    tokio::sync::mpsc::Sender<Bytes>,
+    Body,
+    tokio::sync::watch::Receiver<bool>,
+) {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<_, BoxError>(http_body::Frame::data(chunk)), rx))
+    let (flag, dropped) = tokio::sync::watch::channel(false);
+    let guard = DropFlag(flag);
+    let stream = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        rx.recv().await.map(|chunk| {
+            (
+                Ok::<_, BoxError>(http_body::Frame::data(chunk)),
+                (rx, guard),
+            )
+        })
     });
-    (tx, StreamBody::new(stream).boxed())
+    (tx, StreamBody::new(stream).boxed(), dropped)
 }
 
 /// What a [`FaultyConnector`] does with one connect.
