@@ -5,7 +5,8 @@
 //! The upstream answers a scripted mix: 503s with and without `Retry-After`, 429s,
 //! connections closed without an answer, and slow answers. The same calls go
 //! through a bare hyper-util client and through backstop's `RetryLayer`, and a
-//! table shows what each made of them.
+//! table shows what each made of them. Then three POSTs show which writes are sent
+//! again and which are refused, with the reason.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backstop::policy::{classify_error, History};
-use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{IdempotencyKeyLayer, ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -66,6 +67,79 @@ async fn upstream() -> std::io::Result<Upstream> {
         }
     });
     Ok(Upstream { addr, requests })
+}
+
+/// A payments upstream: it charges once per request it reads, deduplicates by
+/// idempotency key, and misbehaves once per path: `/charges` reads the request and
+/// then loses the answer (the connection closes), `/orders` answers 425 Too Early
+/// (it did not process the request).
+#[derive(Default)]
+struct Payments {
+    charged: AtomicUsize,
+    seen_keys: std::sync::Mutex<Vec<String>>,
+    first_charge: std::sync::atomic::AtomicBool,
+    first_order: std::sync::atomic::AtomicBool,
+}
+
+async fn payments() -> std::io::Result<(SocketAddr, Arc<Payments>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(Payments::default());
+    let shared = state.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let state = shared.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let state = state.clone();
+                    async move { charge(&state, req).await }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((addr, state))
+}
+
+async fn charge(
+    state: &Payments,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    use http_body_util::BodyExt;
+    let path = req.uri().path().to_owned();
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .and_then(|k| k.to_str().ok())
+        .map(str::to_owned);
+    if path == "/orders" && !state.first_order.swap(true, Ordering::SeqCst) {
+        let mut res = Response::new(Full::default());
+        *res.status_mut() = StatusCode::TOO_EARLY;
+        return Ok(res);
+    }
+    // Read the whole request: from here on, it is processed.
+    let _ = req.into_body().collect().await;
+    let repeat = match &key {
+        Some(key) => {
+            let mut seen = state.seen_keys.lock().unwrap();
+            let repeat = seen.contains(key);
+            seen.push(key.clone());
+            repeat
+        }
+        None => false,
+    };
+    if !repeat {
+        state.charged.fetch_add(1, Ordering::SeqCst);
+    }
+    if path == "/charges" && !state.first_charge.swap(true, Ordering::SeqCst) {
+        return Err(std::io::Error::other("the answer is lost"));
+    }
+    let mut res = Response::new(Full::default());
+    *res.status_mut() = StatusCode::CREATED;
+    Ok(res)
 }
 
 async fn answer(fault: &'static str) -> Result<Response<Full<Bytes>>, std::io::Error> {
@@ -231,5 +305,51 @@ async fn main() -> Result<(), BoxError> {
         calls - bare.ok,
         retried.upstream.saturating_sub(retried.calls),
     );
+    writes().await?;
+    Ok(())
+}
+
+/// Writes: which POSTs are safe to send again.
+async fn writes() -> Result<(), BoxError> {
+    println!("\nWrites. A POST is sent again only when that cannot charge twice:");
+    let client = |keys: bool| {
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let policy = RetryPolicy::builder()
+            .backoff(Duration::from_millis(5), Duration::from_millis(20))
+            .build()
+            .expect("a valid policy");
+        ServiceBuilder::new()
+            .option_layer(keys.then(IdempotencyKeyLayer::new))
+            .layer(RetryLayer::new(policy))
+            .layer(ProgressLayer::new())
+            .service(transport)
+    };
+    let cases = [
+        (
+            "/charges",
+            false,
+            "the server read it, then the answer was lost",
+        ),
+        ("/charges", true, "the same, with an idempotency key"),
+        ("/orders", false, "the server answered 425 Too Early"),
+    ];
+    for (path, keys, what) in cases {
+        let (addr, state) = payments().await?;
+        let req = Request::post(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::from_static(b"amount=42")))?;
+        let outcome = match client(keys).oneshot(req).await {
+            Ok(res) => {
+                let attempts = res.extensions().get::<History>().map_or(1, History::len);
+                format!("{} after {attempts} attempt(s)", res.status())
+            }
+            Err(err) => format!("not sent again: {err}"),
+        };
+        println!(
+            "  POST {path:<9} {:<8} {what}:\n      {outcome}; the server charged {} time(s)",
+            if keys { "(key)" } else { "(no key)" },
+            state.charged.load(Ordering::SeqCst),
+        );
+    }
     Ok(())
 }
