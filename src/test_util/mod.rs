@@ -15,6 +15,7 @@
 //! | step | the server… | processed? |
 //! | --- | --- | --- |
 //! | [`Step::Reply`] | reads the whole body, waits [`Reply::delay`], sends the response (optionally stalling its body) | yes |
+//! | [`Step::Reply`] with [`Reply::before_body`] | answers as soon as the head arrived, reading none of the body; HTTP/2 then resets the stream with `NO_ERROR`, HTTP/1.1 closes the connection | no |
 //! | [`Step::RefuseConnection`] | closes the next *accepted connection* before reading anything | no request recorded |
 //! | [`Step::CloseOnHead`] | closes the connection as soon as the request head arrived, reading none of the body | no |
 //! | [`Step::CloseAfterBodyBytes`]`(n)` | reads `n` bytes of the body, then closes the connection without answering | no (unless the body is that short) |
