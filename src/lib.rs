@@ -42,7 +42,7 @@
 //!    │   CircuitBreakerLayer    per origin; one outcome per call
 //!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
-//!        HedgeLayer             extra copies of a slow idempotent attempt           (planned)
+//!        HedgeLayer             extra copies of a slow idempotent attempt
 //!        ProgressLayer          records how far each attempt got onto the wire
 //!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
 //! ```
@@ -109,6 +109,7 @@ pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
 mod error;
+pub mod hedge;
 pub mod idempotency_key;
 pub mod policy;
 #[cfg(feature = "hyper")]
@@ -120,6 +121,7 @@ pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, Partition, RetryBudget};
 pub use circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
 pub use error::{Error, TimedOut};
+pub use hedge::{Hedge, HedgeLayer};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]

@@ -1,0 +1,394 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+
+use super::estimate::{Adaptive, Estimators};
+use crate::policy::{is_idempotent, InvalidConfig, RetryPolicy};
+
+/// Hedge at most this many extra copies per request.
+const MAX_EXTRA_LIMIT: u32 = 8;
+
+/// What to hedge and when: the hedge layer's configuration.
+///
+/// | setting | default | why |
+/// |---|---|---|
+/// | delay | adaptive: the p95 latency of the origin | hedging the slowest 5 % of requests costs about 5 % more load (Tail at Scale) |
+/// | fallback delay | 100 ms | used until an origin has `min_samples` recent latencies |
+/// | `min_samples` | 50 | a p95 over fewer samples moves with every slow one; 50 puts at least two above it |
+/// | `window` | 10 s | the percentile covers the last 10 to 20 s, so it follows a change of load within seconds |
+/// | `max_extra` | 1 | one extra copy removes most of a tail whose slow requests are independent |
+/// | methods | GET, HEAD, OPTIONS, TRACE, PUT, DELETE | RFC 9110's idempotent methods; any request with an idempotency key is hedged too |
+/// | policy | [`RetryPolicy::default()`] | which failures leave the other copies running, and the least time worth starting a copy with |
+///
+/// Clones share the latency estimates, so one `Hedge` given to several layers or
+/// services learns from all their requests.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::hedge::Hedge;
+/// use http::Method;
+///
+/// // A second copy of any idempotent request still unanswered after 50 ms.
+/// let fixed = Hedge::after(Duration::from_millis(50));
+///
+/// // Up to two copies, each after the origin's p99, only for reads.
+/// let adaptive = Hedge::builder()
+///     .adaptive(Duration::from_millis(80))
+///     .percentile(0.99)
+///     .max_extra(2)
+///     .methods([Method::GET, Method::HEAD])
+///     .build()?;
+///
+/// // Hedging a POST without an idempotency key is refused.
+/// assert!(Hedge::builder().methods([Method::GET, Method::POST]).build().is_err());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone)]
+pub struct Hedge {
+    pub(super) delay: Delay,
+    pub(super) max_extra: u32,
+    /// The methods hedged without a key; all idempotent.
+    methods: Option<Arc<[Method]>>,
+    pub(super) policy: Arc<RetryPolicy>,
+}
+
+#[derive(Clone)]
+pub(super) enum Delay {
+    Fixed(Duration),
+    Adaptive(Arc<Estimators>),
+}
+
+const DEFAULT_FALLBACK: Duration = Duration::from_millis(100);
+
+fn default_adaptive(fallback: Duration) -> Adaptive {
+    Adaptive {
+        percentile: 0.95,
+        fallback,
+        min_samples: 50,
+        window: Duration::from_secs(10),
+    }
+}
+
+impl Default for Hedge {
+    /// The adaptive default: the origin's p95, 100 ms until it is known.
+    fn default() -> Self {
+        Hedge::adaptive(DEFAULT_FALLBACK)
+    }
+}
+
+impl Hedge {
+    /// Hedges a request still unanswered after `delay`, with the other defaults.
+    ///
+    /// A zero delay sends every copy at once, doubling the load; the retry budget,
+    /// when there is one, still limits it.
+    pub fn after(delay: Duration) -> Self {
+        Hedge {
+            delay: Delay::Fixed(delay),
+            ..Hedge::default()
+        }
+    }
+
+    /// Hedges a request still unanswered after the p95 latency of its origin,
+    /// measured over the last 10 to 20 s; until an origin has 50 recent
+    /// samples, after `fallback`.
+    pub fn adaptive(fallback: Duration) -> Self {
+        Hedge {
+            delay: Delay::Adaptive(Arc::new(Estimators::new(default_adaptive(fallback)))),
+            max_extra: 1,
+            methods: None,
+            policy: Arc::new(RetryPolicy::default()),
+        }
+    }
+
+    /// A builder starting from the [defaults](Hedge#impl-Default-for-Hedge).
+    pub fn builder() -> HedgeBuilder {
+        HedgeBuilder {
+            delay: BuilderDelay::Adaptive(default_adaptive(DEFAULT_FALLBACK)),
+            max_extra: 1,
+            methods: None,
+            policy: RetryPolicy::default(),
+            min_samples_set: false,
+            error: None,
+        }
+    }
+
+    /// The most extra copies sent per request.
+    pub fn max_extra(&self) -> u32 {
+        self.max_extra
+    }
+
+    /// The policy whose ladder classifies each copy's outcome.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// Whether `method` is hedged without an idempotency key.
+    pub fn hedges_method(&self, method: &Method) -> bool {
+        match &self.methods {
+            None => is_idempotent(method),
+            Some(list) => list.contains(method),
+        }
+    }
+}
+
+impl fmt::Debug for Hedge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Hedge");
+        match &self.delay {
+            Delay::Fixed(delay) => d.field("delay", delay),
+            Delay::Adaptive(estimators) => d.field("delay", estimators),
+        };
+        d.field("max_extra", &self.max_extra)
+            .field("methods", &self.methods)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum BuilderDelay {
+    Fixed(Duration),
+    Adaptive(Adaptive),
+}
+
+/// Builds a [`Hedge`], checking every setting.
+///
+/// Setters never fail; the first invalid value is reported by
+/// [`build`](HedgeBuilder::build).
+#[derive(Clone, Debug)]
+pub struct HedgeBuilder {
+    delay: BuilderDelay,
+    max_extra: u32,
+    methods: Option<Vec<Method>>,
+    policy: RetryPolicy,
+    /// `min_samples` was set, so it is not raised to suit the percentile.
+    min_samples_set: bool,
+    error: Option<InvalidConfig>,
+}
+
+impl HedgeBuilder {
+    fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.error.is_none() {
+            self.error = Some(InvalidConfig::new(setting, problem));
+        }
+    }
+
+    fn adaptive_mut(&mut self, setting: &'static str) -> Option<&mut Adaptive> {
+        if let BuilderDelay::Fixed(_) = self.delay {
+            self.fail(
+                setting,
+                "applies to an adaptive delay, and the delay is fixed".to_owned(),
+            );
+        }
+        match &mut self.delay {
+            BuilderDelay::Adaptive(a) => Some(a),
+            BuilderDelay::Fixed(_) => None,
+        }
+    }
+
+    /// A fixed delay: a copy is sent when the request is still unanswered after
+    /// `delay`, the next one `delay` later.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = BuilderDelay::Fixed(delay);
+        self
+    }
+
+    /// An adaptive delay (the default): a latency percentile of the request's
+    /// origin, and `fallback` until the origin has enough recent samples.
+    pub fn adaptive(mut self, fallback: Duration) -> Self {
+        match &mut self.delay {
+            BuilderDelay::Adaptive(a) => a.fallback = fallback,
+            BuilderDelay::Fixed(_) => {
+                self.delay = BuilderDelay::Adaptive(default_adaptive(fallback));
+            }
+        }
+        self
+    }
+
+    /// The latency percentile of an adaptive delay, from 0.5 to 0.999 (default
+    /// 0.95). A request slower than this fraction of its origin's recent requests
+    /// is hedged, so about `1 - percentile` of the requests are sent again.
+    pub fn percentile(mut self, percentile: f64) -> Self {
+        if !(0.5..=0.999).contains(&percentile) {
+            self.fail(
+                "percentile",
+                format!("must be between 0.5 and 0.999, got {percentile}"),
+            );
+        }
+        if let Some(a) = self.adaptive_mut("percentile") {
+            a.percentile = percentile;
+        }
+        self
+    }
+
+    /// Recent samples an origin needs before its percentile replaces the fallback
+    /// delay: at most 100 000, and at least `1 / (1 - percentile)` so that some
+    /// samples lie above the percentile. The default is 50, or that least number
+    /// when it is larger (100 for a p99).
+    pub fn min_samples(mut self, n: u32) -> Self {
+        self.min_samples_set = true;
+        if !(1..=100_000).contains(&n) {
+            self.fail(
+                "min_samples",
+                format!("must be between 1 and 100000, got {n}"),
+            );
+        }
+        if let Some(a) = self.adaptive_mut("min_samples") {
+            a.min_samples = n;
+        }
+        self
+    }
+
+    /// How long a window of samples lasts (from 100 ms to one hour; default 10 s).
+    /// The percentile is read over the current window and the one before it.
+    pub fn window(mut self, window: Duration) -> Self {
+        if window < Duration::from_millis(100) || window > Duration::from_secs(3600) {
+            self.fail(
+                "window",
+                format!("must be between 100 ms and one hour, got {window:?}"),
+            );
+        }
+        if let Some(a) = self.adaptive_mut("window") {
+            a.window = window;
+        }
+        self
+    }
+
+    /// The most extra copies per request, 1 to 8 (default 1). Each is sent one
+    /// delay after the one before.
+    pub fn max_extra(mut self, n: u32) -> Self {
+        if !(1..=MAX_EXTRA_LIMIT).contains(&n) {
+            self.fail(
+                "max_extra",
+                format!("must be between 1 and {MAX_EXTRA_LIMIT}, got {n}"),
+            );
+        }
+        self.max_extra = n;
+        self
+    }
+
+    /// Replaces the methods hedged without an idempotency key (RFC 9110's
+    /// idempotent methods by default), for example to hedge only reads. Every
+    /// method must be idempotent: a POST or PATCH is hedged only when it carries
+    /// an idempotency key, whatever this says.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods: Vec<Method> = methods.into_iter().collect();
+        if let Some(m) = methods.iter().find(|m| !is_idempotent(m)) {
+            self.fail(
+                "methods",
+                format!(
+                    "{m} is not idempotent: a copy could be processed twice; \
+                     it is hedged only when it carries an idempotency key"
+                ),
+            );
+        }
+        self.methods = Some(methods);
+        self
+    }
+
+    /// The policy whose decision ladder classifies each copy's outcome (which
+    /// statuses are retryable failures that leave the other copies running, the
+    /// idempotency-key header) and whose minimum attempt time is the least time
+    /// before the call's deadline worth sending a copy with. Its attempts,
+    /// backoff and timeouts are not used here.
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The configuration, or the first invalid setting.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it: a number out
+    /// of range, a non-idempotent method in [`methods`](HedgeBuilder::methods),
+    /// or too few `min_samples` for the percentile.
+    pub fn build(self) -> Result<Hedge, InvalidConfig> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        let delay = match self.delay {
+            BuilderDelay::Fixed(d) => Delay::Fixed(d),
+            BuilderDelay::Adaptive(mut a) => {
+                let needed = (1.0 / (1.0 - a.percentile)).round() as u32;
+                if !self.min_samples_set {
+                    a.min_samples = a.min_samples.max(needed);
+                }
+                if a.min_samples < needed {
+                    return Err(InvalidConfig::new(
+                        "min_samples",
+                        format!(
+                            "{} samples cannot tell a p{} apart; at least {needed} are needed",
+                            a.min_samples,
+                            a.percentile * 100.0
+                        ),
+                    ));
+                }
+                Delay::Adaptive(Arc::new(Estimators::new(a)))
+            }
+        };
+        Ok(Hedge {
+            delay,
+            max_extra: self.max_extra,
+            methods: self.methods.map(Arc::from),
+            policy: Arc::new(self.policy),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let cases: Vec<(HedgeBuilder, &str)> = vec![
+            (Hedge::builder().max_extra(0), "max_extra"),
+            (Hedge::builder().max_extra(9), "max_extra"),
+            (Hedge::builder().percentile(0.2), "percentile"),
+            (Hedge::builder().percentile(1.0), "percentile"),
+            (Hedge::builder().percentile(f64::NAN), "percentile"),
+            (Hedge::builder().min_samples(0), "min_samples"),
+            (Hedge::builder().window(Duration::ZERO), "window"),
+            (
+                Hedge::builder()
+                    .after(Duration::from_millis(5))
+                    .percentile(0.9),
+                "percentile",
+            ),
+            (
+                Hedge::builder().percentile(0.99).min_samples(50),
+                "min_samples",
+            ),
+            (Hedge::builder().methods([Method::POST]), "methods"),
+            (
+                Hedge::builder().methods([Method::GET, Method::PATCH]),
+                "methods",
+            ),
+            (
+                Hedge::builder().methods([Method::from_bytes(b"PURGE").unwrap()]),
+                "methods",
+            ),
+        ];
+        for (builder, setting) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.setting(), setting, "{err}");
+        }
+    }
+
+    #[test]
+    fn defaults_hedge_idempotent_methods() {
+        let h = Hedge::default();
+        assert_eq!(h.max_extra(), 1);
+        for m in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE] {
+            assert!(h.hedges_method(&m), "{m}");
+        }
+        assert!(!h.hedges_method(&Method::POST));
+        assert!(!h.hedges_method(&Method::PATCH));
+        let reads = Hedge::builder().methods([Method::GET]).build().unwrap();
+        assert!(!reads.hedges_method(&Method::PUT));
+    }
+}

@@ -1,0 +1,417 @@
+//! The adaptive hedge delay: a latency percentile per origin over a recent window.
+//!
+//! Each origin (scheme + authority) has an [`Estimator`]: two log-linear histograms
+//! of atomic counters, the window being written and the one before it, rotated
+//! every `window`. The percentile is read over both, so a full window is always in
+//! view once warmed up. Recording is a few relaxed atomic adds; the percentile is
+//! computed every [`RECOMPUTE_EVERY`] samples (or [`RECOMPUTE_AFTER`] of time, or
+//! at a rotation) and cached in an atomic, so reading the delay is one load.
+//!
+//! Finding an origin's estimator takes a thread-local cache first; only a thread's
+//! first request to an origin takes the registry's lock.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use http::Request;
+use tokio::time::Instant;
+
+/// Linear sub-buckets per power of two: 16, so a bucket is at most 6.25 % wide.
+const SUB_BITS: u32 = 4;
+const SUB: usize = 1 << SUB_BITS;
+/// The largest power of two with its own buckets: 2^27 µs, about 134 s. Longer
+/// latencies share the last bucket.
+const MAX_EXP: u32 = 27;
+const BUCKETS: usize = SUB + (MAX_EXP - SUB_BITS + 1) as usize * SUB;
+
+/// The cached percentile is recomputed after this many samples…
+pub(super) const RECOMPUTE_EVERY: u32 = 16;
+/// …or when this much time passed since the last computation.
+pub(super) const RECOMPUTE_AFTER: Duration = Duration::from_millis(100);
+
+/// The most origins one configuration keeps estimates for; further origins use the
+/// fallback delay. It bounds memory (about 3 KiB per origin) for a client that
+/// talks to very many hosts.
+const MAX_ORIGINS: usize = 1024;
+/// The most entries of a thread's cache of estimators.
+const MAX_CACHED: usize = 256;
+
+/// The histogram bucket of a latency in microseconds.
+fn bucket(us: u64) -> usize {
+    if us < SUB as u64 {
+        return us as usize;
+    }
+    let exp = 63 - us.leading_zeros();
+    if exp > MAX_EXP {
+        return BUCKETS - 1;
+    }
+    let sub = (us >> (exp - SUB_BITS)) as usize & (SUB - 1);
+    SUB + (exp - SUB_BITS) as usize * SUB + sub
+}
+
+/// The exclusive upper edge of bucket `i`, in microseconds: a latency recorded
+/// there had certainly ended by then.
+fn upper_edge(i: usize) -> u64 {
+    if i < SUB {
+        return i as u64 + 1;
+    }
+    let j = i - SUB;
+    let exp = (j / SUB) as u32 + SUB_BITS;
+    let sub = (j % SUB) as u64;
+    (SUB as u64 + sub + 1) << (exp - SUB_BITS)
+}
+
+/// The settings of the adaptive delay.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Adaptive {
+    pub(super) percentile: f64,
+    pub(super) fallback: Duration,
+    pub(super) min_samples: u32,
+    pub(super) window: Duration,
+}
+
+struct Window {
+    counts: Box<[AtomicU32]>,
+    total: AtomicU32,
+}
+
+impl Window {
+    fn new() -> Self {
+        Window {
+            counts: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            total: AtomicU32::new(0),
+        }
+    }
+
+    fn clear(&self) {
+        for c in self.counts.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.total.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The latency estimate of one origin.
+pub(super) struct Estimator {
+    settings: Adaptive,
+    base: Instant,
+    windows: [Window; 2],
+    /// The window being written is `windows[epoch & 1]`.
+    epoch: AtomicU64,
+    /// When (µs after `base`) the next rotation is due.
+    next_rotation: AtomicU64,
+    /// The cached percentile in µs; 0 while there are too few samples.
+    cached: AtomicU64,
+    since_compute: AtomicU32,
+    /// When (µs after `base`) the percentile was last computed.
+    computed_at: AtomicU64,
+}
+
+impl Estimator {
+    pub(super) fn new(settings: Adaptive) -> Self {
+        Estimator {
+            settings,
+            base: Instant::now(),
+            windows: [Window::new(), Window::new()],
+            epoch: AtomicU64::new(0),
+            next_rotation: AtomicU64::new(micros(settings.window)),
+            cached: AtomicU64::new(0),
+            since_compute: AtomicU32::new(0),
+            computed_at: AtomicU64::new(0),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        micros(Instant::now().saturating_duration_since(self.base))
+    }
+
+    /// The hedge delay: the cached percentile, or the fallback while there are
+    /// too few samples.
+    pub(super) fn delay(&self) -> Duration {
+        match self.cached.load(Ordering::Relaxed) {
+            0 => self.settings.fallback,
+            us => Duration::from_micros(us),
+        }
+    }
+
+    /// Whether the delay is still the fallback.
+    #[cfg(test)]
+    fn warming_up(&self) -> bool {
+        self.cached.load(Ordering::Relaxed) == 0
+    }
+
+    /// Records one latency.
+    pub(super) fn record(&self, latency: Duration) {
+        let now = self.now_us();
+        let rotated = self.maybe_rotate(now);
+        let w = &self.windows[(self.epoch.load(Ordering::Acquire) & 1) as usize];
+        w.counts[bucket(micros(latency))].fetch_add(1, Ordering::Relaxed);
+        w.total.fetch_add(1, Ordering::Relaxed);
+        let n = self.since_compute.fetch_add(1, Ordering::Relaxed) + 1;
+        let stale =
+            now.saturating_sub(self.computed_at.load(Ordering::Relaxed)) >= micros(RECOMPUTE_AFTER);
+        let warming = self.cached.load(Ordering::Relaxed) == 0;
+        if rotated || warming || stale || n >= RECOMPUTE_EVERY {
+            self.since_compute.store(0, Ordering::Relaxed);
+            self.computed_at.store(now, Ordering::Relaxed);
+            self.recompute();
+        }
+    }
+
+    /// Starts a new window when the current one is over; `true` if this call did.
+    fn maybe_rotate(&self, now: u64) -> bool {
+        let due = self.next_rotation.load(Ordering::Acquire);
+        if now < due {
+            return false;
+        }
+        let window = micros(self.settings.window).max(1);
+        let late = (now - due) / window;
+        let next = due.saturating_add((late + 1).saturating_mul(window));
+        if self
+            .next_rotation
+            .compare_exchange(due, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another thread rotates.
+            return false;
+        }
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let current = (epoch & 1) as usize;
+        // The window before the current one becomes the new current one, cleared;
+        // after two windows or more without a sample, both are stale.
+        self.windows[current ^ 1].clear();
+        if late >= 1 {
+            self.windows[current].clear();
+        }
+        self.epoch.store(epoch.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    fn recompute(&self) {
+        let [a, b] = &self.windows;
+        let total =
+            u64::from(a.total.load(Ordering::Relaxed)) + u64::from(b.total.load(Ordering::Relaxed));
+        if total < u64::from(self.settings.min_samples) || total == 0 {
+            self.cached.store(0, Ordering::Relaxed);
+            return;
+        }
+        // The smallest latency that at least `percentile` of the samples did not
+        // exceed.
+        let rank = ((self.settings.percentile * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0u64;
+        let mut edge = upper_edge(BUCKETS - 1);
+        for i in 0..BUCKETS {
+            seen += u64::from(a.counts[i].load(Ordering::Relaxed))
+                + u64::from(b.counts[i].load(Ordering::Relaxed));
+            if seen >= rank {
+                edge = upper_edge(i);
+                break;
+            }
+        }
+        self.cached.store(edge.max(1), Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for Estimator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Estimator")
+            .field("delay", &self.delay())
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Where a request goes: its scheme and authority (or `Host` header).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Origin {
+    scheme: Option<Scheme>,
+    authority: Option<Authority>,
+}
+
+impl Origin {
+    pub(super) fn of<B>(req: &Request<B>) -> Self {
+        let uri = req.uri();
+        let authority = uri.authority().cloned().or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+        });
+        Origin {
+            scheme: uri.scheme().cloned(),
+            authority,
+        }
+    }
+}
+
+/// The estimators of one hedge configuration, one per origin.
+pub(super) struct Estimators {
+    id: u64,
+    settings: Adaptive,
+    origins: Mutex<HashMap<Origin, Arc<Estimator>>>,
+}
+
+thread_local! {
+    /// Estimators this thread has looked up, by configuration and origin.
+    static CACHE: RefCell<HashMap<(u64, Origin), Arc<Estimator>>> = RefCell::new(HashMap::new());
+}
+
+impl Estimators {
+    pub(super) fn new(settings: Adaptive) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Estimators {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            settings,
+            origins: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn settings(&self) -> Adaptive {
+        self.settings
+    }
+
+    /// The estimator of `origin`; `None` once [`MAX_ORIGINS`] other origins have
+    /// one.
+    pub(super) fn get(&self, origin: Origin) -> Option<Arc<Estimator>> {
+        let key = (self.id, origin);
+        let cached = CACHE
+            .try_with(|cache| cache.borrow().get(&key).cloned())
+            .ok()
+            .flatten();
+        if cached.is_some() {
+            return cached;
+        }
+        let found = {
+            let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
+            match origins.get(&key.1) {
+                Some(e) => e.clone(),
+                None if origins.len() >= MAX_ORIGINS => return None,
+                None => {
+                    let e = Arc::new(Estimator::new(self.settings));
+                    origins.insert(key.1.clone(), e.clone());
+                    e
+                }
+            }
+        };
+        let _ = CACHE.try_with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+            cache.insert(key, found.clone());
+        });
+        Some(found)
+    }
+}
+
+impl fmt::Debug for Estimators {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origins = self
+            .origins
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        f.debug_struct("Estimators")
+            .field("settings", &self.settings)
+            .field("origins", &origins)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Adaptive {
+        Adaptive {
+            percentile: 0.95,
+            fallback: Duration::from_millis(7),
+            min_samples: 20,
+            window: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn buckets_are_monotonic_and_narrow() {
+        let mut last = 0;
+        for us in (0..5_000u64).chain((5_000..1u64 << 30).step_by(9_973)) {
+            let i = bucket(us);
+            assert!(i >= last, "{us}");
+            last = i;
+            let edge = upper_edge(i);
+            if us < 1 << (MAX_EXP + 1) {
+                assert!(edge > us, "{us} -> {i} -> {edge}");
+                // At most 1/16 above the value (the bucket's width).
+                assert!(edge - us <= us / 16 + 1, "{us} -> {edge}");
+            }
+        }
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn falls_back_until_enough_samples() {
+        let e = Estimator::new(settings());
+        for _ in 0..19 {
+            e.record(Duration::from_millis(1));
+            assert_eq!(e.delay(), Duration::from_millis(7));
+        }
+        e.record(Duration::from_millis(1));
+        assert!(!e.warming_up());
+        assert!(e.delay() <= Duration::from_micros(1_063));
+    }
+
+    #[test]
+    fn percentile_of_known_latencies() {
+        let e = Estimator::new(settings());
+        // 1..=100 ms: p95 is 95 ms. The cached value may be a few samples old.
+        for _ in 0..4 {
+            for ms in 1..=100 {
+                e.record(Duration::from_millis(ms));
+            }
+        }
+        let d = e.delay();
+        assert!(d >= Duration::from_micros(95_000 * 15 / 16), "{d:?}");
+        assert!(d <= Duration::from_micros(95_000 * 17 / 16), "{d:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn windows_rotate_and_go_stale() {
+        let e = Estimator::new(settings());
+        for _ in 0..40 {
+            e.record(Duration::from_millis(3));
+        }
+        assert!(e.delay() < Duration::from_millis(4));
+        // One window later the samples are still in view…
+        tokio::time::advance(Duration::from_secs(10)).await;
+        e.record(Duration::from_millis(3));
+        assert!(e.delay() < Duration::from_millis(4));
+        // …and a faster origin pulls the percentile down within two windows.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        for _ in 0..40 {
+            e.record(Duration::from_micros(500));
+        }
+        assert!(e.delay() < Duration::from_micros(600), "{:?}", e.delay());
+        // After two idle windows nothing is known: the fallback again.
+        tokio::time::advance(Duration::from_secs(25)).await;
+        e.record(Duration::from_millis(1));
+        assert_eq!(e.delay(), Duration::from_millis(7));
+    }
+
+    #[test]
+    fn origins_are_told_apart() {
+        let all = Estimators::new(settings());
+        let req = |uri: &str| Request::get(uri).body(()).unwrap();
+        let a = all.get(Origin::of(&req("http://a.test/x"))).unwrap();
+        let a2 = all.get(Origin::of(&req("http://A.test/y?q"))).unwrap();
+        let b = all.get(Origin::of(&req("https://a.test/x"))).unwrap();
+        assert!(Arc::ptr_eq(&a, &a2));
+        assert!(!Arc::ptr_eq(&a, &b));
+    }
+}

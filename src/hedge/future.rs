@@ -1,0 +1,489 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{Method, Request, Response};
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Instant, Sleep};
+use tower_service::Service;
+
+use super::estimate::Estimator;
+use super::{HedgeBody, HedgeFailed, Hedged, NotHedged, Sent};
+use crate::policy::{
+    classify, classify_error, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
+    Deadline, Outcome, RequestFacts, RetryPolicy,
+};
+use crate::{BoxError, Error};
+
+pin_project! {
+    /// Response future of [`Hedging`](super::Hedging).
+    ///
+    /// A request that is not hedged is only its inner future; a hedged one also
+    /// keeps, in one allocation, what it needs to send copies.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        race: Option<Pin<Box<Race<S, B>>>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // Waiting for the original send (and, in a race, for the copies beside it).
+        Original { #[pin] future: F },
+        // The original failed with a retryable failure: waiting for the copies.
+        Copies,
+        // The answer was returned.
+        Done,
+    }
+}
+
+pin_project! {
+    /// What a hedged request keeps to send copies and pick the winner.
+    #[project = RaceProj]
+    struct Race<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        // When the next copy is due.
+        #[pin]
+        timer: Sleep,
+        service: S,
+        parts: Parts,
+        // The handle copies' bodies are made from.
+        body: B,
+        // A copy's body, made when the copy was due, waiting for the service to be
+        // ready.
+        next_body: Option<B>,
+        policy: Arc<RetryPolicy>,
+        method: Method,
+        keyed: bool,
+        delay: Duration,
+        max_extra: u32,
+        started: Instant,
+        estimator: Option<Arc<Estimator>>,
+        // How the original ended, once it did: its outcome and when.
+        original: Option<(AttemptOutcome, Duration)>,
+        copies: Vec<Copy<S::Future>>,
+        // A copy was due at least once: the record rides on the result.
+        due: bool,
+        // No further copy will be sent.
+        stopped: bool,
+        not_sent: Option<NotHedged>,
+        // The latest retryable failure, returned if every send fails.
+        last_failure: Option<Result<S::Response, BoxError>>,
+    }
+
+    impl<S, B> PinnedDrop for Race<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // An original cut short (a copy won, or the caller gave up) had run for
+            // at least this long: a lower bound that still counts it as slow, when
+            // it is past the hedge delay.
+            if let (None, Some(estimator)) = (this.original.as_ref(), this.estimator.as_ref()) {
+                let ran = this.started.elapsed();
+                if ran >= *this.delay {
+                    estimator.record(ran);
+                }
+            }
+        }
+    }
+}
+
+/// One copy: its future while in flight, and how it ended.
+struct Copy<F> {
+    future: Option<Pin<Box<F>>>,
+    started: Duration,
+    ended: Option<(AttemptOutcome, Duration)>,
+}
+
+/// What judging one send's outcome decided.
+enum Verdict<T> {
+    /// Return this at once.
+    Return(T),
+    /// A retryable failure: keep waiting for the other sends.
+    Wait,
+}
+
+/// What a hedged request needs, read from the request when it arrives.
+pub(super) struct Plan<B> {
+    pub(super) body: B,
+    pub(super) policy: Arc<RetryPolicy>,
+    pub(super) keyed: bool,
+    pub(super) delay: Duration,
+    pub(super) max_extra: u32,
+    pub(super) estimator: Option<Arc<Estimator>>,
+}
+
+impl<S, B, RB> ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+{
+    pub(super) fn passthrough(future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Original { future },
+            race: None,
+        }
+    }
+
+    pub(super) fn race(service: S, parts: Parts, future: S::Future, plan: Plan<B>) -> Self {
+        let started = Instant::now();
+        let race = Race {
+            timer: sleep_until(started + plan.delay),
+            service,
+            method: parts.method.clone(),
+            parts,
+            body: plan.body,
+            next_body: None,
+            policy: plan.policy,
+            keyed: plan.keyed,
+            delay: plan.delay,
+            max_extra: plan.max_extra,
+            started,
+            estimator: plan.estimator,
+            original: None,
+            copies: Vec::new(),
+            due: false,
+            stopped: false,
+            not_sent: None,
+            last_failure: None,
+        };
+        ResponseFuture {
+            state: State::Original { future },
+            race: Some(Box::pin(race)),
+        }
+    }
+}
+
+impl<S, B, RB> Race<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: HedgeBody,
+{
+    /// Judges one send's outcome: the first acceptable answer wins; a retryable
+    /// failure leaves the others running.
+    fn judge(
+        self: Pin<&mut Self>,
+        copy: u32,
+        result: Result<Response<RB>, S::Error>,
+    ) -> Verdict<Result<Response<RB>, Error>> {
+        let this = self.project();
+        let now = this.started.elapsed();
+        let facts = RequestFacts {
+            method: this.method,
+            keyed: *this.keyed,
+        };
+        let (outcome, class, result) = match result {
+            Ok(res) => {
+                let class = classify(
+                    this.policy,
+                    facts,
+                    Outcome::Response {
+                        status: res.status(),
+                        headers: res.headers(),
+                    },
+                    None,
+                );
+                (AttemptOutcome::Status(res.status()), class, Ok(res))
+            }
+            Err(err) => {
+                let err: BoxError = err.into();
+                let kind = classify_error(&*err);
+                let class = classify(this.policy, facts, Outcome::Error(kind), None);
+                (AttemptOutcome::Error(kind), class, Err(err))
+            }
+        };
+        if copy == 0 {
+            *this.original = Some((outcome, now));
+            if let (AttemptOutcome::Status(_), Some(estimator)) = (outcome, this.estimator.as_ref())
+            {
+                estimator.record(now);
+            }
+        } else if let Some(c) = this.copies.get_mut(copy as usize - 1) {
+            c.ended = Some((outcome, now));
+            c.future = None;
+        }
+        if let Classification::Retryable(_) = class {
+            // A losing failure is dropped unread; the latest is kept.
+            *this.last_failure = Some(result);
+            return Verdict::Wait;
+        }
+        // An answer, or a failure that must not be sent again (it would fail the
+        // same way on every copy): it ends the race.
+        Verdict::Return(finish(this, Some(copy), result))
+    }
+
+    /// Whether a send is still in flight (the original's state is passed in).
+    fn any_live(&self, original_live: bool) -> bool {
+        original_live || self.copies.iter().any(|c| c.future.is_some())
+    }
+
+    /// Every send failed: the latest failure.
+    fn all_failed(self: Pin<&mut Self>) -> Result<Response<RB>, Error> {
+        let this = self.project();
+        let result = this
+            .last_failure
+            .take()
+            .unwrap_or_else(|| Err(Box::new(NoSend) as BoxError));
+        finish(this, None, result)
+    }
+
+    /// Sends the copies that are due; `Ready(())` when one was sent (poll it).
+    fn poll_hedge(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if *this.stopped {
+            return Poll::Pending;
+        }
+        if this.next_body.is_none() {
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            *this.due = true;
+            // The gates that cost nothing come first.
+            let ext = &this.parts.extensions;
+            let now = Instant::now();
+            let refused = if ext
+                .get::<Deadline>()
+                .is_some_and(|d| d.remaining(now) < this.policy.min_attempt_time())
+            {
+                Some(NotHedged::Deadline)
+            } else if ext
+                .get::<BreakerHandle>()
+                .is_some_and(|b| !b.allows_retry())
+            {
+                Some(NotHedged::CircuitOpen)
+            } else {
+                match this.body.hedge_copy() {
+                    Some(body) => {
+                        *this.next_body = Some(body);
+                        None
+                    }
+                    None => Some(NotHedged::Body),
+                }
+            };
+            if let Some(why) = refused {
+                refuse(this.stopped, this.not_sent, why);
+                return Poll::Pending;
+            }
+        }
+        match this.service.poll_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => {
+                *this.next_body = None;
+                refuse(this.stopped, this.not_sent, NotHedged::Unavailable);
+                return Poll::Pending;
+            }
+        }
+        let body = this.next_body.take();
+        if this
+            .parts
+            .extensions
+            .get::<BudgetHandle>()
+            .is_some_and(|b| !b.try_withdraw())
+        {
+            refuse(this.stopped, this.not_sent, NotHedged::Budget);
+            return Poll::Pending;
+        }
+        let Some(body) = body else {
+            return Poll::Pending;
+        };
+        let copy = this.copies.len() as u32 + 1;
+        tracing::debug!(
+            copy,
+            delay_ms = this.delay.as_secs_f64() * 1e3,
+            "hedge sent"
+        );
+        let future = this
+            .service
+            .call(Request::from_parts(this.parts.clone(), body));
+        this.copies.push(Copy {
+            future: Some(Box::pin(future)),
+            started: this.started.elapsed(),
+            ended: None,
+        });
+        if copy >= *this.max_extra {
+            *this.stopped = true;
+        } else {
+            let next = Instant::now() + *this.delay;
+            this.timer.as_mut().reset(next);
+        }
+        Poll::Ready(())
+    }
+}
+
+fn refuse(stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {
+    tracing::debug!(gate = why.as_str(), "hedge not sent");
+    *stopped = true;
+    *not_sent = Some(why);
+}
+
+/// Ends the race with `result`: the losers still in flight are canceled (their
+/// futures dropped), and the record rides on the result when a copy was due.
+fn finish<S, B, RB>(
+    this: RaceProj<'_, S, B>,
+    winner: Option<u32>,
+    result: Result<Response<RB>, BoxError>,
+) -> Result<Response<RB>, Error>
+where
+    S: Service<Request<B>>,
+{
+    let now = this.started.elapsed();
+    // Dropping a loser's future cancels its request: hyper resets an HTTP/2
+    // stream and closes an HTTP/1.1 connection.
+    for c in this.copies.iter_mut() {
+        if c.future.take().is_some() {
+            c.ended = Some((AttemptOutcome::Canceled, now));
+        }
+    }
+    *this.next_body = None;
+    *this.stopped = true;
+    // A losing failure that arrived is dropped without reading its body.
+    if winner.is_some() {
+        *this.last_failure = None;
+    }
+    if !*this.due {
+        return result.map_err(Error::from_inner);
+    }
+    let mut sent = Vec::with_capacity(1 + this.copies.len());
+    let (outcome, ended) = this.original.unwrap_or((AttemptOutcome::Canceled, now));
+    sent.push(Sent {
+        copy: 0,
+        outcome,
+        started: Duration::ZERO,
+        ended,
+    });
+    for (i, c) in this.copies.iter().enumerate() {
+        let (outcome, ended) = c.ended.unwrap_or((AttemptOutcome::Canceled, now));
+        sent.push(Sent {
+            copy: i as u32 + 1,
+            outcome,
+            started: c.started,
+            ended,
+        });
+    }
+    let hedged = Hedged {
+        sent,
+        winner,
+        not_sent: *this.not_sent,
+    };
+    match result {
+        Ok(mut res) => {
+            res.extensions_mut().insert(hedged);
+            Ok(res)
+        }
+        Err(err) => {
+            let kind = classify_error(&*err);
+            Err(Error::new(
+                kind,
+                Some(Box::new(HedgeFailed::new(hedged, err))),
+            ))
+        }
+    }
+}
+
+/// Stands in for a failure when none was kept (it cannot happen: a race ends
+/// with every send failed only after one failed).
+#[derive(Debug)]
+struct NoSend;
+
+impl fmt::Display for NoSend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no send completed")
+    }
+}
+
+impl std::error::Error for NoSend {}
+
+impl<S, B, RB> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: HedgeBody,
+{
+    type Output = Result<Response<RB>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let Some(race) = this.race.as_mut() else {
+            // Not hedged: the inner future as it is.
+            return match this.state.as_mut().project() {
+                StateProj::Original { future } => {
+                    let result = std::task::ready!(future.poll(cx));
+                    this.state.set(State::Done);
+                    Poll::Ready(result.map_err(|e| Error::from_inner(e.into())))
+                }
+                _ => Poll::Pending,
+            };
+        };
+        loop {
+            // The original first: an answer that is ready wins before a copy is sent.
+            let mut original_live = false;
+            if let StateProj::Original { future } = this.state.as_mut().project() {
+                match future.poll(cx) {
+                    Poll::Ready(result) => {
+                        this.state.set(State::Copies);
+                        if let Verdict::Return(out) = race.as_mut().judge(0, result) {
+                            this.state.set(State::Done);
+                            return Poll::Ready(out);
+                        }
+                    }
+                    Poll::Pending => original_live = true,
+                }
+            } else if let StateProj::Done = this.state.as_mut().project() {
+                return Poll::Pending;
+            }
+            // Then the copies, in the order they were sent.
+            let mut i = 0;
+            while i < race.copies.len() {
+                let polled = match race.as_mut().project().copies[i].future.as_mut() {
+                    Some(future) => future.as_mut().poll(cx),
+                    None => Poll::Pending,
+                };
+                if let Poll::Ready(result) = polled {
+                    if let Verdict::Return(out) = race.as_mut().judge(i as u32 + 1, result) {
+                        this.state.set(State::Done);
+                        return Poll::Ready(out);
+                    }
+                }
+                i += 1;
+            }
+            if !race.any_live(original_live) {
+                this.state.set(State::Done);
+                return Poll::Ready(race.as_mut().all_failed());
+            }
+            match race.as_mut().poll_hedge(cx) {
+                // A copy was sent: poll it.
+                Poll::Ready(()) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<S, B> fmt::Debug for ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ResponseFuture");
+        d.field("hedged", &self.race.is_some());
+        if let Some(race) = &self.race {
+            d.field("delay", &race.delay)
+                .field("copies", &race.copies.len());
+        }
+        d.finish_non_exhaustive()
+    }
+}
