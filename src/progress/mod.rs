@@ -3,7 +3,7 @@
 //! A POST that never reached the server should be re-sent; one that the server may
 //! have processed must not be. [`ProgressTracking`] wraps a hyper-util legacy
 //! `Client` directly and fills in each attempt's
-//! [`AttemptProgress`](crate::policy::AttemptProgress) record, which the retry
+//! [`AttemptProgress`] record, which the retry
 //! layer leaves in the extensions of every attempt whose safety depends on it (a
 //! request that is neither idempotent nor keyed):
 //!
@@ -48,7 +48,7 @@
 //! **It must wrap a hyper-util legacy `Client`.** The absence of a captured
 //! connection is read as "nothing written", which is true only of a transport that
 //! fills hyper-util's capture before writing. Another transport can report its own
-//! progress by filling the [`AttemptProgress`](crate::policy::AttemptProgress)
+//! progress by filling the [`AttemptProgress`]
 //! record it finds in the request's extensions.
 //!
 //! Requests without a record (idempotent or keyed ones) pass straight through: the

@@ -429,12 +429,13 @@ impl<S, B> Call<S, B> {
         match (response, self.last_error.take()) {
             (Some(res), _) => self.answer(*res, stop),
             (None, Some((kind, err))) => self.fail(kind, err, stop, true),
-            (None, None) => self.fail(
-                ErrorKind::Other,
-                Box::new(TimedOut { deadline: false }),
-                stop,
-                true,
-            ),
+            // Not reached: a wait keeps either the response or the error.
+            (None, None) => {
+                let history = self.finish(stop);
+                Step::Return(Err(
+                    Error::new(ErrorKind::Other, None).with_history(history, true)
+                ))
+            }
         }
     }
 }
