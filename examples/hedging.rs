@@ -37,7 +37,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const CALLS: usize = 10_000;
 const CONCURRENCY: usize = 16;
 const WARM_UP: Duration = Duration::from_millis(1_200);
-const SEED: u64 = 0x5eed_0f_7a11;
+const SEED: u64 = 0x5eed_f00d;
 /// Per 10 000 requests, how many are slow.
 const SLOW_PER_10K: u64 = 300;
 const FAST: Duration = Duration::from_millis(1);

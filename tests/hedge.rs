@@ -340,6 +340,16 @@ async fn no_hedge_when_the_answer_comes_first() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_delay_too_long_to_represent_never_fires() {
+    let script = Script::new([Step::Answer(ms(10), 200)]);
+    let res = send_alone(&script, Hedge::after(Duration::MAX), get())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(script.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn max_extra_is_respected() {
     let script = Script::new([Step::Hang, Step::Hang, Step::Hang, Step::Hang]);
     let hedge = Hedge::builder()

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
@@ -131,11 +131,22 @@ impl Estimator {
     }
 
     /// The hedge delay: the cached percentile, or the fallback while there are
-    /// too few samples.
+    /// too few samples, or when none came for two windows (the next sample
+    /// clears them).
     pub(super) fn delay(&self) -> Duration {
         match self.cached.load(Ordering::Relaxed) {
             0 => self.settings.fallback,
-            us => Duration::from_micros(us),
+            us => {
+                let stale_at = self
+                    .next_rotation
+                    .load(Ordering::Relaxed)
+                    .saturating_add(micros(self.settings.window));
+                if self.now_us() >= stale_at {
+                    self.settings.fallback
+                } else {
+                    Duration::from_micros(us)
+                }
+            }
         }
     }
 
@@ -260,7 +271,8 @@ pub(super) struct Estimators {
 
 thread_local! {
     /// Estimators this thread has looked up, by configuration and origin.
-    static CACHE: RefCell<HashMap<(u64, Origin), Arc<Estimator>>> = RefCell::new(HashMap::new());
+    /// Weak, so that a dropped configuration's estimators go with it.
+    static CACHE: RefCell<HashMap<(u64, Origin), Weak<Estimator>>> = RefCell::new(HashMap::new());
 }
 
 impl Estimators {
@@ -282,7 +294,7 @@ impl Estimators {
     pub(super) fn get(&self, origin: Origin) -> Option<Arc<Estimator>> {
         let key = (self.id, origin);
         let cached = CACHE
-            .try_with(|cache| cache.borrow().get(&key).cloned())
+            .try_with(|cache| cache.borrow().get(&key).and_then(Weak::upgrade))
             .ok()
             .flatten();
         if cached.is_some() {
@@ -305,7 +317,7 @@ impl Estimators {
             if cache.len() >= MAX_CACHED {
                 cache.clear();
             }
-            cache.insert(key, found.clone());
+            cache.insert(key, Arc::downgrade(&found));
         });
         Some(found)
     }
@@ -398,8 +410,10 @@ mod tests {
             e.record(Duration::from_micros(500));
         }
         assert!(e.delay() < Duration::from_micros(600), "{:?}", e.delay());
-        // After two idle windows nothing is known: the fallback again.
+        // After two idle windows nothing is known: the fallback again, before and
+        // after the next sample.
         tokio::time::advance(Duration::from_secs(25)).await;
+        assert_eq!(e.delay(), Duration::from_millis(7));
         e.record(Duration::from_millis(1));
         assert_eq!(e.delay(), Duration::from_millis(7));
     }

@@ -88,9 +88,9 @@ pin_project! {
     {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            // An original cut short (a copy won, or the caller gave up) had run for
-            // at least this long: a lower bound that still counts it as slow, when
-            // it is past the hedge delay.
+            // An original the caller gave up on had run for at least this long: a
+            // lower bound that still counts it as slow, when it is past the hedge
+            // delay. (One that lost to a copy was recorded when the race ended.)
             if let (None, Some(estimator)) = (this.original.as_ref(), this.estimator.as_ref()) {
                 let ran = this.started.elapsed();
                 if ran >= *this.delay {
@@ -140,7 +140,7 @@ where
     pub(super) fn race(service: S, parts: Parts, future: S::Future, plan: Plan<B>) -> Self {
         let started = Instant::now();
         let race = Race {
-            timer: sleep_until(started + plan.delay),
+            timer: sleep_until(later(started, plan.delay)),
             service,
             method: parts.method.clone(),
             parts,
@@ -317,11 +317,19 @@ where
         if copy >= *this.max_extra {
             *this.stopped = true;
         } else {
-            let next = Instant::now() + *this.delay;
-            this.timer.as_mut().reset(next);
+            this.timer
+                .as_mut()
+                .reset(later(Instant::now(), *this.delay));
         }
         Poll::Ready(())
     }
+}
+
+/// `delay` after `from`; a delay too long to represent means about 30 years.
+fn later(from: Instant, delay: Duration) -> Instant {
+    from.checked_add(delay)
+        .or_else(|| from.checked_add(Duration::from_secs(30 * 365 * 86_400)))
+        .unwrap_or(from)
 }
 
 fn refuse(stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {
@@ -341,6 +349,14 @@ where
     S: Service<Request<B>>,
 {
     let now = this.started.elapsed();
+    if this.original.is_none() {
+        // The original loses. It had run this long: a lower bound that still
+        // counts it as slow, being past the hedge delay.
+        if let Some(estimator) = this.estimator.as_ref().filter(|_| now >= *this.delay) {
+            estimator.record(now);
+        }
+        *this.original = Some((AttemptOutcome::Canceled, now));
+    }
     // Dropping a loser's future cancels its request: hyper resets an HTTP/2
     // stream and closes an HTTP/1.1 connection.
     for c in this.copies.iter_mut() {
