@@ -6,7 +6,9 @@
 //! connections closed without an answer, and slow answers. The same calls go
 //! through a bare hyper-util client and through backstop's `RetryLayer`, and a
 //! table shows what each made of them. Then three POSTs show which writes are sent
-//! again and which are refused, with the reason.
+//! again and which are refused, with the reason. Last, a slow tail: the same GETs
+//! with and without `HedgeLayer`, which sends a copy of a request still unanswered
+//! after 20 ms (`cargo run --release --example hedging` measures it at scale).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backstop::hedge::{Hedge, HedgeLayer, Hedged};
 use backstop::policy::{classify_error, History};
 use backstop::{IdempotencyKeyLayer, ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -306,6 +309,7 @@ async fn main() -> Result<(), BoxError> {
         retried.upstream.saturating_sub(retried.calls),
     );
     writes().await?;
+    slow_tail().await?;
     Ok(())
 }
 
@@ -351,5 +355,126 @@ async fn writes() -> Result<(), BoxError> {
             state.charged.load(Ordering::SeqCst),
         );
     }
+    Ok(())
+}
+
+/// A slow-tail upstream: the first request for one item in ten lands on a stuck
+/// replica and answers after 200 ms; any other request answers at once.
+async fn stalling() -> std::io::Result<Upstream> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let (counter, seen) = (counter.clone(), seen.clone());
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let path = req.uri().path().to_owned();
+                    let first = seen.lock().unwrap().insert(path.clone());
+                    let stuck = first && path.ends_with('3');
+                    async move {
+                        if stuck {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(Upstream { addr, requests })
+}
+
+/// Sends `calls` GETs, eight at a time: the latency of each, and the hedges sent.
+async fn timed<S>(client: S, base: &str, calls: usize) -> (Vec<Duration>, usize, Duration)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Incoming>> + Clone + Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
+    S::Future: Send,
+{
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(calls);
+    let mut hedges = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut done = |out: Option<Result<(Duration, usize), tokio::task::JoinError>>| {
+        if let Some(Ok((latency, copies))) = out {
+            latencies.push(latency);
+            hedges += copies;
+        }
+    };
+    for i in 0..calls {
+        let client = client.clone();
+        let uri = format!("{base}/items/{i}");
+        tasks.spawn(async move {
+            let req = Request::get(uri).body(Full::default()).unwrap();
+            let t = Instant::now();
+            let res = client.oneshot(req).await;
+            let copies = res
+                .ok()
+                .and_then(|res| res.extensions().get::<Hedged>().map(Hedged::copies))
+                .unwrap_or(0);
+            (t.elapsed(), copies)
+        });
+        if tasks.len() == 8 {
+            done(tasks.join_next().await);
+        }
+    }
+    while let Some(out) = tasks.join_next().await {
+        done(Some(out));
+    }
+    latencies.sort();
+    (latencies, hedges, started.elapsed())
+}
+
+/// Slow tail: a hedge goes around a stuck request instead of waiting for it.
+async fn slow_tail() -> Result<(), BoxError> {
+    let calls = 200;
+    println!(
+        "\nSlow tail. The first request for one item in ten is stuck for 200 ms; {calls} GETs,"
+    );
+    println!("8 at a time, through the retry layer, then with a hedge after 20 ms as well:");
+    println!(
+        "{:<30} {:>7} {:>8} {:>8} {:>9} {:>7}  time",
+        "client", "p50", "p99", "max", "upstream", "hedges"
+    );
+    for hedge in [false, true] {
+        let upstream = stalling().await?;
+        let base = format!("http://{}", upstream.addr);
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let (name, (latencies, hedges, took)) = if hedge {
+            let client = ServiceBuilder::new()
+                .layer(RetryLayer::new(RetryPolicy::default()))
+                .layer(HedgeLayer::new(Hedge::after(Duration::from_millis(20))))
+                .service(transport);
+            ("RetryLayer + HedgeLayer", timed(client, &base, calls).await)
+        } else {
+            let client = ServiceBuilder::new()
+                .layer(RetryLayer::new(RetryPolicy::default()))
+                .service(transport);
+            ("RetryLayer", timed(client, &base, calls).await)
+        };
+        let at = |q: f64| {
+            let i = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+            format!("{:.1}ms", latencies[i - 1].as_secs_f64() * 1e3)
+        };
+        println!(
+            "{name:<30} {:>7} {:>8} {:>8} {:>9} {:>7}  {:.2}s",
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            upstream.requests.load(Ordering::SeqCst),
+            hedges,
+            took.as_secs_f64(),
+        );
+    }
+    println!("A stuck request costs one extra request, not 200 ms; the stuck copy is canceled.");
     Ok(())
 }
