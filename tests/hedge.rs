@@ -1190,3 +1190,16 @@ mod wire {
         tokio::time::timeout(BOUND, run).await.unwrap();
     }
 }
+
+#[test]
+fn types_are_what_tower_users_expect() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn clone<T: Clone>() {}
+    fn send<T: Send>() {}
+    send_sync::<backstop::hedge::HedgeFailed>();
+    send_sync::<Hedged>();
+    send_sync::<Hedge>();
+    clone::<HedgeLayer>();
+    clone::<backstop::hedge::Hedging<Script>>();
+    send::<backstop::hedge::ResponseFuture<Script, Full<Bytes>>>();
+}
