@@ -324,6 +324,20 @@ async fn the_hedge_fires_exactly_at_the_delay() {
     assert_eq!(h.sent()[1].started, ms(100));
     assert_eq!(h.sent()[1].ended, ms(110));
     assert!(h.sent()[1].is_hedge());
+    // As a retry layer's history would show them: attempt 2, begun 500 ms into
+    // the call.
+    let records = h.attempt_records(2, ms(500));
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r.number == 2));
+    assert_eq!(
+        records.iter().map(|r| r.hedge).collect::<Vec<_>>(),
+        [false, true]
+    );
+    assert_eq!(records[1].elapsed, ms(610));
+    assert_eq!(
+        h.to_string(),
+        "send 0: canceled after 0.11s\nsend 1 (hedge at 0.10s): 200 OK after 0.11s\nreturned: send 1"
+    );
 }
 
 #[tokio::test(start_paused = true)]

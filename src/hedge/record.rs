@@ -136,16 +136,17 @@ impl Hedged {
         None
     }
 
-    /// The sends as attempt records, numbered from `first_number`, for a layer
-    /// that keeps an attempt [`History`](crate::policy::History): `offset` is the
-    /// time from the start of the call to the moment this attempt reached the
-    /// hedge layer. Copies are marked [`hedge`](AttemptRecord::hedge).
-    pub fn attempt_records(&self, first_number: u32, offset: Duration) -> Vec<AttemptRecord> {
+    /// The sends as attempt records, for a layer that keeps an attempt
+    /// [`History`](crate::policy::History): every send of the attempt carries the
+    /// attempt's `number` (so hedges do not look like retries, nor count against
+    /// the attempts allowed), copies are marked [`hedge`](AttemptRecord::hedge),
+    /// and `offset` is the time from the start of the call to the moment this
+    /// attempt reached the hedge layer.
+    pub fn attempt_records(&self, number: u32, offset: Duration) -> Vec<AttemptRecord> {
         self.sent
             .iter()
-            .enumerate()
-            .map(|(i, s)| AttemptRecord {
-                number: first_number.saturating_add(i as u32),
+            .map(|s| AttemptRecord {
+                number,
                 outcome: s.outcome,
                 retry_after: None,
                 wait: None,
