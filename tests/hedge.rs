@@ -838,12 +838,61 @@ async fn the_retry_layer_retries_when_every_send_failed() {
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(script.calls(), 3);
+    // The history has every send: the first attempt and its hedge, then the retry.
     let history = res.extensions().get::<History>().expect("a history");
-    assert_eq!(history.len(), 2);
+    assert_eq!(history.len(), 3);
+    assert_eq!(history.retries(), 1);
+    assert_eq!(history.hedges(), 1);
+    let numbers: Vec<_> = history
+        .attempts()
+        .iter()
+        .map(|a| (a.number, a.hedge))
+        .collect();
+    assert_eq!(numbers, [(1, false), (1, true), (2, false)]);
     assert_eq!(
         history.attempts()[0].outcome,
         AttemptOutcome::Status(StatusCode::SERVICE_UNAVAILABLE)
     );
+    assert_eq!(
+        history.attempts()[1].outcome,
+        AttemptOutcome::Error(ErrorKind::Closed)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_winning_hedge_is_in_the_history_and_is_not_a_retry() {
+    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .service(script.clone());
+    let res = client.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let history = res.extensions().get::<History>().expect("a history");
+    assert_eq!(history.retries(), 0);
+    assert_eq!(history.hedges(), 1);
+    assert_eq!(history.attempts()[0].outcome, AttemptOutcome::Canceled);
+    assert!(history.attempts()[1].hedge);
+    assert_eq!(history.attempts()[1].elapsed, ms(110));
+    assert!(
+        history.to_string().contains("attempt 1/3: 200 OK (hedge)"),
+        "{history}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_retry_policy_deadline_reaches_the_hedge_layer() {
+    // The policy's 105 ms timeout leaves 5 ms when the hedge is due at 100 ms: less
+    // than a useful attempt (10 ms by default), so no copy goes.
+    let script = Script::new([Step::Answer(ms(102), 200), Step::Answer(ms(1), 200)]);
+    let policy = RetryPolicy::builder().timeout(ms(105)).build().unwrap();
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .service(script.clone());
+    let res = client.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(script.calls(), 1, "no hedge past the policy's deadline");
 }
 
 #[tokio::test(start_paused = true)]

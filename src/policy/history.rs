@@ -216,7 +216,8 @@ impl History {
         &self.attempts
     }
 
-    /// How many attempts were made (hedges included).
+    /// How many sends were made: attempts, and the hedges a hedge layer beneath
+    /// sent beside them.
     pub fn len(&self) -> usize {
         self.attempts.len()
     }
@@ -226,9 +227,18 @@ impl History {
         self.attempts.is_empty()
     }
 
-    /// How many retries were made after the first attempt.
+    /// How many retries were made after the first attempt (hedges not counted).
     pub fn retries(&self) -> usize {
-        self.len().saturating_sub(1)
+        self.attempts
+            .iter()
+            .filter(|a| !a.hedge)
+            .count()
+            .saturating_sub(1)
+    }
+
+    /// How many hedges (extra copies of an attempt) were sent.
+    pub fn hedges(&self) -> usize {
+        self.attempts.iter().filter(|a| a.hedge).count()
     }
 
     /// Why the sequence stopped.

@@ -17,6 +17,7 @@ use tracing::Span;
 
 use crate::body::{OneShot, ReplayBody};
 use crate::error::TimedOut;
+use crate::hedge::Hedged;
 use crate::policy::{
     classify, classify_error, AttemptOutcome, AttemptProgress, AttemptRecord, BreakerHandle,
     BudgetHandle, Classification, Deadline, ErrorKind, History, IdempotencyKey, Outcome,
@@ -79,6 +80,8 @@ struct Call<S, B> {
     deadline: Option<Instant>,
     /// Whether the current attempt's timeout is the call's deadline.
     timeout_is_deadline: bool,
+    /// When the current attempt was sent.
+    attempt_started: Instant,
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
@@ -125,6 +128,10 @@ where
         } else {
             ReplayBody::new(body, policy.replay_cap())
         };
+        // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
+        if let Some(deadline) = deadline {
+            parts.extensions.insert(Deadline::at(deadline));
+        }
         let template = retries.then(|| parts.clone());
         let handle = retries.then(|| first.replay());
         let needs_progress = !keyed && !idempotent;
@@ -153,6 +160,7 @@ where
             breaker,
             attempt: 1,
             started,
+            attempt_started: started,
             deadline,
             timeout_is_deadline: false,
             history: History::new(0),
@@ -216,22 +224,43 @@ impl<S, B> Call<S, B> {
         }
     }
 
+    /// Records the attempt that just ended: one record, or one per send when a hedge
+    /// layer beneath sent copies (the returned send's record gets the hint and the
+    /// progress).
     fn record(
         &mut self,
         outcome: AttemptOutcome,
         retry_after: Option<Duration>,
         progress: Option<crate::policy::Progress>,
+        hedged: Option<Hedged>,
         now: Instant,
     ) {
-        self.history.push(AttemptRecord {
-            number: self.attempt,
-            outcome,
-            retry_after,
-            wait: None,
-            progress,
-            hedge: false,
-            elapsed: now.saturating_duration_since(self.started),
-        });
+        match hedged {
+            Some(hedged) => {
+                let offset = self.attempt_started.saturating_duration_since(self.started);
+                let mut records = hedged.attempt_records(self.attempt, offset);
+                let returned = match hedged.winner() {
+                    Some(w) => hedged.sent().iter().position(|s| s.copy == w),
+                    None => (0..records.len()).max_by_key(|&i| records[i].elapsed),
+                };
+                if let Some(r) = returned.and_then(|i| records.get_mut(i)) {
+                    r.retry_after = retry_after;
+                    r.progress = progress;
+                }
+                for r in records {
+                    self.history.push(r);
+                }
+            }
+            None => self.history.push(AttemptRecord {
+                number: self.attempt,
+                outcome,
+                retry_after,
+                wait: None,
+                progress,
+                hedge: false,
+                elapsed: now.saturating_duration_since(self.started),
+            }),
+        }
         self.history.set_retry_after(retry_after);
     }
 
@@ -340,13 +369,15 @@ impl<S, B> Call<S, B> {
         let progress = self.progress.take().map(|p| p.snapshot());
         match result {
             Ok(res) => {
+                // A hedge layer beneath leaves its record; it stays on the response too.
+                let hedged = res.extensions().get::<Hedged>().cloned();
                 let status = res.status();
                 let outcome = Outcome::Response {
                     status,
                     headers: res.headers(),
                 };
                 let class = classify(&self.policy, self.facts(), outcome, progress);
-                if class == Classification::Answer && self.history.is_empty() {
+                if class == Classification::Answer && self.history.is_empty() && hedged.is_none() {
                     // The success path: a first-attempt answer has no history to tell.
                     return Step::Return(Ok(res));
                 }
@@ -357,7 +388,7 @@ impl<S, B> Call<S, B> {
                     }
                     _ => None,
                 };
-                self.record(AttemptOutcome::Status(status), hint, progress, now);
+                self.record(AttemptOutcome::Status(status), hint, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => self.scheduled(wait, Some(Box::new(res)), reason),
@@ -373,7 +404,8 @@ impl<S, B> Call<S, B> {
                 let now = Instant::now();
                 let kind = classify_error(&*err);
                 let class = classify(&self.policy, self.facts(), Outcome::Error(kind), progress);
-                self.record(AttemptOutcome::Error(kind), None, progress, now);
+                let hedged = Hedged::find(&*err).cloned();
+                self.record(AttemptOutcome::Error(kind), None, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(None, now) {
                         Ok(wait) => {
@@ -577,6 +609,7 @@ where
                         }
                     };
                     call.last_error = None;
+                    call.attempt_started = now;
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
                         let step = call.last_outcome::<RB>(None, StopReason::AttemptsExhausted);
