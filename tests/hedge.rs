@@ -1266,3 +1266,16 @@ fn types_are_what_tower_users_expect() {
     clone::<backstop::hedge::Hedging<Script>>();
     send::<backstop::hedge::ResponseFuture<Script, Full<Bytes>>>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn under_a_one_attempt_policy_an_empty_get_is_still_hedged() {
+    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::none()))
+        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .service(script.clone());
+    let res = client.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(script.calls(), 2);
+    assert_eq!(script.starts()[1], ms(100));
+}

@@ -53,9 +53,9 @@
 //! declared once, for `ReplayBody<B>`, as without hedging. A copy is made from the
 //! replay body only once the original body has ended with every chunk kept (an
 //! empty body always is), so a large upload still being sent when the hedge is due
-//! is not hedged. A request the retry policy sends only once
-//! ([`RetryPolicy::none()`](crate::RetryPolicy::none), or a
-//! [`OneShot`] body) is never hedged either.
+//! is not hedged. A [`OneShot`] body is never hedged either, and under a policy of
+//! one attempt ([`RetryPolicy::none()`](crate::RetryPolicy::none)) only a request
+//! with an empty body is: nothing else is kept.
 //!
 //! A failure the hedge layer returns is a [`backstop::Error`](crate::Error) of
 //! the failure's own kind, so the retry layer above classifies it as if no hedge

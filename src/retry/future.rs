@@ -123,10 +123,14 @@ where
         let one_shot = ext.get::<OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
 
-        let mut first = if one_shot || !retries {
+        // A policy of one attempt keeps nothing (an empty body stays free of any
+        // allocation); a one-shot body is never sent twice, hedges included.
+        let mut first = if one_shot {
             ReplayBody::one_shot(body)
-        } else {
+        } else if retries {
             ReplayBody::new(body, policy.replay_cap())
+        } else {
+            ReplayBody::new(body, 0)
         };
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
         if let Some(deadline) = deadline {
