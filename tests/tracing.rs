@@ -1,0 +1,75 @@
+//! The retry layer's tracing, in a test binary of its own: `tracing` caches per
+//! call site whether anyone listens, so a subscriber set for one test must not race
+//! with other tests' call sites in the same process.
+
+mod support;
+
+use std::io;
+use std::sync::Arc;
+
+use backstop::{RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use std::time::Duration;
+use support::mock::{status, status_with, Mock, Step};
+use tower::{Layer, Service, ServiceExt};
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(out.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "1")]),
+        Step::Io(io::ErrorKind::ConnectionReset),
+        status(503),
+    ]);
+    let policy = RetryPolicy::builder()
+        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let req = Request::get("http://upstream.test/items?token=s3cret")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let mut svc = RetryLayer::new(policy).layer(mock.clone());
+    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("retry scheduled").count(), 2, "{text}");
+    assert!(text.contains("reason=idempotent method"), "{text}");
+    assert!(text.contains("wait_ms=1000"), "{text}");
+    assert_eq!(text.matches("retry skipped").count(), 1, "{text}");
+    assert!(text.contains("gate=\"attempts_exhausted\""), "{text}");
+    assert!(text.contains("http.request.resend_count=2"), "{text}");
+    for secret in ["s3cret", "upstream.test", "/items"] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
+    }
+}
