@@ -1,0 +1,393 @@
+//! What retries do to an upstream that is down, with and without load control.
+//!
+//! `cargo run --release --example outage`
+//!
+//! A real upstream on 127.0.0.1 answers every request with a 503 for 2.5 s, then
+//! recovers. Fifty callers send it 2,000 calls a second in total, each on a steady
+//! tick, whatever happened to their earlier calls. The same load runs four times,
+//! through four stacks over one hyper-util client:
+//!
+//! - **no retries**: `RetryPolicy::none()`;
+//! - **naive**: four attempts per call, no budget;
+//! - **budget**: the same four attempts under `BudgetLayer` with the default budget
+//!   (20 % of first attempts, plus a floor of 10 retries a second over 10 s: at this
+//!   load the floor is 100 retries per window against 5,000 first attempts in the
+//!   outage, so it adds 2 % at most);
+//! - **backstop**: `CircuitBreakerLayer` (5 failed calls in a row, 200 ms cooldown
+//!   with 20 % jitter, one probe) over the budget and the retries.
+//!
+//! Every stack uses a short backoff (10 ms doubling to 100 ms) so that the four
+//! attempts of a call fit in the outage. Each request carries the phase in which
+//! its call began, so the upstream counts the requests it got for the calls made
+//! during the outage, retries included, wherever they landed in time.
+//!
+//! The table shows, per stack: upstream requests per call made during the outage,
+//! calls the breaker refused, probes (calls the breaker let through while not
+//! closed), the most probes within one cooldown, and the time from the recovery to
+//! the first successful call. The last line is for scripts:
+//!
+//! ```text
+//! outage naive_amplification=<x> budget_amplification=<y> probes_per_cooldown=<z>
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backstop::budget::{BudgetLayer, RetryBudget};
+use backstop::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
+use backstop::policy::BreakerHandle;
+use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::time::{Instant, MissedTickBehavior};
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+const CALLERS: usize = 50;
+/// Each caller's tick: 50 callers × 40 calls a second = 2,000 calls a second.
+const TICK: Duration = Duration::from_millis(25);
+const OUTAGE: Duration = Duration::from_millis(2500);
+const AFTER: Duration = Duration::from_millis(1000);
+const COOLDOWN: Duration = Duration::from_millis(200);
+const JITTER: f64 = 0.2;
+const PHASE: &str = "x-phase";
+
+/// The upstream: 503 while `down`, 200 after; counts requests by the phase their
+/// call began in.
+#[derive(Default)]
+struct Upstream {
+    down: AtomicBool,
+    outage_requests: AtomicU64,
+    total_requests: AtomicU64,
+}
+
+async fn start_upstream(state: Arc<Upstream>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let state = state.clone();
+                    async move {
+                        state.total_requests.fetch_add(1, Ordering::Relaxed);
+                        if req.headers().get(PHASE).is_some_and(|v| v == "outage") {
+                            state.outage_requests.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let mut res = Response::new(Full::<Bytes>::default());
+                        if state.down.load(Ordering::Relaxed) {
+                            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                        }
+                        Ok::<_, Infallible>(res)
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
+type Stack = BoxCloneService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
+
+fn transport() -> Transport {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+fn retries(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy::builder()
+        .max_attempts(max_attempts)
+        .backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .build()
+        .expect("valid policy")
+}
+
+/// What the probe counter saw: when each call went through a breaker that was not
+/// closed.
+#[derive(Clone, Default)]
+struct Probes(Arc<Mutex<Vec<Instant>>>);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scenario {
+    NoRetries,
+    Naive,
+    Budget,
+    Backstop,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::NoRetries => "no retries",
+            Scenario::Naive => "naive (4 attempts)",
+            Scenario::Budget => "budget + retries",
+            Scenario::Backstop => "breaker + budget + retries",
+        }
+    }
+
+    fn stack(self, probes: &Probes) -> Stack {
+        let client = transport();
+        match self {
+            Scenario::NoRetries => BoxCloneService::new(
+                ServiceBuilder::new()
+                    .layer(RetryLayer::new(RetryPolicy::none()))
+                    .service(client)
+                    .map_err(BoxError::from),
+            ),
+            Scenario::Naive => BoxCloneService::new(
+                ServiceBuilder::new()
+                    .layer(RetryLayer::new(retries(4)))
+                    .service(client)
+                    .map_err(BoxError::from),
+            ),
+            Scenario::Budget => BoxCloneService::new(
+                ServiceBuilder::new()
+                    .layer(BudgetLayer::new(RetryBudget::default()))
+                    .layer(RetryLayer::new(retries(4)))
+                    .service(client)
+                    .map_err(BoxError::from),
+            ),
+            Scenario::Backstop => {
+                let breaker = CircuitBreaker::builder()
+                    .cooldown(COOLDOWN)
+                    .max_cooldown(COOLDOWN)
+                    .jitter(JITTER)
+                    .probes(1)
+                    .build()
+                    .expect("valid breaker");
+                let probes = probes.clone();
+                BoxCloneService::new(
+                    ServiceBuilder::new()
+                        .layer(CircuitBreakerLayer::new(breaker))
+                        // Right inside the breaker: a call admitted while the breaker
+                        // is not closed is a probe.
+                        .map_request(move |req: Request<Full<Bytes>>| {
+                            let handle = req.extensions().get::<BreakerHandle>();
+                            if handle.is_some_and(|h| !h.allows_retry()) {
+                                probes.0.lock().unwrap().push(Instant::now());
+                            }
+                            req
+                        })
+                        .layer(BudgetLayer::new(RetryBudget::default()))
+                        .layer(RetryLayer::new(retries(4)))
+                        .service(client)
+                        .map_err(BoxError::from),
+                )
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Calls {
+    outage: AtomicU64,
+    refused: AtomicU64,
+    /// Nanoseconds from the recovery to the first success, `u64::MAX` until then.
+    first_success: AtomicU64,
+}
+
+struct Report {
+    amplification: f64,
+    outage_calls: u64,
+    refused: u64,
+    probes: usize,
+    probes_per_cooldown: usize,
+    recovery: Option<Duration>,
+}
+
+async fn run(scenario: Scenario) -> Result<Report, BoxError> {
+    let upstream = Arc::new(Upstream::default());
+    upstream.down.store(true, Ordering::Relaxed);
+    let addr = start_upstream(upstream.clone()).await?;
+    let uri: http::Uri = format!("http://{addr}/items").parse()?;
+    let probes = Probes::default();
+    let stack = scenario.stack(&probes);
+    let calls = Arc::new(Calls {
+        first_success: AtomicU64::new(u64::MAX),
+        ..Calls::default()
+    });
+
+    let start = Instant::now();
+    let recovery = start + OUTAGE;
+    let end = recovery + AFTER;
+    let mut callers = Vec::new();
+    for i in 0..CALLERS {
+        let (stack, calls, upstream, uri) =
+            (stack.clone(), calls.clone(), upstream.clone(), uri.clone());
+        callers.push(tokio::spawn(async move {
+            // Spread the callers over one tick.
+            let offset = TICK * i as u32 / CALLERS as u32;
+            let mut tick = tokio::time::interval_at(start + offset, TICK);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let mut in_flight = Vec::new();
+            loop {
+                let now = tick.tick().await;
+                if now >= end {
+                    break;
+                }
+                let during_outage = upstream.down.load(Ordering::Relaxed);
+                if during_outage {
+                    calls.outage.fetch_add(1, Ordering::Relaxed);
+                }
+                let req = Request::get(uri.clone())
+                    .header(PHASE, if during_outage { "outage" } else { "after" })
+                    .body(Full::default())
+                    .expect("valid request");
+                let mut stack = stack.clone();
+                let calls = calls.clone();
+                // Open loop: a slow call never delays the next one.
+                in_flight.push(tokio::spawn(async move {
+                    let result = match stack.ready().await {
+                        Ok(svc) => svc.call(req).await,
+                        Err(e) => Err(e),
+                    };
+                    match result {
+                        Ok(res) => {
+                            let ok = res.status() == StatusCode::OK;
+                            let _ = res.into_body().collect().await;
+                            let now = Instant::now();
+                            if ok && now >= recovery {
+                                let since = (now - recovery).as_nanos() as u64;
+                                calls.first_success.fetch_min(since, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            let refused = e
+                                .downcast_ref::<backstop::Error>()
+                                .is_some_and(|e| e.is_circuit_open() && e.attempts() == 0);
+                            if refused {
+                                calls.refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }));
+            }
+            for call in in_flight {
+                let _ = call.await;
+            }
+        }));
+    }
+    tokio::time::sleep_until(recovery).await;
+    upstream.down.store(false, Ordering::Relaxed);
+    for caller in callers {
+        caller.await?;
+    }
+
+    let outage_calls = calls.outage.load(Ordering::Relaxed);
+    let outage_requests = upstream.outage_requests.load(Ordering::Relaxed);
+    let probe_times = probes.0.lock().unwrap().clone();
+    let first = calls.first_success.load(Ordering::Relaxed);
+    Ok(Report {
+        amplification: outage_requests as f64 / outage_calls.max(1) as f64,
+        outage_calls,
+        refused: calls.refused.load(Ordering::Relaxed),
+        probes: probe_times.len(),
+        probes_per_cooldown: most_within(&probe_times, COOLDOWN.mul_f64(1.0 - JITTER)),
+        recovery: (first != u64::MAX).then(|| Duration::from_nanos(first)),
+    })
+}
+
+/// The most instants that fall within any span of length `span`.
+fn most_within(times: &[Instant], span: Duration) -> usize {
+    let mut times = times.to_vec();
+    times.sort();
+    let mut most = 0;
+    let mut first = 0;
+    for last in 0..times.len() {
+        while times[last] - times[first] >= span {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    println!(
+        "upstream down for {:.1}s, then up for {:.1}s; {CALLERS} callers, {} calls/s in total\n",
+        OUTAGE.as_secs_f64(),
+        AFTER.as_secs_f64(),
+        CALLERS as u128 * 1000 / TICK.as_millis(),
+    );
+    println!(
+        "{:<28} {:>13} {:>12} {:>9} {:>7} {:>13} {:>17}",
+        "stack",
+        "req/call",
+        "outage calls",
+        "refused",
+        "probes",
+        "probes/cool.",
+        "recovery→success"
+    );
+    let mut naive = 0.0;
+    let mut budget = 0.0;
+    let mut per_cooldown = 0;
+    for scenario in [
+        Scenario::NoRetries,
+        Scenario::Naive,
+        Scenario::Budget,
+        Scenario::Backstop,
+    ] {
+        let r = run(scenario).await?;
+        let breaker = scenario == Scenario::Backstop;
+        println!(
+            "{:<28} {:>13.3} {:>12} {:>9} {:>7} {:>13} {:>17}",
+            scenario.name(),
+            r.amplification,
+            r.outage_calls,
+            if breaker {
+                r.refused.to_string()
+            } else {
+                "-".into()
+            },
+            if breaker {
+                r.probes.to_string()
+            } else {
+                "-".into()
+            },
+            if breaker {
+                r.probes_per_cooldown.to_string()
+            } else {
+                "-".into()
+            },
+            r.recovery.map_or("none".to_owned(), |d| format!(
+                "{:.1} ms",
+                d.as_secs_f64() * 1e3
+            )),
+        );
+        match scenario {
+            Scenario::Naive => naive = r.amplification,
+            Scenario::Budget => budget = r.amplification,
+            Scenario::Backstop => per_cooldown = r.probes_per_cooldown,
+            Scenario::NoRetries => {}
+        }
+    }
+    println!(
+        "\nreq/call: upstream requests per call made during the outage (retries included);\n\
+         probes/cool.: the most probes within one cooldown ({} ms less {:.0} % jitter)\n",
+        COOLDOWN.as_millis(),
+        JITTER * 100.0
+    );
+    println!(
+        "outage naive_amplification={naive:.2} budget_amplification={budget:.2} probes_per_cooldown={per_cooldown}"
+    );
+    Ok(())
+}
