@@ -66,8 +66,8 @@
 //! a [`BudgetLayer`] and of its services share the accounts. The per-call path
 //! takes no lock once an origin's account exists: each service clone remembers the
 //! last account it used, and falls back to a read-locked map when the origin
-//! changes. Depositing is two relaxed atomic additions; withdrawing is one
-//! compare-and-swap on the account's balance, so concurrent callers can never
+//! changes. Depositing is a clock read and two relaxed atomic additions;
+//! withdrawing is one compare-and-swap on the account's balance, so concurrent callers can never
 //! spend the same retry twice. Accounts that are idle (nothing left in their
 //! window) are forgotten when the map grows, so a client meeting many origins does
 //! not grow without bound.

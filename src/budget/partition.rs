@@ -64,7 +64,8 @@ impl Partition {
     /// One entry per key that `key` returns for the request head.
     ///
     /// The function runs on every call and its key is compared with the previous
-    /// call's, so keep it cheap; it must not block.
+    /// call's, so keep it cheap; it must not block. The key names the breaker in
+    /// its log events, so it must not carry a credential.
     pub fn by_key<F>(key: F) -> Self
     where
         F: Fn(&Parts) -> String + Send + Sync + 'static,
