@@ -26,6 +26,12 @@ pub(crate) const MAX_PROBES: u32 = 1000;
 /// lets `probes` calls through; if they all succeed it closes, and if one fails it
 /// opens again for twice the previous cooldown, up to `max_cooldown`.
 ///
+/// The window is a span of time (cut into ten slots that expire one at a time),
+/// not a count of calls as in Polly's and resilience4j's count-based mode: a
+/// count-based window keeps a failure from an hour ago in a quiet client, and
+/// forgets within milliseconds in a busy one. `min_calls` keeps the ratio from
+/// being judged on too few calls.
+///
 /// | setting | default | why, against the anchors |
 /// |---|---|---|
 /// | `failure_ratio` | 0.5 | Polly trips at 10 %, Finagle below 80 % success. Here a call fails only once its whole retry sequence failed, which is much stronger evidence than one failed request, and a client-side breaker has no other host to send the work to: it should open on a clear majority, not on a blip |
