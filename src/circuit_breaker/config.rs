@@ -27,7 +27,7 @@ pub(crate) const MAX_PROBES: u32 = 1000;
 /// opens again for twice the previous cooldown, up to `max_cooldown`.
 ///
 /// The window is a span of time (cut into ten slots that expire one at a time),
-/// not a count of calls as in Polly's and resilience4j's count-based mode: a
+/// not a count of calls (tower-resilience judges the last 100 calls): a
 /// count-based window keeps a failure from an hour ago in a quiet client, and
 /// forgets within milliseconds in a busy one. `min_calls` keeps the ratio from
 /// being judged on too few calls.
