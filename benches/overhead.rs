@@ -9,12 +9,17 @@
 //! - `overhead/tower_retry`: tower's `Retry` with a policy that clones the request.
 //! - `overhead/backstop_retry`: backstop's `RetryLayer` with the default policy.
 //! - `overhead/backstop_retry_progress`: the same over `ProgressLayer`.
+//! - `overhead/backstop_stack`: idempotency key, circuit breaker, budget, retry and
+//!   progress layers together.
 
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::hint::black_box;
 
-use backstop::{ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{
+    BudgetLayer, CircuitBreaker, CircuitBreakerLayer, IdempotencyKeyLayer, ProgressLayer,
+    ReplayBody, RetryBudget, RetryLayer, RetryPolicy,
+};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
@@ -102,6 +107,21 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("backstop_retry_progress", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = backstop_retry_progress.clone();
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
+    // The whole stack on the success path: key, breaker, budget, retry, progress.
+    let backstop_stack = tower::ServiceBuilder::new()
+        .layer(IdempotencyKeyLayer::new())
+        .layer(CircuitBreakerLayer::new(CircuitBreaker::default()))
+        .layer(BudgetLayer::new(RetryBudget::default()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .layer(ProgressLayer::new())
+        .service(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    group.bench_function("backstop_stack", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = backstop_stack.clone();
             async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
         })
     });

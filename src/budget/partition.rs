@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use http::request::Parts;
@@ -156,6 +157,8 @@ impl<T> fmt::Debug for Cache<T> {
 /// does not hold, and write-locked to create one; the per-call work on an entry is
 /// done on its own atomics.
 pub(crate) struct Registry<T> {
+    /// Tells this registry's entries apart in the per-thread cache.
+    id: usize,
     partition: Partition,
     global: Option<Arc<T>>,
     map: RwLock<Map<T>>,
@@ -165,6 +168,65 @@ struct Map<T> {
     entries: HashMap<Key, Arc<T>>,
     /// Idle entries are pruned when the map reaches this size.
     prune_at: usize,
+}
+
+/// Numbers registries for the per-thread cache.
+static NEXT_REGISTRY: AtomicUsize = AtomicUsize::new(0);
+
+/// The entries each thread used last, by registry and origin: a call finds its
+/// entry without a lock or an allocation even through a service cloned per call.
+mod recent {
+    use std::any::Any;
+    use std::cell::RefCell;
+    use std::sync::{Arc, Weak};
+
+    use http::request::Parts;
+    use http::uri::{Authority, Scheme};
+
+    /// How many entries a thread remembers.
+    const SLOTS: usize = 8;
+
+    struct Slot {
+        registry: usize,
+        scheme: Option<Scheme>,
+        authority: Option<Authority>,
+        entry: Weak<dyn Any + Send + Sync>,
+    }
+
+    thread_local! {
+        static RECENT: RefCell<(Vec<Slot>, usize)> = const { RefCell::new((Vec::new(), 0)) };
+    }
+
+    pub(super) fn find<T: Any + Send + Sync>(registry: usize, head: &Parts) -> Option<Arc<T>> {
+        RECENT.with(|recent| {
+            let recent = recent.borrow();
+            let slot = recent.0.iter().find(|s| {
+                s.registry == registry
+                    && s.scheme.as_ref() == head.uri.scheme()
+                    && s.authority.as_ref() == head.uri.authority()
+            })?;
+            slot.entry.upgrade()?.downcast::<T>().ok()
+        })
+    }
+
+    pub(super) fn remember<T: Any + Send + Sync>(registry: usize, head: &Parts, entry: &Arc<T>) {
+        let erased: Arc<dyn Any + Send + Sync> = entry.clone();
+        let slot = Slot {
+            registry,
+            scheme: head.uri.scheme().cloned(),
+            authority: head.uri.authority().cloned(),
+            entry: Arc::downgrade(&erased),
+        };
+        RECENT.with(|recent| {
+            let (slots, next) = &mut *recent.borrow_mut();
+            if slots.len() < SLOTS {
+                slots.push(slot);
+            } else {
+                slots[*next] = slot;
+                *next = (*next + 1) % SLOTS;
+            }
+        });
+    }
 }
 
 /// The least size at which the map is pruned of idle entries.
@@ -178,6 +240,7 @@ impl<T: Entry> Registry<T> {
             _ => None,
         };
         Registry {
+            id: NEXT_REGISTRY.fetch_add(1, Ordering::Relaxed),
             partition,
             global,
             map: RwLock::new(Map {
@@ -208,7 +271,16 @@ impl<T: Entry> Registry<T> {
                         return entry.clone();
                     }
                 }
-                Key::Origin(head.uri.scheme().cloned(), head.uri.authority().cloned())
+                // A service cloned per call starts with an empty cache of its own;
+                // the thread's recent entries still spare it the shared map.
+                if let Some(entry) = recent::find(self.id, head) {
+                    return entry;
+                }
+                let key = Key::Origin(head.uri.scheme().cloned(), head.uri.authority().cloned());
+                let entry = self.lookup(key.clone(), make);
+                recent::remember(self.id, head, &entry);
+                cache.0 = Some((key, entry.clone()));
+                return entry;
             }
             Kind::Custom(f) => {
                 let key = f(head);
