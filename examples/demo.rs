@@ -6,9 +6,12 @@
 //! connections closed without an answer, and slow answers. The same calls go
 //! through a bare hyper-util client and through backstop's `RetryLayer`, and a
 //! table shows what each made of them. Then three POSTs show which writes are sent
-//! again and which are refused, with the reason. Last, a slow tail: the same GETs
-//! with and without `HedgeLayer`, which sends a copy of a request still unanswered
-//! after 20 ms (`cargo run --release --example hedging` measures it at scale).
+//! again and which are refused, with the reason; an outage shows the budget and the
+//! circuit breaker keeping retries from piling onto a dead upstream
+//! (`cargo run --release --example outage` measures it at scale). Last, a slow
+//! tail: the same GETs with and without `HedgeLayer`, which sends a copy of a
+//! request still unanswered after 20 ms (`cargo run --release --example hedging`
+//! measures it at scale).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -309,6 +312,7 @@ async fn main() -> Result<(), BoxError> {
         retried.upstream.saturating_sub(retried.calls),
     );
     writes().await?;
+    outage().await?;
     slow_tail().await?;
     Ok(())
 }
@@ -476,5 +480,108 @@ async fn slow_tail() -> Result<(), BoxError> {
         );
     }
     println!("A stuck request costs one extra request, not 200 ms; the stuck copy is canceled.");
+    Ok(())
+}
+
+/// An upstream that answers 503 to everything while `down` is set, 200 after.
+async fn flaky(down: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<Upstream> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let (counter, down) = (counter.clone(), down.clone());
+            tokio::spawn(async move {
+                let service = service_fn(move |_req: Request<Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let mut res = Response::new(Full::<Bytes>::default());
+                    if down.load(Ordering::SeqCst) {
+                        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    async move { Ok::<_, std::io::Error>(res) }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(Upstream { addr, requests })
+}
+
+/// Outage: what retries do to an upstream that is down, with and without load control.
+async fn outage() -> Result<(), BoxError> {
+    const CALLERS: usize = 20;
+    const TICK: Duration = Duration::from_millis(10);
+    const DOWN: Duration = Duration::from_millis(400);
+    println!("\nOutage. An upstream answers 503 to everything for 400 ms; {CALLERS} callers each");
+    println!("make a call every 10 ms (or when their last one ends), 4 attempts per call:");
+    println!(
+        "{:<34} {:>6} {:>9} {:>9} {:>8}",
+        "client", "calls", "upstream", "per call", "refused"
+    );
+    for protected in [false, true] {
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let up = flaky(down.clone()).await?;
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let policy = RetryPolicy::builder()
+            .max_attempts(4)
+            .backoff(Duration::from_millis(5), Duration::from_millis(40))
+            .build()?;
+        let breaker = backstop::CircuitBreaker::builder()
+            .consecutive_failures(5)
+            .cooldown(Duration::from_millis(100))
+            .max_cooldown(Duration::from_millis(100))
+            .build()?;
+        let client = ServiceBuilder::new()
+            .option_layer(protected.then(|| backstop::CircuitBreakerLayer::new(breaker)))
+            .option_layer(
+                protected.then(|| backstop::BudgetLayer::new(backstop::RetryBudget::default())),
+            )
+            .layer(RetryLayer::new(policy))
+            .service(transport)
+            .boxed_clone();
+        let started = Instant::now();
+        let mut callers = tokio::task::JoinSet::new();
+        for _ in 0..CALLERS {
+            let client = client.clone();
+            let uri = format!("http://{}/status", up.addr);
+            callers.spawn(async move {
+                let (mut calls, mut refused) = (0, 0);
+                let mut tick = tokio::time::interval(TICK);
+                while started.elapsed() < DOWN {
+                    tick.tick().await;
+                    let req = Request::get(uri.as_str()).body(Full::default()).unwrap();
+                    calls += 1;
+                    if let Err(err) = client.clone().oneshot(req).await {
+                        refused += usize::from(err.is_circuit_open());
+                    }
+                }
+                (calls, refused)
+            });
+        }
+        let (mut calls, mut refused) = (0, 0);
+        while let Some(done) = callers.join_next().await {
+            let (c, r) = done?;
+            calls += c;
+            refused += r;
+        }
+        let during = up.requests.load(Ordering::SeqCst);
+        down.store(false, Ordering::SeqCst);
+        println!(
+            "{:<34} {calls:>6} {during:>9} {:>9.2} {refused:>8}",
+            if protected {
+                "backstop: breaker + budget + retry"
+            } else {
+                "naive: retry, no budget or breaker"
+            },
+            during as f64 / calls.max(1) as f64,
+        );
+    }
+    println!("(per call: upstream requests per call made during the outage; refused: calls the");
+    println!(" open breaker turned away at once, without touching the network)");
     Ok(())
 }
