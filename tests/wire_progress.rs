@@ -13,26 +13,10 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use support::wire::{
-    channel, empty, faulty_transport, full, transport, within_10s, Body, Connect, FaultyConnector,
-    BOTH,
+    channel, empty, faulty_transport, full, quick, transport, upstream, within_10s, Body, Connect,
+    FaultyConnector, BOTH,
 };
 use tower::{ServiceBuilder, ServiceExt};
-
-async fn upstream(protocol: Protocol, script: Vec<Step>) -> Upstream {
-    Upstream::builder()
-        .protocol(protocol)
-        .script(script)
-        .start()
-        .await
-        .expect("upstream starts")
-}
-
-fn quick() -> RetryPolicy {
-    RetryPolicy::builder()
-        .backoff(Duration::from_millis(1), Duration::from_millis(5))
-        .build()
-        .unwrap()
-}
 
 /// Retry + progress around a hyper-util client.
 async fn send(

@@ -13,24 +13,10 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use support::wire::{channel, empty, full, probed_channel, transport, within_10s, Body, BOTH};
+use support::wire::{
+    channel, empty, full, probed_channel, quick, transport, upstream, within_10s, Body, BOTH,
+};
 use tower::{Layer, ServiceExt};
-
-async fn upstream(protocol: Protocol, script: Vec<Step>) -> Upstream {
-    Upstream::builder()
-        .protocol(protocol)
-        .script(script)
-        .start()
-        .await
-        .expect("upstream starts")
-}
-
-fn quick() -> RetryPolicy {
-    RetryPolicy::builder()
-        .backoff(Duration::from_millis(1), Duration::from_millis(5))
-        .build()
-        .unwrap()
-}
 
 async fn send(
     protocol: Protocol,

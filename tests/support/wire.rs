@@ -27,6 +27,27 @@ pub fn transport(protocol: Protocol) -> Transport {
     builder.build_http()
 }
 
+/// A loopback upstream following `script`.
+pub async fn upstream(
+    protocol: Protocol,
+    script: Vec<backstop::test_util::Step>,
+) -> backstop::test_util::Upstream {
+    backstop::test_util::Upstream::builder()
+        .protocol(protocol)
+        .script(script)
+        .start()
+        .await
+        .expect("upstream starts")
+}
+
+/// The default policy with a backoff short enough for wire tests.
+pub fn quick() -> backstop::RetryPolicy {
+    backstop::RetryPolicy::builder()
+        .backoff(Duration::from_millis(1), Duration::from_millis(5))
+        .build()
+        .expect("a valid policy")
+}
+
 /// Runs a test body with a deadline, so that nothing can hang the suite.
 pub async fn within_10s<T>(body: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), body)
