@@ -159,7 +159,9 @@ impl fmt::Debug for Error {
             d.field("attempts", &h.len());
             d.field("stop", &h.stop_reason());
         }
-        d.field("source", &self.inner.source);
+        // The source's own Debug may name a URL or an address: only say it is there;
+        // walk `source()` to read it.
+        d.field("source", &self.inner.source.as_ref().map(|_| ".."));
         d.finish()
     }
 }
