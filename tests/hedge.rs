@@ -1279,3 +1279,59 @@ async fn under_a_one_attempt_policy_an_empty_get_is_still_hedged() {
     assert_eq!(script.calls(), 2);
     assert_eq!(script.starts()[1], ms(100));
 }
+
+#[tokio::test(start_paused = true)]
+async fn hedges_count_against_the_retry_policys_attempts() {
+    // Three attempts allowed; the first attempt and its hedge are two of them, so
+    // one retry is left when both fail.
+    let script = Script::new([
+        Step::Answer(ms(150), 503),
+        Step::Answer(ms(10), 503),
+        Step::Answer(ms(150), 503),
+        Step::Answer(ms(10), 503),
+        Step::Answer(ms(1), 200),
+    ]);
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(ms(10), ms(10))
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .service(script.clone());
+    let res = client.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The retry (the third send) is hedged too, by the hedge layer's own limit.
+    assert_eq!(script.calls(), 4);
+    let history = res.extensions().get::<History>().unwrap();
+    assert_eq!(
+        history.stop_reason(),
+        Some(backstop::policy::StopReason::AttemptsExhausted)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_method_the_retry_policy_calls_unsafe_is_not_hedged_beneath_it() {
+    // The retry policy says PUT is not idempotent here; the hedge layer's own
+    // settings would hedge it, but the retry layer's verdict wins.
+    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(1), 200)]);
+    let policy = RetryPolicy::builder()
+        .idempotent_methods([Method::GET])
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .service(script.clone());
+    let res = client
+        .oneshot(with_body(Method::PUT, "blob"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        script.calls(),
+        1,
+        "a PUT the policy calls unsafe is never hedged"
+    );
+}

@@ -178,7 +178,7 @@ use estimate::Origin;
 use future::Plan;
 
 use crate::body::OneShot;
-use crate::policy::IdempotencyKey;
+use crate::policy::{AttemptProgress, IdempotencyKey};
 use crate::{BoxError, Error};
 
 /// Sends extra copies of a slow idempotent request and returns the first
@@ -220,6 +220,11 @@ impl<S> Hedging<S> {
                     .headers()
                     .contains_key(hedge.policy.idempotency_header()));
         if !(keyed || hedge.hedges_method(req.method())) || ext.get::<OneShot>().is_some() {
+            return None;
+        }
+        // The retry layer above leaves a progress record exactly on the attempts of a
+        // request its own policy finds neither idempotent nor keyed: never hedged.
+        if ext.get::<AttemptProgress>().is_some() {
             return None;
         }
         let body = req.body().hedge_handle()?;

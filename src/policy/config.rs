@@ -63,6 +63,9 @@ pub struct RetryPolicy {
     idempotent_methods: Option<Vec<Method>>,
 }
 
+/// The longest duration any setting may take: more is a configuration mistake.
+const MAX_SETTING: Duration = Duration::from_secs(86_400);
+
 /// The most attempts a policy may allow; more is a configuration mistake.
 const MAX_ATTEMPTS_LIMIT: u32 = 100;
 
@@ -199,6 +202,12 @@ impl RetryPolicyBuilder {
     /// Full-jitter backoff: `base` for the first retry, doubling up to `max`
     /// (`base <= max`).
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        if max > MAX_SETTING {
+            self.fail(
+                "backoff",
+                format!("max must be at most one day, got {max:?}"),
+            );
+        }
         if base > max {
             self.fail(
                 "backoff",
@@ -244,8 +253,11 @@ impl RetryPolicyBuilder {
     /// The timeout of each attempt (more than zero); cut to the time left before the
     /// deadline.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        if timeout.is_zero() {
-            self.fail("attempt_timeout", "must be more than zero".to_owned());
+        if timeout.is_zero() || timeout > MAX_SETTING {
+            self.fail(
+                "attempt_timeout",
+                format!("must be more than zero and at most one day, got {timeout:?}"),
+            );
         }
         self.policy.attempt_timeout = Some(timeout);
         self
@@ -253,8 +265,11 @@ impl RetryPolicyBuilder {
 
     /// The total time of a call, every attempt and wait included (more than zero).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        if timeout.is_zero() {
-            self.fail("timeout", "must be more than zero".to_owned());
+        if timeout.is_zero() || timeout > MAX_SETTING {
+            self.fail(
+                "timeout",
+                format!("must be more than zero and at most one day, got {timeout:?}"),
+            );
         }
         self.policy.timeout = Some(timeout);
         self
@@ -262,6 +277,12 @@ impl RetryPolicyBuilder {
 
     /// No attempt or wait starts with less time than this left before the deadline.
     pub fn min_attempt_time(mut self, min: Duration) -> Self {
+        if min > MAX_SETTING {
+            self.fail(
+                "min_attempt_time",
+                format!("must be at most one day, got {min:?}"),
+            );
+        }
         self.policy.min_attempt_time = min;
         self
     }
@@ -452,6 +473,19 @@ mod tests {
                 "attempt_timeout",
             ),
             (RetryPolicy::builder().timeout(Duration::ZERO), "timeout"),
+            (RetryPolicy::builder().timeout(Duration::MAX), "timeout"),
+            (
+                RetryPolicy::builder().attempt_timeout(Duration::MAX),
+                "attempt_timeout",
+            ),
+            (
+                RetryPolicy::builder().backoff(Duration::ZERO, Duration::MAX),
+                "backoff",
+            ),
+            (
+                RetryPolicy::builder().min_attempt_time(Duration::MAX),
+                "min_attempt_time",
+            ),
             (RetryPolicy::builder().replay_cap(usize::MAX), "replay_cap"),
             (
                 RetryPolicy::builder().drain(usize::MAX, Duration::ZERO),

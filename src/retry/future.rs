@@ -113,9 +113,9 @@ where
             && (ext.get::<IdempotencyKey>().is_some()
                 || parts.headers.contains_key(policy.idempotency_header()));
         let deadline = match (ext.get::<Deadline>(), policy.timeout()) {
-            (Some(d), Some(t)) => Some(d.instant().min(started + t)),
+            (Some(d), Some(t)) => Some(d.instant().min(later(started, t))),
             (Some(d), None) => Some(d.instant()),
-            (None, Some(t)) => Some(started + t),
+            (None, Some(t)) => Some(later(started, t)),
             (None, None) => None,
         };
         let budget = ext.get::<BudgetHandle>().cloned();
@@ -204,7 +204,7 @@ impl<S, B> Call<S, B> {
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
-        let own = self.policy.attempt_timeout().map(|t| now + t);
+        let own = self.policy.attempt_timeout().map(|t| later(now, t));
         self.timeout_is_deadline = false;
         let Some(deadline) = self.deadline else {
             return Ok(own);
@@ -277,7 +277,9 @@ impl<S, B> Call<S, B> {
         B::Error: Into<BoxError>,
     {
         let policy = &*self.policy;
-        if self.attempt >= policy.max_attempts() {
+        // Hedges a layer beneath sent count as attempts too.
+        let sent = self.history.len().max(self.attempt as usize);
+        if sent >= policy.max_attempts() as usize {
             return Err(StopReason::AttemptsExhausted);
         }
         if let Some(body) = &self.body {
@@ -515,7 +517,8 @@ where
                         }
                         Step::Wait { wait, response } => {
                             if !wait.is_zero() {
-                                *this.timer = Some(Box::pin(sleep_until(Instant::now() + wait)));
+                                *this.timer =
+                                    Some(Box::pin(sleep_until(later(Instant::now(), wait))));
                             }
                             this.state.set(State::Waiting { response });
                         }
@@ -539,7 +542,7 @@ where
                     match response {
                         Some(res) => {
                             let now = Instant::now();
-                            let mut until = now + call.policy.drain_timeout();
+                            let mut until = later(now, call.policy.drain_timeout());
                             if let Some(deadline) = call.deadline {
                                 let latest = deadline
                                     .checked_sub(call.policy.min_attempt_time())
@@ -560,9 +563,10 @@ where
                     while *read < limit {
                         match body.as_mut().poll_frame(cx) {
                             Poll::Ready(Some(Ok(frame))) => {
-                                if let Some(data) = frame.data_ref() {
-                                    *read += data.remaining();
-                                }
+                                // Every frame counts for at least a byte, so a body of
+                                // empty frames cannot keep this loop spinning.
+                                let len = frame.data_ref().map_or(0, |d| d.remaining());
+                                *read += len.max(1);
                             }
                             Poll::Ready(Some(Err(_))) | Poll::Ready(None) => break,
                             Poll::Pending => {
@@ -649,4 +653,10 @@ where
             .field("attempt", &self.call.attempt)
             .finish_non_exhaustive()
     }
+}
+
+/// `now + d`, or a far-off instant when that cannot be represented.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(60 * 60 * 24 * 365 * 30))
 }
