@@ -91,9 +91,35 @@ impl<S> ProgressTracking<S> {
     }
 }
 
+/// A transport that fills hyper-util's connection capture
+/// ([`capture_connection`]) when it hands a request to a connection, before it
+/// writes a byte of it.
+///
+/// [`ProgressTracking`] reads the absence of a captured connection as proof that
+/// nothing of an attempt was written, and the retry layer then re-sends even a
+/// POST. So it only wraps a transport that keeps this promise: hyper-util's legacy
+/// `Client` does. Implement it for a transport of your own only if it fills the
+/// capture the same way (a wrapper that forwards to a hyper-util client keeps the
+/// promise; one that may write before the client fills the capture does not).
+///
+/// # Examples
+///
+/// ```
+/// use backstop::progress::CapturesConnection;
+///
+/// /// Forwards every request to a hyper-util client, unchanged.
+/// #[derive(Clone)]
+/// struct Traced<C>(C);
+///
+/// impl<C: CapturesConnection> CapturesConnection for Traced<C> {}
+/// ```
+pub trait CapturesConnection {}
+
+impl<C, B> CapturesConnection for hyper_util::client::legacy::Client<C, B> {}
+
 impl<S, B, RB> Service<Request<B>> for ProgressTracking<S>
 where
-    S: Service<Request<B>, Response = http::Response<RB>>,
+    S: Service<Request<B>, Response = http::Response<RB>> + CapturesConnection,
 {
     type Response = S::Response;
     type Error = S::Error;
