@@ -40,6 +40,8 @@ struct Inner {
     retryable: bool,
     /// Why a layer refused the call before any attempt (an open circuit breaker).
     refused: Option<StopReason>,
+    /// The status of the last answer, when the call ended after its body was drained.
+    status: Option<http::StatusCode>,
 }
 
 impl Error {
@@ -51,6 +53,7 @@ impl Error {
                 history: None,
                 retryable: false,
                 refused: None,
+                status: None,
             }),
         }
     }
@@ -59,6 +62,14 @@ impl Error {
     pub(crate) fn refused(reason: StopReason, source: BoxError) -> Self {
         let mut err = Error::new(ErrorKind::Other, Some(source));
         err.inner.refused = Some(reason);
+        err
+    }
+
+    /// The call ended on a gate after a failed answer whose body was already read and
+    /// dropped (to free its connection), so the answer itself cannot be returned.
+    pub(crate) fn answered(status: http::StatusCode) -> Self {
+        let mut err = Error::new(ErrorKind::Other, None);
+        err.inner.status = Some(status);
         err
     }
 
@@ -79,6 +90,14 @@ impl Error {
     /// The kind of the last attempt's failure.
     pub fn kind(&self) -> ErrorKind {
         self.inner.kind
+    }
+
+    /// The status of the last answer when the call ended with an error after it: a
+    /// gate (the breaker opening, the deadline passing, the inner service failing to
+    /// get ready) refused the next attempt once the answer's body had been read and
+    /// dropped to free its connection.
+    pub fn status(&self) -> Option<http::StatusCode> {
+        self.inner.status
     }
 
     /// Whether the policy judged the last outcome worth sending again. A gate
@@ -171,7 +190,10 @@ impl fmt::Display for Error {
         if let (Some(refused), None) = (self.inner.refused, &self.inner.history) {
             return write!(f, "call refused ({refused})");
         }
-        fmt::Display::fmt(&self.inner.kind, f)?;
+        match self.inner.status {
+            Some(status) => fmt::Display::fmt(&crate::policy::AttemptOutcome::Status(status), f)?,
+            None => fmt::Display::fmt(&self.inner.kind, f)?,
+        }
         if let Some(h) = &self.inner.history {
             let n = h.len();
             write!(f, " after {n} attempt{}", if n == 1 { "" } else { "s" })?;

@@ -510,10 +510,111 @@ async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
         switch.0.store(true, Ordering::Release);
     };
     let (res, ()) = tokio::join!(call, flip);
-    let res = res.unwrap();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The 503's body was drained before the wait: the error names its status.
+    let err = res.unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
     assert_eq!(mock.calls(), 1);
-    assert_eq!(history(&res).stop_reason(), Some(StopReason::CircuitOpen));
+    assert!(err.is_circuit_open());
+    assert!(err.is_retryable());
+    assert_eq!(
+        err.to_string(),
+        "503 Service Unavailable after 1 attempt (circuit open)"
+    );
+}
+
+/// A response body that records when it was first read.
+struct Watched(
+    Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    Option<Bytes>,
+);
+
+impl http_body::Body for Watched {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .lock()
+            .unwrap()
+            .get_or_insert_with(tokio::time::Instant::now);
+        std::task::Poll::Ready(self.1.take().map(|d| Ok(http_body::Frame::data(d))))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_body_is_drained_before_the_wait() {
+    let read_at = Arc::new(std::sync::Mutex::new(None));
+    let seen = read_at.clone();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counter = calls.clone();
+    let inner = tower::service_fn(move |_req: Request<backstop::ReplayBody<Full<Bytes>>>| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        let mut res = http::Response::new(Watched(seen.clone(), Some(Bytes::from_static(b"busy"))));
+        if n == 0 {
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            res.headers_mut()
+                .insert("retry-after", "5".parse().unwrap());
+        }
+        async move { Ok::<_, io::Error>(res) }
+    });
+    let started = tokio::time::Instant::now();
+    let mut svc = RetryLayer::new(fast()).layer(inner);
+    let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    let read = read_at.lock().unwrap().expect("the failed body was read");
+    assert_eq!(
+        read - started,
+        Duration::ZERO,
+        "drained at once, not after the wait"
+    );
+}
+
+/// Ready for its first call, then never again.
+#[derive(Clone)]
+struct ReadyOnce(Arc<AtomicU32>);
+
+impl tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>> for ReadyOnce {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = io::Error;
+    type Future = std::future::Ready<Result<Self::Response, io::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), io::Error>> {
+        if self.0.load(Ordering::SeqCst) == 0 {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Request<backstop::ReplayBody<Full<Bytes>>>) -> Self::Future {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let mut res = http::Response::new(Full::default());
+        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        std::future::ready(Ok(res))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_covers_waiting_for_the_inner_service_to_be_ready() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let policy = RetryPolicy::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mut svc = RetryLayer::new(policy).layer(ReadyOnce(calls.clone()));
+    let started = tokio::time::Instant::now();
+    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(err.is_deadline(), "{err}");
+    assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    // It gives up when no useful attempt fits any more: 10 ms before the deadline.
+    assert_eq!(started.elapsed(), Duration::from_millis(990));
 }
 
 #[tokio::test(start_paused = true)]

@@ -47,13 +47,14 @@ pin_project! {
     enum State<F, RB> {
         // Waiting for the inner service's answer to the current attempt.
         Attempt { #[pin] future: F },
-        // Waiting out the backoff or Retry-After; holds the failed response, if the
-        // outcome was one, so that a breaker refusing after the wait can return it.
-        Waiting { response: Option<Box<Response<RB>>> },
         // Reading and dropping the head of a failed response's body, so its
-        // connection goes back to the pool.
+        // connection goes back to the pool before the wait (bounded in bytes and
+        // time).
         Draining { #[pin] body: RB, read: usize },
-        // Waiting for the inner service to be ready for the next attempt.
+        // Waiting out the rest of the backoff or Retry-After.
+        Waiting,
+        // Waiting for the inner service to be ready for the next attempt, no longer
+        // than the deadline allows.
         Readying,
         // Refused before any attempt (the deadline left no time), or finished.
         Done { error: Option<Error> },
@@ -82,6 +83,8 @@ struct Call<S, B> {
     timeout_is_deadline: bool,
     /// When the current attempt was sent.
     attempt_started: Instant,
+    /// When the next attempt may start: the end of the wait.
+    resume_at: Instant,
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
@@ -92,7 +95,7 @@ enum Step<RB> {
     Return(Result<Response<RB>, Error>),
     Wait {
         wait: Duration,
-        response: Option<Box<Response<RB>>>,
+        response: Option<Response<RB>>,
     },
 }
 
@@ -165,6 +168,7 @@ where
             attempt: 1,
             started,
             attempt_started: started,
+            resume_at: started,
             deadline,
             timeout_is_deadline: false,
             history: History::new(0),
@@ -350,7 +354,7 @@ impl<S, B> Call<S, B> {
     fn scheduled<RB>(
         &mut self,
         wait: Duration,
-        response: Option<Box<Response<RB>>>,
+        response: Option<Response<RB>>,
         reason: impl fmt::Display,
     ) -> Step<RB> {
         if let Some(last) = self.history.last_mut() {
@@ -397,7 +401,7 @@ impl<S, B> Call<S, B> {
                 self.record(AttemptOutcome::Status(status), hint, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
-                        Ok(wait) => self.scheduled(wait, Some(Box::new(res)), reason),
+                        Ok(wait) => self.scheduled(wait, Some(res), reason),
                         Err(stop) => self.answer(res, stop),
                     },
                     Classification::NotRetryable(why) => {
@@ -458,23 +462,37 @@ impl<S, B> Call<S, B> {
         Some(Request::from_parts(parts, body))
     }
 
-    /// The outcome kept through the wait, returned as it is.
-    fn last_outcome<RB>(
-        &mut self,
-        response: Option<Box<Response<RB>>>,
-        stop: StopReason,
-    ) -> Step<RB> {
-        match (response, self.last_error.take()) {
-            (Some(res), _) => self.answer(*res, stop),
-            (None, Some((kind, err))) => self.fail(kind, err, stop, true),
-            // Not reached: a wait keeps either the response or the error.
-            (None, None) => {
+    /// Ends the sequence after a wait, on a gate that refused the next attempt: the
+    /// last error as it is, or, when the last outcome was an answer whose body was
+    /// already drained, an error that names its status.
+    fn stopped<RB>(&mut self, stop: StopReason) -> Step<RB> {
+        match self.last_error.take() {
+            Some((kind, err)) => self.fail(kind, err, stop, true),
+            None => {
+                let status = self
+                    .history
+                    .attempts()
+                    .iter()
+                    .rev()
+                    .find_map(|a| match a.outcome {
+                        AttemptOutcome::Status(status) => Some(status),
+                        _ => None,
+                    });
                 let history = self.finish(stop);
-                Step::Return(Err(
-                    Error::new(ErrorKind::Other, None).with_history(history, true)
-                ))
+                let err = match status {
+                    Some(status) => Error::answered(status),
+                    None => Error::new(ErrorKind::Other, None),
+                };
+                Step::Return(Err(err.with_history(history, true)))
             }
         }
+    }
+
+    /// The last moment worth starting an attempt: the deadline less the minimum
+    /// attempt time.
+    fn deadline_for_readiness(&self) -> Option<Instant> {
+        self.deadline
+            .map(|d| d.checked_sub(self.policy.min_attempt_time()).unwrap_or(d))
     }
 }
 
@@ -516,46 +534,31 @@ where
                             return Poll::Ready(result);
                         }
                         Step::Wait { wait, response } => {
-                            if !wait.is_zero() {
-                                *this.timer =
-                                    Some(Box::pin(sleep_until(later(Instant::now(), wait))));
-                            }
-                            this.state.set(State::Waiting { response });
-                        }
-                    }
-                }
-                StateProj::Waiting { response } => {
-                    if let Some(timer) = this.timer.as_mut() {
-                        ready!(timer.as_mut().poll(cx));
-                        *this.timer = None;
-                    }
-                    let response = response.take();
-                    // The breaker may have opened while we waited.
-                    if call.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
-                        let step = call.last_outcome(response, StopReason::CircuitOpen);
-                        this.state.set(State::Done { error: None });
-                        if let Step::Return(result) = step {
-                            return Poll::Ready(result);
-                        }
-                        continue;
-                    }
-                    match response {
-                        Some(res) => {
                             let now = Instant::now();
-                            let mut until = later(now, call.policy.drain_timeout());
-                            if let Some(deadline) = call.deadline {
-                                let latest = deadline
-                                    .checked_sub(call.policy.min_attempt_time())
-                                    .unwrap_or(now);
-                                until = until.min(latest.max(now));
+                            call.resume_at = later(now, wait);
+                            match response {
+                                Some(res) => {
+                                    // Drain first, within its own limit and before the
+                                    // deadline's last useful moment, then wait out what
+                                    // is left of the wait.
+                                    let mut until = later(now, call.policy.drain_timeout());
+                                    if let Some(latest) = call.deadline_for_readiness() {
+                                        until = until.min(latest.max(now));
+                                    }
+                                    *this.timer = Some(Box::pin(sleep_until(until)));
+                                    this.state.set(State::Draining {
+                                        body: res.into_body(),
+                                        read: 0,
+                                    });
+                                }
+                                None => {
+                                    if !wait.is_zero() {
+                                        *this.timer = Some(Box::pin(sleep_until(call.resume_at)));
+                                    }
+                                    this.state.set(State::Waiting);
+                                }
                             }
-                            *this.timer = Some(Box::pin(sleep_until(until)));
-                            this.state.set(State::Draining {
-                                body: res.into_body(),
-                                read: 0,
-                            });
                         }
-                        None => this.state.set(State::Readying),
                     }
                 }
                 StateProj::Draining { mut body, read } => {
@@ -581,11 +584,56 @@ where
                             }
                         }
                     }
-                    *this.timer = None;
+                    *this.timer = if call.resume_at > Instant::now() {
+                        Some(Box::pin(sleep_until(call.resume_at)))
+                    } else {
+                        None
+                    };
+                    this.state.set(State::Waiting);
+                }
+                StateProj::Waiting => {
+                    if let Some(timer) = this.timer.as_mut() {
+                        ready!(timer.as_mut().poll(cx));
+                    }
+                    // The breaker may have opened while we waited.
+                    if call.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
+                        *this.timer = None;
+                        let step = call.stopped(StopReason::CircuitOpen);
+                        this.state.set(State::Done { error: None });
+                        if let Step::Return(result) = step {
+                            return Poll::Ready(result);
+                        }
+                        continue;
+                    }
+                    // Readiness may take long (a saturated limit beneath): no longer
+                    // than the deadline allows.
+                    *this.timer = call
+                        .deadline_for_readiness()
+                        .map(|t| Box::pin(sleep_until(t)));
                     this.state.set(State::Readying);
                 }
                 StateProj::Readying => {
-                    if let Err(e) = ready!(call.service.poll_ready(cx)) {
+                    let ready = match call.service.poll_ready(cx) {
+                        Poll::Ready(ready) => ready,
+                        Poll::Pending => {
+                            let expired = match this.timer.as_mut() {
+                                Some(timer) => timer.as_mut().poll(cx).is_ready(),
+                                None => false,
+                            };
+                            if !expired {
+                                return Poll::Pending;
+                            }
+                            *this.timer = None;
+                            let step = call.stopped(StopReason::Deadline);
+                            this.state.set(State::Done { error: None });
+                            if let Step::Return(result) = step {
+                                return Poll::Ready(result);
+                            }
+                            continue;
+                        }
+                    };
+                    *this.timer = None;
+                    if let Err(e) = ready {
                         let step = call.fail::<RB>(
                             ErrorKind::Other,
                             e.into(),
@@ -602,13 +650,7 @@ where
                     let timeout = match call.attempt_timeout(now) {
                         Ok(timeout) => timeout,
                         Err(()) => {
-                            let err: BoxError = Box::new(TimedOut { deadline: true });
-                            let step = call.fail::<RB>(
-                                ErrorKind::Timeout,
-                                err,
-                                StopReason::Deadline,
-                                true,
-                            );
+                            let step = call.stopped::<RB>(StopReason::Deadline);
                             this.state.set(State::Done { error: None });
                             if let Step::Return(result) = step {
                                 return Poll::Ready(result);
@@ -620,7 +662,7 @@ where
                     call.attempt_started = now;
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
-                        let step = call.last_outcome::<RB>(None, StopReason::AttemptsExhausted);
+                        let step = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
                         if let Step::Return(result) = step {
                             return Poll::Ready(result);
