@@ -188,7 +188,10 @@ where
                 (State::Done { error: Some(err) }, None)
             }
             Ok(timeout) => {
-                let future = call.service.call(Request::from_parts(parts, first));
+                let future = {
+                    let _entered = span.enter();
+                    call.service.call(Request::from_parts(parts, first))
+                };
                 (
                     State::Attempt { future },
                     timeout.map(|t| Box::pin(sleep_until(t))),
