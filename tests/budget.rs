@@ -588,3 +588,22 @@ fn services_are_clone_send_and_sync() {
     check::<backstop::budget::BudgetService<Mock>>();
     check::<RetryBudget>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refund_gives_back_one_retry() {
+    let account = RetryBudget::builder()
+        .ratio(1.0)
+        .min_per_second(0.0)
+        .build()
+        .unwrap()
+        .account();
+    account.deposit();
+    assert!(account.try_withdraw());
+    assert!(!account.try_withdraw());
+    account.refund();
+    assert_eq!(account.available(), 1);
+    assert!(account.try_withdraw());
+    // The refund leaves the window with the rest.
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(account.available(), 0);
+}

@@ -463,6 +463,10 @@ impl Budget for Tokens {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok()
     }
+
+    fn refund(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -679,4 +683,32 @@ async fn an_inner_error_that_names_its_url_does_not_leak_through_ours() {
     // The inner error is still there for a caller who asks for it.
     let source = std::error::Error::source(&err).unwrap();
     assert!(source.to_string().contains("upstream.test"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
+    let switch = Arc::new(Switch(AtomicBool::new(false)));
+    let tokens = Arc::new(Tokens(AtomicU32::new(1)));
+    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(BreakerHandle::new(switch.clone()));
+    req.extensions_mut()
+        .insert(BudgetHandle::new(tokens.clone()));
+    let mut svc = RetryLayer::new(fast()).layer(mock.clone());
+    let call = svc.ready().await.unwrap().call(req);
+    let flip = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The retry was paid for when it was decided.
+        assert_eq!(tokens.0.load(Ordering::Acquire), 0);
+        switch.0.store(true, Ordering::Release);
+    };
+    let (res, ()) = tokio::join!(call, flip);
+    assert!(res.unwrap_err().is_circuit_open());
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        tokens.0.load(Ordering::Acquire),
+        1,
+        "the unsent retry was refunded"
+    );
 }

@@ -65,6 +65,13 @@ impl Account {
         spent
     }
 
+    /// Gives back one retry that was withdrawn but not sent.
+    pub(crate) fn refund(&self) {
+        let slot = self.ring.current(Instant::now(), |e| self.expire(e));
+        self.balance.fetch_add(UNIT, Ordering::Relaxed);
+        slot.fetch_add(UNIT as u64, Ordering::Relaxed);
+    }
+
     /// Whole retries available now.
     pub(crate) fn available(&self) -> u64 {
         self.ring.current(Instant::now(), |e| self.expire(e));
@@ -75,6 +82,10 @@ impl Account {
 impl Budget for Account {
     fn try_withdraw(&self) -> bool {
         self.withdraw()
+    }
+
+    fn refund(&self) {
+        Account::refund(self)
     }
 }
 
@@ -123,6 +134,11 @@ impl BudgetAccount {
     /// the extra attempt must not be sent.
     pub fn try_withdraw(&self) -> bool {
         self.0.withdraw()
+    }
+
+    /// Gives back one retry that was withdrawn but not sent after all.
+    pub fn refund(&self) {
+        self.0.refund();
     }
 
     /// How many retries the account would allow now.

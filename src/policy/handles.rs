@@ -13,6 +13,10 @@ pub trait Budget: Send + Sync + 'static {
     /// Spends one extra attempt if the account allows it; `false` means the budget
     /// is spent and the extra attempt must not be sent.
     fn try_withdraw(&self) -> bool;
+
+    /// Gives back one withdrawal whose extra attempt was not sent after all (a gate
+    /// refused it after the wait). Does nothing by default.
+    fn refund(&self) {}
 }
 
 /// The budget account of a call, found in its request extensions.
@@ -49,6 +53,11 @@ impl BudgetHandle {
     /// Spends one extra attempt if the account allows it.
     pub fn try_withdraw(&self) -> bool {
         self.0.try_withdraw()
+    }
+
+    /// Gives back one withdrawal whose extra attempt was not sent.
+    pub fn refund(&self) {
+        self.0.refund()
     }
 }
 

@@ -85,6 +85,8 @@ struct Call<S, B> {
     attempt_started: Instant,
     /// When the next attempt may start: the end of the wait.
     resume_at: Instant,
+    /// The budget paid for the retry being waited for, not yet sent.
+    withdrawn: bool,
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
@@ -169,6 +171,7 @@ where
             started,
             attempt_started: started,
             resume_at: started,
+            withdrawn: false,
             deadline,
             timeout_is_deadline: false,
             history: History::new(0),
@@ -277,7 +280,7 @@ impl<S, B> Call<S, B> {
 
     /// The gates a retryable outcome must pass; the wait before the next attempt, or
     /// the gate that refused.
-    fn gates(&self, hint: Option<Duration>, now: Instant) -> Result<Duration, StopReason>
+    fn gates(&mut self, hint: Option<Duration>, now: Instant) -> Result<Duration, StopReason>
     where
         B: Body,
         B::Data: Buf,
@@ -308,8 +311,11 @@ impl<S, B> Call<S, B> {
         if self.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
             return Err(StopReason::CircuitOpen);
         }
-        if self.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
-            return Err(StopReason::Budget);
+        if let Some(budget) = &self.budget {
+            if !budget.try_withdraw() {
+                return Err(StopReason::Budget);
+            }
+            self.withdrawn = true;
         }
         Ok(wait)
     }
@@ -469,6 +475,7 @@ impl<S, B> Call<S, B> {
     /// last error as it is, or, when the last outcome was an answer whose body was
     /// already drained, an error that names its status.
     fn stopped<RB>(&mut self, stop: StopReason) -> Step<RB> {
+        self.refund();
         match self.last_error.take() {
             Some((kind, err)) => self.fail(kind, err, stop, true),
             None => {
@@ -487,6 +494,15 @@ impl<S, B> Call<S, B> {
                     None => Error::new(ErrorKind::Other, None),
                 };
                 Step::Return(Err(err.with_history(history, true)))
+            }
+        }
+    }
+
+    /// Gives the budget back a retry it paid for that will not be sent.
+    fn refund(&mut self) {
+        if std::mem::take(&mut self.withdrawn) {
+            if let Some(budget) = &self.budget {
+                budget.refund();
             }
         }
     }
@@ -637,6 +653,7 @@ where
                     };
                     *this.timer = None;
                     if let Err(e) = ready {
+                        call.refund();
                         let step = call.fail::<RB>(
                             ErrorKind::Other,
                             e.into(),
@@ -662,6 +679,7 @@ where
                         }
                     };
                     call.last_error = None;
+                    call.withdrawn = false;
                     call.attempt_started = now;
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
