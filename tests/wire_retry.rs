@@ -441,3 +441,33 @@ async fn scenario_3_an_early_503_then_a_reset_mid_upload_is_retried_whole() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_request_body_that_fails_is_not_resent_and_says_why() {
+    within_10s(async {
+        for protocol in BOTH {
+            let up = upstream(protocol, vec![Reply::ok().into()]).await;
+            let frames: Vec<Result<http_body::Frame<Bytes>, backstop::BoxError>> = vec![
+                Ok(http_body::Frame::data(Bytes::from_static(b"part one"))),
+                Err(std::io::Error::other("the disk went away").into()),
+            ];
+            let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+            let req = request(Method::PUT, &up, BodyExt::boxed(body));
+            let err = send(protocol, quick(), req).await.unwrap_err();
+            // HTTP/1.1 reports the body's failure; HTTP/2 resets the stream, which
+            // reads as a closed stream. Either way the body cannot be sent again.
+            let want = match protocol {
+                Protocol::Http1 => backstop::policy::ErrorKind::BodyWrite,
+                _ => backstop::policy::ErrorKind::Closed,
+            };
+            assert_eq!(err.kind(), want, "{protocol:?}");
+            assert_eq!(
+                err.stop_reason(),
+                Some(StopReason::BodyNotReplayable(NotReplayable::BodyError))
+            );
+            assert_eq!(err.attempts(), 1);
+            assert_eq!(up.processed_count(), 0);
+        }
+    })
+    .await
+}

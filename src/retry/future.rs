@@ -434,7 +434,15 @@ impl<S, B> Call<S, B> {
                         Err(stop) => self.fail(kind, err, stop, true),
                     },
                     Classification::NotRetryable(why) => {
-                        self.fail(kind, err, StopReason::NotRetryable(why), false)
+                        // A body failure that is the replay body's own (an abandoned
+                        // attempt's reader pushed it past the cap) says so.
+                        let stop = match (why, self.body.as_ref().map(|b| b.replayable())) {
+                            (Unsafe::BodyFailed, Some(Err(not))) => {
+                                StopReason::BodyNotReplayable(not)
+                            }
+                            _ => StopReason::NotRetryable(why),
+                        };
+                        self.fail(kind, err, stop, false)
                     }
                     // The ladder answers only responses.
                     Classification::Answer => self.fail(
