@@ -63,6 +63,10 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("attempt answered").count(), 2, "{text}");
+    assert_eq!(text.matches("attempt failed").count(), 1, "{text}");
+    assert!(text.contains("status=503"), "{text}");
+    assert!(text.contains("error=\"closed\""), "{text}");
     assert_eq!(text.matches("retry scheduled").count(), 2, "{text}");
     assert!(text.contains("reason=idempotent method"), "{text}");
     assert!(text.contains("wait_ms=1000"), "{text}");

@@ -396,6 +396,11 @@ impl<S, B> Call<S, B> {
                     headers: res.headers(),
                 };
                 let class = classify(&self.policy, self.facts(), outcome, progress);
+                tracing::debug!(
+                    attempt = self.attempt,
+                    status = status.as_u16(),
+                    "attempt answered"
+                );
                 if class == Classification::Answer && self.history.is_empty() && hedged.is_none() {
                     // The success path: a first-attempt answer has no history to tell.
                     return Step::Return(Ok(res));
@@ -422,6 +427,11 @@ impl<S, B> Call<S, B> {
             Err(err) => {
                 let now = Instant::now();
                 let kind = classify_error(&*err);
+                tracing::debug!(
+                    attempt = self.attempt,
+                    error = kind.as_str(),
+                    "attempt failed"
+                );
                 let class = classify(&self.policy, self.facts(), Outcome::Error(kind), progress);
                 let hedged = Hedged::find(&*err).cloned();
                 self.record(AttemptOutcome::Error(kind), None, progress, hedged, now);
