@@ -77,14 +77,15 @@ struct Call<S, B> {
     budget: Option<BudgetHandle>,
     breaker: Option<BreakerHandle>,
     attempt: u32,
-    started: Instant,
+    /// When the call started; `None` until something needs it (see `new`).
+    started: Option<Instant>,
     deadline: Option<Instant>,
     /// Whether the current attempt's timeout is the call's deadline.
     timeout_is_deadline: bool,
     /// When the current attempt was sent.
-    attempt_started: Instant,
+    attempt_started: Option<Instant>,
     /// When the next attempt may start: the end of the wait.
-    resume_at: Instant,
+    resume_at: Option<Instant>,
     /// The budget paid for the retry being waited for, not yet sent.
     withdrawn: bool,
     history: History,
@@ -109,19 +110,25 @@ where
     B::Error: Into<BoxError>,
 {
     pub(crate) fn new(service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Self {
-        let started = Instant::now();
         let (mut parts, body) = req.into_parts();
         let ext = &parts.extensions;
+        // The clock is read at once only when something must be timed; otherwise the
+        // call's start is taken when its first attempt first waits (a transport
+        // always does), so an answer that is ready at once reads no clock at all.
+        let timed = policy.timeout().is_some()
+            || policy.attempt_timeout().is_some()
+            || ext.get::<Deadline>().is_some();
+        let started = timed.then(Instant::now);
         // Whether a key is present only matters for a method that is not idempotent.
         let idempotent = policy.is_idempotent_method(&parts.method);
         let keyed = !idempotent
             && (ext.get::<IdempotencyKey>().is_some()
                 || parts.headers.contains_key(policy.idempotency_header()));
-        let deadline = match (ext.get::<Deadline>(), policy.timeout()) {
-            (Some(d), Some(t)) => Some(d.instant().min(later(started, t))),
-            (Some(d), None) => Some(d.instant()),
-            (None, Some(t)) => Some(later(started, t)),
-            (None, None) => None,
+        let deadline = match (ext.get::<Deadline>(), policy.timeout(), started) {
+            (Some(d), Some(t), Some(started)) => Some(d.instant().min(later(started, t))),
+            (Some(d), _, _) => Some(d.instant()),
+            (None, Some(t), Some(started)) => Some(later(started, t)),
+            _ => None,
         };
         let budget = ext.get::<BudgetHandle>().cloned();
         let breaker = ext.get::<BreakerHandle>().cloned();
@@ -156,31 +163,40 @@ where
             http.request.resend_count = tracing::field::Empty,
         );
 
-        let mut call = Call {
-            method: parts.method.clone(),
-            service,
-            policy,
-            keyed,
-            template,
-            body: handle,
-            needs_progress,
-            progress,
-            budget,
-            breaker,
-            attempt: 1,
-            started,
-            attempt_started: started,
-            resume_at: started,
-            withdrawn: false,
-            deadline,
-            timeout_is_deadline: false,
-            history: History::new(0),
-            last_error: None,
+        let max_attempts = policy.max_attempts();
+        // Built in place: the request head it keeps makes it large to move.
+        let mut fut = ResponseFuture {
+            state: State::Done { error: None },
+            timer: None,
+            call: Call {
+                method: parts.method.clone(),
+                service,
+                policy,
+                keyed,
+                template,
+                body: handle,
+                needs_progress,
+                progress,
+                budget,
+                breaker,
+                attempt: 1,
+                started,
+                attempt_started: started,
+                resume_at: None,
+                withdrawn: false,
+                deadline,
+                timeout_is_deadline: false,
+                history: History::new(max_attempts),
+                last_error: None,
+            },
+            span,
         };
-        call.history = History::new(call.policy.max_attempts());
-
-        let timeout = call.attempt_timeout(started);
-        let (state, timer) = match timeout {
+        let call = &mut fut.call;
+        let timeout = match started {
+            Some(now) => call.attempt_timeout(now),
+            None => Ok(None),
+        };
+        match timeout {
             Err(()) => {
                 call.history.stop(StopReason::Deadline);
                 let err = Error::new(
@@ -188,25 +204,18 @@ where
                     Some(Box::new(TimedOut { deadline: true })),
                 )
                 .with_history(mem::replace(&mut call.history, History::new(0)), false);
-                (State::Done { error: Some(err) }, None)
+                fut.state = State::Done { error: Some(err) };
             }
             Ok(timeout) => {
                 let future = {
-                    let _entered = span.enter();
+                    let _entered = fut.span.enter();
                     call.service.call(Request::from_parts(parts, first))
                 };
-                (
-                    State::Attempt { future },
-                    timeout.map(|t| Box::pin(sleep_until(t))),
-                )
+                fut.state = State::Attempt { future };
+                fut.timer = timeout.map(|t| Box::pin(sleep_until(t)));
             }
-        };
-        ResponseFuture {
-            state,
-            timer,
-            call,
-            span,
         }
+        fut
     }
 }
 
@@ -251,7 +260,9 @@ impl<S, B> Call<S, B> {
     ) {
         match hedged {
             Some(hedged) => {
-                let offset = self.attempt_started.saturating_duration_since(self.started);
+                let started = *self.started.get_or_insert(now);
+                let attempt_started = *self.attempt_started.get_or_insert(started);
+                let offset = attempt_started.saturating_duration_since(started);
                 let mut records = hedged.attempt_records(self.attempt, offset);
                 let returned = match hedged.winner() {
                     Some(w) => hedged.sent().iter().position(|s| s.copy == w),
@@ -272,7 +283,7 @@ impl<S, B> Call<S, B> {
                 wait: None,
                 progress,
                 hedge: false,
-                elapsed: now.saturating_duration_since(self.started),
+                elapsed: now.saturating_duration_since(*self.started.get_or_insert(now)),
             }),
         }
         self.history.set_retry_after(retry_after);
@@ -561,7 +572,14 @@ where
                                 });
                                 Err(err)
                             }
-                            None => return Poll::Pending,
+                            None => {
+                                if call.started.is_none() {
+                                    let now = Instant::now();
+                                    call.started = Some(now);
+                                    call.attempt_started = Some(now);
+                                }
+                                return Poll::Pending;
+                            }
                         },
                     };
                     *this.timer = None;
@@ -572,7 +590,7 @@ where
                         }
                         Step::Wait { wait, response } => {
                             let now = Instant::now();
-                            call.resume_at = later(now, wait);
+                            call.resume_at = Some(later(now, wait));
                             match response {
                                 Some(res) => {
                                     // Drain first, within its own limit and before the
@@ -590,7 +608,8 @@ where
                                 }
                                 None => {
                                     if !wait.is_zero() {
-                                        *this.timer = Some(Box::pin(sleep_until(call.resume_at)));
+                                        *this.timer =
+                                            call.resume_at.map(|t| Box::pin(sleep_until(t)));
                                     }
                                     this.state.set(State::Waiting);
                                 }
@@ -621,11 +640,10 @@ where
                             }
                         }
                     }
-                    *this.timer = if call.resume_at > Instant::now() {
-                        Some(Box::pin(sleep_until(call.resume_at)))
-                    } else {
-                        None
-                    };
+                    *this.timer = call
+                        .resume_at
+                        .filter(|&t| t > Instant::now())
+                        .map(|t| Box::pin(sleep_until(t)));
                     this.state.set(State::Waiting);
                 }
                 StateProj::Waiting => {
@@ -698,7 +716,7 @@ where
                     };
                     call.last_error = None;
                     call.withdrawn = false;
-                    call.attempt_started = now;
+                    call.attempt_started = Some(now);
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
                         let step = call.stopped::<RB>(StopReason::AttemptsExhausted);
