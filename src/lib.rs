@@ -85,16 +85,17 @@
 //! | h2 remote reset `REFUSED_STREAM` | `RefusedStream` | any method |
 //! | h2 remote `GOAWAY` | `GoAway` | any method |
 //! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
-//! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed |
-//! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed |
+//! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed; any method when [`progress`] proves nothing was written |
+//! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
 //!
 //! # Feature flags
 //!
-//! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying.
+//! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
+//!   and [`progress`], which reads hyper-util's connection capture.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
 //!
-//! The layers themselves need nothing beyond the core dependencies, so they are
-//! always compiled.
+//! The other layers need nothing beyond the core dependencies, so they are always
+//! compiled.
 
 #![forbid(unsafe_code)]
 #![warn(
