@@ -14,7 +14,7 @@ use tower_service::Service;
 use super::estimate::Estimator;
 use super::{HedgeBody, HedgeFailed, Hedged, NotHedged, Sent};
 use crate::policy::{
-    classify, classify_error, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
+    classify, classify_error, later, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
     Deadline, Outcome, RequestFacts, RetryPolicy,
 };
 use crate::{BoxError, Error};
@@ -323,13 +323,6 @@ where
         }
         Poll::Ready(())
     }
-}
-
-/// `delay` after `from`; a delay too long to represent means about 30 years.
-fn later(from: Instant, delay: Duration) -> Instant {
-    from.checked_add(delay)
-        .or_else(|| from.checked_add(Duration::from_secs(30 * 365 * 86_400)))
-        .unwrap_or(from)
 }
 
 fn refuse(stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {

@@ -178,7 +178,7 @@ use estimate::Origin;
 use future::Plan;
 
 use crate::body::OneShot;
-use crate::policy::{AttemptProgress, IdempotencyKey};
+use crate::policy::AttemptProgress;
 use crate::{BoxError, Error};
 
 /// Sends extra copies of a slow idempotent request and returns the first
@@ -214,11 +214,7 @@ impl<S> Hedging<S> {
     fn plan<B: HedgeBody>(&self, req: &Request<B>) -> Option<Plan<B>> {
         let hedge = &self.hedge;
         let ext = req.extensions();
-        let keyed = !hedge.policy.is_idempotent_method(req.method())
-            && (ext.get::<IdempotencyKey>().is_some()
-                || req
-                    .headers()
-                    .contains_key(hedge.policy.idempotency_header()));
+        let keyed = hedge.policy.is_keyed(req.method(), req.headers(), ext);
         if !(keyed || hedge.hedges_method(req.method())) || ext.get::<OneShot>().is_some() {
             return None;
         }

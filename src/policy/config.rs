@@ -161,6 +161,21 @@ impl RetryPolicy {
         self.statuses.contains(status)
     }
 
+    /// Whether a request counts as keyed: its method is not idempotent under this
+    /// policy, and it carries the [`IdempotencyKey`](super::IdempotencyKey) marker
+    /// or the policy's idempotency-key header. (For an idempotent method the key
+    /// changes nothing, so it is not looked for.)
+    pub fn is_keyed(
+        &self,
+        method: &Method,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> bool {
+        !self.is_idempotent_method(method)
+            && (extensions.get::<super::IdempotencyKey>().is_some()
+                || headers.contains_key(&self.idempotency_header))
+    }
+
     /// Whether the policy treats `method` as idempotent.
     pub fn is_idempotent_method(&self, method: &Method) -> bool {
         match &self.idempotent_methods {

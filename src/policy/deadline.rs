@@ -36,12 +36,7 @@ impl Deadline {
     /// A deadline `duration` from now. A duration too large to represent means
     /// no practical deadline (about 30 years from now).
     pub fn after(duration: Duration) -> Self {
-        let now = Instant::now();
-        let far = Duration::from_secs(60 * 60 * 24 * 365 * 30);
-        Deadline(
-            now.checked_add(duration)
-                .unwrap_or_else(|| now + far.min(duration)),
-        )
+        Deadline(later(Instant::now(), duration))
     }
 
     /// The instant.
@@ -53,4 +48,12 @@ impl Deadline {
     pub fn remaining(&self, now: Instant) -> Duration {
         self.0.saturating_duration_since(now)
     }
+}
+
+/// `from + duration`, or about 30 years from `from` when that cannot be
+/// represented: "no practical limit", never an overflow panic.
+pub(crate) fn later(from: Instant, duration: Duration) -> Instant {
+    from.checked_add(duration)
+        .or_else(|| from.checked_add(Duration::from_secs(60 * 60 * 24 * 365 * 30)))
+        .unwrap_or(from)
 }

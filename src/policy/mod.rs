@@ -21,6 +21,7 @@ pub use classify::{
 pub use backoff::Backoff;
 pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
+pub(crate) use deadline::later;
 pub use deadline::Deadline;
 pub use handles::{Breaker, BreakerHandle, Budget, BudgetHandle};
 pub use history::{AttemptOutcome, AttemptRecord, History, NotReplayable, StopReason, Unsafe};

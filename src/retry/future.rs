@@ -19,9 +19,9 @@ use crate::body::{OneShot, ReplayBody};
 use crate::error::TimedOut;
 use crate::hedge::Hedged;
 use crate::policy::{
-    classify, classify_error, AttemptOutcome, AttemptProgress, AttemptRecord, BreakerHandle,
-    BudgetHandle, Classification, Deadline, ErrorKind, History, IdempotencyKey, Outcome,
-    RequestFacts, RetryPolicy, StopReason, Unsafe,
+    classify, classify_error, later, AttemptOutcome, AttemptProgress, AttemptRecord, BreakerHandle,
+    BudgetHandle, Classification, Deadline, ErrorKind, History, Outcome, RequestFacts, RetryPolicy,
+    StopReason, Unsafe,
 };
 use crate::{BoxError, Error};
 
@@ -119,11 +119,8 @@ where
             || policy.attempt_timeout().is_some()
             || ext.get::<Deadline>().is_some();
         let started = timed.then(Instant::now);
-        // Whether a key is present only matters for a method that is not idempotent.
         let idempotent = policy.is_idempotent_method(&parts.method);
-        let keyed = !idempotent
-            && (ext.get::<IdempotencyKey>().is_some()
-                || parts.headers.contains_key(policy.idempotency_header()));
+        let keyed = policy.is_keyed(&parts.method, &parts.headers, ext);
         let deadline = match (ext.get::<Deadline>(), policy.timeout(), started) {
             (Some(d), Some(t), Some(started)) => Some(d.instant().min(later(started, t))),
             (Some(d), _, _) => Some(d.instant()),
@@ -752,10 +749,4 @@ where
             .field("attempt", &self.call.attempt)
             .finish_non_exhaustive()
     }
-}
-
-/// `now + d`, or a far-off instant when that cannot be represented.
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(60 * 60 * 24 * 365 * 30))
 }
