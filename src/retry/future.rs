@@ -93,9 +93,12 @@ struct Call<S, B> {
     last_error: Option<(ErrorKind, BoxError)>,
 }
 
+/// What a call ends with.
+type CallResult<RB> = Result<Response<RB>, Error>;
+
 /// What to do after an attempt's outcome.
 enum Step<RB> {
-    Return(Result<Response<RB>, Error>),
+    Return(CallResult<RB>),
     Wait {
         wait: Duration,
         response: Option<Response<RB>>,
@@ -344,12 +347,12 @@ impl<S, B> Call<S, B> {
     /// Returns a response. Its history rides on it when there is something to tell:
     /// more than one attempt, or a gate that stopped a retry. A first-attempt answer
     /// carries none, so the success path allocates nothing for it.
-    fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> Step<RB> {
+    fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> CallResult<RB> {
         let history = self.finish(stop);
         if history.len() > 1 || stop != StopReason::Answered {
             res.extensions_mut().insert(history);
         }
-        Step::Return(Ok(res))
+        Ok(res)
     }
 
     fn fail<RB>(
@@ -358,14 +361,14 @@ impl<S, B> Call<S, B> {
         err: BoxError,
         stop: StopReason,
         retryable: bool,
-    ) -> Step<RB> {
+    ) -> CallResult<RB> {
         let history = self.finish(stop);
         let err = match err.downcast::<Error>() {
             // An inner backstop layer's error: keep its own source.
             Ok(inner) => *inner,
             Err(err) => Error::new(kind, Some(err)),
         };
-        Step::Return(Err(err.with_history(history, retryable)))
+        Err(err.with_history(history, retryable))
     }
 
     fn scheduled<RB>(
@@ -424,12 +427,12 @@ impl<S, B> Call<S, B> {
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => self.scheduled(wait, Some(res), reason),
-                        Err(stop) => self.answer(res, stop),
+                        Err(stop) => Step::Return(self.answer(res, stop)),
                     },
                     Classification::NotRetryable(why) => {
-                        self.answer(res, StopReason::NotRetryable(why))
+                        Step::Return(self.answer(res, StopReason::NotRetryable(why)))
                     }
-                    Classification::Answer => self.answer(res, StopReason::Answered),
+                    Classification::Answer => Step::Return(self.answer(res, StopReason::Answered)),
                 }
             }
             Err(err) => {
@@ -449,7 +452,7 @@ impl<S, B> Call<S, B> {
                             self.last_error = Some((kind, err));
                             self.scheduled(wait, None, reason)
                         }
-                        Err(stop) => self.fail(kind, err, stop, true),
+                        Err(stop) => Step::Return(self.fail(kind, err, stop, true)),
                     },
                     Classification::NotRetryable(why) => {
                         // A body failure that is the replay body's own (an abandoned
@@ -460,15 +463,15 @@ impl<S, B> Call<S, B> {
                             }
                             _ => StopReason::NotRetryable(why),
                         };
-                        self.fail(kind, err, stop, false)
+                        Step::Return(self.fail(kind, err, stop, false))
                     }
                     // The ladder answers only responses.
-                    Classification::Answer => self.fail(
+                    Classification::Answer => Step::Return(self.fail(
                         kind,
                         err,
                         StopReason::NotRetryable(Unsafe::Permanent),
                         false,
-                    ),
+                    )),
                 }
             }
         }
@@ -500,7 +503,7 @@ impl<S, B> Call<S, B> {
     /// Ends the sequence after a wait, on a gate that refused the next attempt: the
     /// last error as it is, or, when the last outcome was an answer whose body was
     /// already drained, an error that names its status.
-    fn stopped<RB>(&mut self, stop: StopReason) -> Step<RB> {
+    fn stopped<RB>(&mut self, stop: StopReason) -> CallResult<RB> {
         self.refund();
         match self.last_error.take() {
             Some((kind, err)) => self.fail(kind, err, stop, true),
@@ -519,7 +522,7 @@ impl<S, B> Call<S, B> {
                     Some(status) => Error::answered(status),
                     None => Error::new(ErrorKind::Other, None),
                 };
-                Step::Return(Err(err.with_history(history, true)))
+                Err(err.with_history(history, true))
             }
         }
     }
@@ -650,12 +653,9 @@ where
                     // The breaker may have opened while we waited.
                     if call.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
                         *this.timer = None;
-                        let step = call.stopped(StopReason::CircuitOpen);
+                        let result = call.stopped(StopReason::CircuitOpen);
                         this.state.set(State::Done { error: None });
-                        if let Step::Return(result) = step {
-                            return Poll::Ready(result);
-                        }
-                        continue;
+                        return Poll::Ready(result);
                     }
                     // Readiness may take long (a saturated limit beneath): no longer
                     // than the deadline allows.
@@ -676,39 +676,30 @@ where
                                 return Poll::Pending;
                             }
                             *this.timer = None;
-                            let step = call.stopped(StopReason::Deadline);
+                            let result = call.stopped(StopReason::Deadline);
                             this.state.set(State::Done { error: None });
-                            if let Step::Return(result) = step {
-                                return Poll::Ready(result);
-                            }
-                            continue;
+                            return Poll::Ready(result);
                         }
                     };
                     *this.timer = None;
                     if let Err(e) = ready {
                         call.refund();
-                        let step = call.fail::<RB>(
+                        let result = call.fail::<RB>(
                             ErrorKind::Other,
                             e.into(),
                             StopReason::NotRetryable(Unsafe::Permanent),
                             false,
                         );
                         this.state.set(State::Done { error: None });
-                        if let Step::Return(result) = step {
-                            return Poll::Ready(result);
-                        }
-                        continue;
+                        return Poll::Ready(result);
                     }
                     let now = Instant::now();
                     let timeout = match call.attempt_timeout(now) {
                         Ok(timeout) => timeout,
                         Err(()) => {
-                            let step = call.stopped::<RB>(StopReason::Deadline);
+                            let result = call.stopped::<RB>(StopReason::Deadline);
                             this.state.set(State::Done { error: None });
-                            if let Step::Return(result) = step {
-                                return Poll::Ready(result);
-                            }
-                            continue;
+                            return Poll::Ready(result);
                         }
                     };
                     call.last_error = None;
@@ -716,12 +707,9 @@ where
                     call.attempt_started = Some(now);
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
-                        let step = call.stopped::<RB>(StopReason::AttemptsExhausted);
+                        let result = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
-                        if let Step::Return(result) = step {
-                            return Poll::Ready(result);
-                        }
-                        continue;
+                        return Poll::Ready(result);
                     };
                     this.span
                         .record("http.request.resend_count", call.attempt - 1);
