@@ -9,6 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use http::request::Parts;
 use http::uri::{Authority, Scheme};
+use http::Uri;
 use tokio::time::Instant;
 
 type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
@@ -125,8 +126,9 @@ pub(crate) trait Entry: Send + Sync + 'static {
     fn is_idle(&self, now: Instant) -> bool;
 }
 
-/// The last entry a service clone used, so that a run of calls to one origin finds
-/// its entry without touching the shared map.
+/// The last entry a service clone used under a custom key, so that a run of calls
+/// with one key finds its entry without touching the shared map. (Origins have the
+/// per-thread cache.)
 pub(crate) struct Cache<T>(Option<(Key, Arc<T>)>);
 
 impl<T> Cache<T> {
@@ -180,8 +182,8 @@ mod recent {
     use std::cell::RefCell;
     use std::sync::{Arc, Weak};
 
-    use http::request::Parts;
     use http::uri::{Authority, Scheme};
+    use http::Uri;
 
     /// How many entries a thread remembers.
     const SLOTS: usize = 8;
@@ -197,24 +199,24 @@ mod recent {
         static RECENT: RefCell<(Vec<Slot>, usize)> = const { RefCell::new((Vec::new(), 0)) };
     }
 
-    pub(super) fn find<T: Any + Send + Sync>(registry: usize, head: &Parts) -> Option<Arc<T>> {
+    pub(super) fn find<T: Any + Send + Sync>(registry: usize, uri: &Uri) -> Option<Arc<T>> {
         RECENT.with(|recent| {
             let recent = recent.borrow();
             let slot = recent.0.iter().find(|s| {
                 s.registry == registry
-                    && s.scheme.as_ref() == head.uri.scheme()
-                    && s.authority.as_ref() == head.uri.authority()
+                    && s.scheme.as_ref() == uri.scheme()
+                    && s.authority.as_ref() == uri.authority()
             })?;
             slot.entry.upgrade()?.downcast::<T>().ok()
         })
     }
 
-    pub(super) fn remember<T: Any + Send + Sync>(registry: usize, head: &Parts, entry: &Arc<T>) {
+    pub(super) fn remember<T: Any + Send + Sync>(registry: usize, uri: &Uri, entry: &Arc<T>) {
         let erased: Arc<dyn Any + Send + Sync> = entry.clone();
         let slot = Slot {
             registry,
-            scheme: head.uri.scheme().cloned(),
-            authority: head.uri.authority().cloned(),
+            scheme: uri.scheme().cloned(),
+            authority: uri.authority().cloned(),
             entry: Arc::downgrade(&erased),
         };
         RECENT.with(|recent| {
@@ -263,25 +265,7 @@ impl<T: Entry> Registry<T> {
         let key = match &self.partition.0 {
             // Unreachable: a global registry is built with its entry.
             Kind::Global => Key::Custom(String::new()),
-            Kind::Origin => {
-                if let Some((Key::Origin(scheme, authority), entry)) = &cache.0 {
-                    if scheme.as_ref() == head.uri.scheme()
-                        && authority.as_ref() == head.uri.authority()
-                    {
-                        return entry.clone();
-                    }
-                }
-                // A service cloned per call starts with an empty cache of its own;
-                // the thread's recent entries still spare it the shared map.
-                if let Some(entry) = recent::find(self.id, head) {
-                    return entry;
-                }
-                let key = Key::Origin(head.uri.scheme().cloned(), head.uri.authority().cloned());
-                let entry = self.lookup(key.clone(), make);
-                recent::remember(self.id, head, &entry);
-                cache.0 = Some((key, entry.clone()));
-                return entry;
-            }
+            Kind::Origin => return self.for_origin(&head.uri, make),
             Kind::Custom(f) => {
                 let key = f(head);
                 if let Some((Key::Custom(cached), entry)) = &cache.0 {
@@ -294,6 +278,18 @@ impl<T: Entry> Registry<T> {
         };
         let entry = self.lookup(key.clone(), make);
         cache.0 = Some((key, entry.clone()));
+        entry
+    }
+
+    /// The entry of `uri`'s origin: found in this thread's recent entries without a
+    /// lock or an allocation, else in the shared map.
+    pub(crate) fn for_origin(&self, uri: &Uri, make: impl FnOnce(String) -> T) -> Arc<T> {
+        if let Some(entry) = recent::find(self.id, uri) {
+            return entry;
+        }
+        let key = Key::Origin(uri.scheme().cloned(), uri.authority().cloned());
+        let entry = self.lookup(key, make);
+        recent::remember(self.id, uri, &entry);
         entry
     }
 

@@ -7,19 +7,19 @@
 //! computed every [`RECOMPUTE_EVERY`] samples (or [`RECOMPUTE_AFTER`] of time, or
 //! at a rotation) and cached in an atomic, so reading the delay is one load.
 //!
-//! Finding an origin's estimator takes a thread-local cache first; only a thread's
-//! first request to an origin takes the registry's lock.
+//! Estimators are found through the same per-origin registry as the budget
+//! accounts and the circuit breakers: a per-thread cache first, then a shared map
+//! that forgets idle origins.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::uri::{Authority, Scheme};
-use http::Request;
+use http::Uri;
 use tokio::time::Instant;
+
+use crate::budget::{Entry, Partition, Registry};
 
 /// Linear sub-buckets per power of two: 16, so a bucket is at most 6.25 % wide.
 const SUB_BITS: u32 = 4;
@@ -33,13 +33,6 @@ const BUCKETS: usize = SUB + (MAX_EXP - SUB_BITS + 1) as usize * SUB;
 pub(super) const RECOMPUTE_EVERY: u32 = 16;
 /// …or when this much time passed since the last computation.
 pub(super) const RECOMPUTE_AFTER: Duration = Duration::from_millis(100);
-
-/// The most origins one configuration keeps estimates for; further origins use the
-/// fallback delay. It bounds memory (about 3 KiB per origin) for a client that
-/// talks to very many hosts.
-const MAX_ORIGINS: usize = 1024;
-/// The most entries of a thread's cache of estimators.
-const MAX_CACHED: usize = 256;
 
 /// The histogram bucket of a latency in microseconds.
 fn bucket(us: u64) -> usize {
@@ -240,100 +233,50 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Where a request goes: its scheme and authority (or `Host` header).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Origin {
-    scheme: Option<Scheme>,
-    authority: Option<Authority>,
-}
-
-impl Origin {
-    pub(super) fn of<B>(req: &Request<B>) -> Self {
-        let uri = req.uri();
-        let authority = uri.authority().cloned().or_else(|| {
-            req.headers()
-                .get(http::header::HOST)
-                .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-        });
-        Origin {
-            scheme: uri.scheme().cloned(),
-            authority,
-        }
-    }
-}
-
-/// The estimators of one hedge configuration, one per origin.
+/// The estimators of one hedge configuration, one per origin, in the registry the
+/// budget and breaker layers use: a per-thread cache in front of a shared map that
+/// forgets idle origins.
 pub(super) struct Estimators {
-    id: u64,
     settings: Adaptive,
-    origins: Mutex<HashMap<Origin, Arc<Estimator>>>,
-}
-
-thread_local! {
-    /// Estimators this thread has looked up, by configuration and origin.
-    /// Weak, so that a dropped configuration's estimators go with it.
-    static CACHE: RefCell<HashMap<(u64, Origin), Weak<Estimator>>> = RefCell::new(HashMap::new());
+    origins: Registry<Estimator>,
 }
 
 impl Estimators {
     pub(super) fn new(settings: Adaptive) -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Estimators {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             settings,
-            origins: Mutex::new(HashMap::new()),
+            origins: Registry::new(Partition::origin(), |_| Estimator::new(settings)),
         }
     }
 
-    pub(super) fn settings(&self) -> Adaptive {
-        self.settings
+    /// The estimator of `uri`'s origin.
+    pub(super) fn get(&self, uri: &Uri) -> Arc<Estimator> {
+        self.origins
+            .for_origin(uri, |_| Estimator::new(self.settings))
     }
+}
 
-    /// The estimator of `origin`; `None` once [`MAX_ORIGINS`] other origins have
-    /// one.
-    pub(super) fn get(&self, origin: Origin) -> Option<Arc<Estimator>> {
-        let key = (self.id, origin);
-        let cached = CACHE
-            .try_with(|cache| cache.borrow().get(&key).and_then(Weak::upgrade))
-            .ok()
-            .flatten();
-        if cached.is_some() {
-            return cached;
-        }
-        let found = {
-            let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
-            match origins.get(&key.1) {
-                Some(e) => e.clone(),
-                None if origins.len() >= MAX_ORIGINS => return None,
-                None => {
-                    let e = Arc::new(Estimator::new(self.settings));
-                    origins.insert(key.1.clone(), e.clone());
-                    e
-                }
-            }
-        };
-        let _ = CACHE.try_with(|cache| {
-            let mut cache = cache.borrow_mut();
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-            cache.insert(key, Arc::downgrade(&found));
-        });
-        Some(found)
+impl Entry for Estimator {
+    /// Idle once it holds no sample, or none for two windows: a fresh one would give
+    /// the same delay.
+    fn is_idle(&self, _now: Instant) -> bool {
+        let stale_at = self
+            .next_rotation
+            .load(Ordering::Relaxed)
+            .saturating_add(micros(self.settings.window));
+        self.now_us() >= stale_at
+            || self
+                .windows
+                .iter()
+                .all(|w| w.total.load(Ordering::Relaxed) == 0)
     }
 }
 
 impl fmt::Debug for Estimators {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let origins = self
-            .origins
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len();
         f.debug_struct("Estimators")
             .field("settings", &self.settings)
-            .field("origins", &origins)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -421,10 +364,10 @@ mod tests {
     #[test]
     fn origins_are_told_apart() {
         let all = Estimators::new(settings());
-        let req = |uri: &str| Request::get(uri).body(()).unwrap();
-        let a = all.get(Origin::of(&req("http://a.test/x"))).unwrap();
-        let a2 = all.get(Origin::of(&req("http://A.test/y?q"))).unwrap();
-        let b = all.get(Origin::of(&req("https://a.test/x"))).unwrap();
+        let uri = |uri: &str| uri.parse::<Uri>().unwrap();
+        let a = all.get(&uri("http://a.test/x"));
+        let a2 = all.get(&uri("http://A.test/y?q"));
+        let b = all.get(&uri("https://a.test/x"));
         assert!(Arc::ptr_eq(&a, &a2));
         assert!(!Arc::ptr_eq(&a, &b));
     }

@@ -174,7 +174,6 @@ pub use layer::HedgeLayer;
 pub use record::{HedgeFailed, Hedged, NotHedged, Sent};
 
 use config::Delay;
-use estimate::Origin;
 use future::Plan;
 
 use crate::body::OneShot;
@@ -226,10 +225,10 @@ impl<S> Hedging<S> {
         let body = req.body().hedge_handle()?;
         let (delay, estimator) = match &hedge.delay {
             Delay::Fixed(delay) => (*delay, None),
-            Delay::Adaptive(estimators) => match estimators.get(Origin::of(req)) {
-                Some(e) => (e.delay(), Some(e)),
-                None => (estimators.settings().fallback, None),
-            },
+            Delay::Adaptive(estimators) => {
+                let e = estimators.get(req.uri());
+                (e.delay(), Some(e))
+            }
         };
         Some(Plan {
             body,
