@@ -18,7 +18,7 @@
 //!   [`max_extra`](HedgeBuilder::max_extra) copies, each one delay after the one
 //!   before.
 //! - **What**: only a request whose method is idempotent, or that carries an
-//!   idempotency key (the [`IdempotencyKey`]
+//!   idempotency key (the [`IdempotencyKey`](crate::policy::IdempotencyKey)
 //!   marker or the `idempotency-key` header), and whose body can be read twice at
 //!   once ([`HedgeBody`]). Any other request passes straight through, for the cost
 //!   of a check. A configuration that would hedge POST or PATCH without a key is
