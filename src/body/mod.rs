@@ -608,9 +608,34 @@ where
     /// A new reader from the first byte, sharing this body's state; its progress
     /// handle is unset.
     pub(crate) fn replay(&self) -> Self {
-        let repr = match &self.repr {
-            Repr::Empty => Repr::Empty,
-            Repr::Shared(reader) => Repr::Shared(Reader::new(Arc::clone(&reader.shared))),
+        self.source().replay()
+    }
+
+    /// A handle that makes new readers of this body later, from the first byte.
+    pub(crate) fn source(&self) -> ReplaySource<B> {
+        ReplaySource(match &self.repr {
+            Repr::Empty => None,
+            Repr::Shared(reader) => Some(Arc::clone(&reader.shared)),
+        })
+    }
+
+    /// Sets the progress record this reader reports its body bytes into.
+    pub(crate) fn set_progress(&mut self, progress: Option<AttemptProgress>) {
+        self.progress = progress;
+    }
+}
+
+/// Where a call's later readers of its body come from: the shared state, or
+/// nothing for an empty body. It is smaller than a reader, which the retry layer's
+/// response future carries through every attempt.
+pub(crate) struct ReplaySource<B>(Option<Arc<Mutex<Shared<B>>>>);
+
+impl<B> ReplaySource<B> {
+    /// A new reader from the first byte; its progress handle is unset.
+    pub(crate) fn replay(&self) -> ReplayBody<B> {
+        let repr = match &self.0 {
+            None => Repr::Empty,
+            Some(shared) => Repr::Shared(Reader::new(Arc::clone(shared))),
         };
         ReplayBody {
             repr,
@@ -618,9 +643,13 @@ where
         }
     }
 
-    /// Sets the progress record this reader reports its body bytes into.
-    pub(crate) fn set_progress(&mut self, progress: Option<AttemptProgress>) {
-        self.progress = progress;
+    /// Whether a new reader could replay the whole body; see
+    /// [`ReplayBody::replayable`].
+    pub(crate) fn replayable(&self) -> Result<(), NotReplayable> {
+        match &self.0 {
+            None => Ok(()),
+            Some(shared) => lock_shared(shared).status,
+        }
     }
 }
 

@@ -4,12 +4,12 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 
 use super::{Progress, RetryPolicy, Unsafe};
 
 /// The header a server uses to say whether a request should be retried.
-pub(crate) const X_SHOULD_RETRY: &str = "x-should-retry";
+pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 /// What kind of failure an attempt ended with, read from the error's type and its
 /// source chain. It never holds a message, so it is safe to record and log.
@@ -341,7 +341,7 @@ pub struct RequestFacts<'a> {
 ///
 /// ```
 /// use backstop::policy::{classify, Classification, Outcome, RequestFacts, RetryPolicy, RetryReason};
-/// use http::{HeaderMap, Method, StatusCode};
+/// use http::{HeaderMap, HeaderName, Method, StatusCode};
 ///
 /// let policy = RetryPolicy::default();
 /// let headers = HeaderMap::new();
@@ -358,13 +358,25 @@ pub fn classify(
     outcome: Outcome<'_>,
     progress: Option<Progress>,
 ) -> Classification {
+    let idempotent = policy.is_idempotent_method(request.method);
+    ladder(policy, idempotent, request.keyed, outcome, progress)
+}
+
+/// The ladder itself, for a request already known to be idempotent or keyed (the
+/// retry layer works that out once per call).
+pub(crate) fn ladder(
+    policy: &RetryPolicy,
+    idempotent: bool,
+    keyed: bool,
+    outcome: Outcome<'_>,
+    progress: Option<Progress>,
+) -> Classification {
     // Rungs 1 and 3 read the response; rung 2 reads the error.
     let not_processed;
     match outcome {
         Outcome::Response { status, headers } => {
             let should_retry = should_retry(headers);
-            let too_early = status == StatusCode::TOO_EARLY;
-            if should_retry != Some(true) && !too_early && !policy.is_retryable_status(status) {
+            if is_answer(policy, status, should_retry) {
                 return Classification::Answer;
             }
             match should_retry {
@@ -372,7 +384,7 @@ pub fn classify(
                 Some(false) => return Classification::NotRetryable(Unsafe::ServerDeclined),
                 None => {}
             }
-            not_processed = too_early;
+            not_processed = status == StatusCode::TOO_EARLY;
         }
         Outcome::Error(kind) => match kind {
             ErrorKind::Config => return Classification::NotRetryable(Unsafe::Permanent),
@@ -385,10 +397,10 @@ pub fn classify(
         return Classification::Retryable(RetryReason::NotProcessed);
     }
     // Rung 5.
-    if policy.is_idempotent_method(request.method) {
+    if idempotent {
         return Classification::Retryable(RetryReason::Idempotent);
     }
-    if request.keyed {
+    if keyed {
         return Classification::Retryable(RetryReason::Keyed);
     }
     // Rung 6: a response proves the request was written; an error needs a record.
@@ -400,9 +412,27 @@ pub fn classify(
     }
 }
 
+/// Rung 1: whether a response is an answer to return as it is, whatever the
+/// request. This is the whole ladder for a response that is not a retryable status,
+/// which lets the retry layer's success path skip the rest.
+#[inline]
+pub(crate) fn is_answer(
+    policy: &RetryPolicy,
+    status: StatusCode,
+    should_retry: Option<bool>,
+) -> bool {
+    should_retry != Some(true)
+        && status != StatusCode::TOO_EARLY
+        && !policy.is_retryable_status(status)
+}
+
 /// `x-should-retry: true|false`, when present and valid.
-fn should_retry(headers: &HeaderMap) -> Option<bool> {
-    let value = headers.get(X_SHOULD_RETRY)?.as_bytes();
+#[inline]
+pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
+    if headers.is_empty() {
+        return None;
+    }
+    let value = headers.get(&X_SHOULD_RETRY)?.as_bytes();
     if value.eq_ignore_ascii_case(b"true") {
         Some(true)
     } else if value.eq_ignore_ascii_case(b"false") {

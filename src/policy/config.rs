@@ -171,12 +171,23 @@ impl RetryPolicy {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> bool {
-        !self.is_idempotent_method(method)
-            && (extensions.get::<super::IdempotencyKey>().is_some()
-                || headers.contains_key(&self.idempotency_header))
+        !self.is_idempotent_method(method) && self.carries_key(headers, extensions)
+    }
+
+    /// Whether a request carries the [`IdempotencyKey`](super::IdempotencyKey) marker
+    /// or the policy's idempotency-key header, whatever its method.
+    #[inline]
+    pub(crate) fn carries_key(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> bool {
+        extensions.get::<super::IdempotencyKey>().is_some()
+            || headers.contains_key(&self.idempotency_header)
     }
 
     /// Whether the policy treats `method` as idempotent.
+    #[inline]
     pub fn is_idempotent_method(&self, method: &Method) -> bool {
         match &self.idempotent_methods {
             None => is_idempotent(method),

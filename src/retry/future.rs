@@ -7,21 +7,20 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Buf;
-use http::request::Parts;
-use http::{Method, Request, Response};
+use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
 
-use crate::body::{OneShot, ReplayBody};
+use crate::body::{OneShot, ReplayBody, ReplaySource};
 use crate::error::TimedOut;
 use crate::hedge::Hedged;
 use crate::policy::{
-    classify, classify_error, later, AttemptOutcome, AttemptProgress, AttemptRecord, BreakerHandle,
-    BudgetHandle, Classification, Deadline, ErrorKind, History, Outcome, RequestFacts, RetryPolicy,
-    StopReason, Unsafe,
+    classify_error, is_answer, ladder, later, should_retry, AttemptOutcome, AttemptProgress,
+    AttemptRecord, BreakerHandle, BudgetHandle, Classification, Deadline, ErrorKind, History,
+    Outcome, Progress, RetryPolicy, StopReason, Unsafe,
 };
 use crate::{BoxError, Error};
 
@@ -33,12 +32,10 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, RB>,
-        // The attempt's timeout, the wait before the next attempt, or the drain's
-        // time limit: never two at once. `None` when there is nothing to time, so
-        // the success path without timeouts registers no timer.
-        timer: Option<Pin<Box<Sleep>>>,
         call: Call<S, B>,
-        span: Span,
+        // The call's span, kept only when a subscriber takes it: a disabled span
+        // does nothing, and leaving it out keeps the future small.
+        span: Option<Box<Span>>,
     }
 }
 
@@ -65,24 +62,35 @@ pin_project! {
 struct Call<S, B> {
     service: S,
     policy: Arc<RetryPolicy>,
-    method: Method,
+    /// The policy treats the method as idempotent.
+    idempotent: bool,
+    /// The request carries an idempotency key (and its method is not idempotent).
     keyed: bool,
     /// The request head for later attempts; `None` once no attempt is left.
-    template: Option<Parts>,
+    template: Option<Head>,
     /// A handle on the shared replay state; `None` when the policy allows one attempt.
-    body: Option<ReplayBody<B>>,
+    body: Option<ReplaySource<B>>,
     /// Whether the ladder's last rung needs a progress record (no key, not idempotent).
     needs_progress: bool,
     progress: Option<AttemptProgress>,
-    budget: Option<BudgetHandle>,
-    breaker: Option<BreakerHandle>,
     attempt: u32,
     /// When the call started; `None` until something needs it (see `new`).
     started: Option<Instant>,
+    /// What only a call that is timed, fails or is hedged needs: allocated then,
+    /// so the success path moves a smaller future and initialises less.
+    rare: Option<Box<Rare>>,
+}
+
+/// The part of a call's state that the success path does without.
+struct Rare {
+    /// The attempt's timeout, the wait before the next attempt, or the drain's time
+    /// limit: never two at once. `None` when there is nothing to time, so the
+    /// success path without timeouts registers no timer.
+    timer: Option<Pin<Box<Sleep>>>,
     deadline: Option<Instant>,
     /// Whether the current attempt's timeout is the call's deadline.
     timeout_is_deadline: bool,
-    /// When the current attempt was sent.
+    /// When the current attempt was sent; `None` for the first (the call's start).
     attempt_started: Option<Instant>,
     /// When the next attempt may start: the end of the wait.
     resume_at: Option<Instant>,
@@ -91,6 +99,45 @@ struct Call<S, B> {
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
+}
+
+impl Rare {
+    /// When the attempt starting at `now` must end: the policy's attempt timeout,
+    /// cut to the deadline. `Err` when less than the minimum attempt time is left.
+    fn attempt_timeout(
+        &mut self,
+        policy: &RetryPolicy,
+        now: Instant,
+    ) -> Result<Option<Instant>, ()> {
+        let own = policy.attempt_timeout().map(|t| later(now, t));
+        self.timeout_is_deadline = false;
+        let Some(deadline) = self.deadline else {
+            return Ok(own);
+        };
+        if deadline.saturating_duration_since(now) < policy.min_attempt_time() {
+            return Err(());
+        }
+        match own {
+            Some(own) if own <= deadline => Ok(Some(own)),
+            _ => {
+                self.timeout_is_deadline = true;
+                Ok(Some(deadline))
+            }
+        }
+    }
+
+    fn new(max_attempts: u32, deadline: Option<Instant>) -> Box<Self> {
+        Box::new(Rare {
+            timer: None,
+            deadline,
+            timeout_is_deadline: false,
+            attempt_started: None,
+            resume_at: None,
+            withdrawn: false,
+            history: History::new(max_attempts),
+            last_error: None,
+        })
+    }
 }
 
 /// What a call ends with.
@@ -112,110 +159,134 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    pub(crate) fn new(service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Self {
-        let (mut parts, body) = req.into_parts();
-        let ext = &parts.extensions;
+    #[inline]
+    pub(crate) fn new(mut service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Self {
+        let ext = req.extensions();
         // The clock is read at once only when something must be timed; otherwise the
         // call's start is taken when its first attempt first waits (a transport
         // always does), so an answer that is ready at once reads no clock at all.
-        let timed = policy.timeout().is_some()
-            || policy.attempt_timeout().is_some()
-            || ext.get::<Deadline>().is_some();
+        let given = ext.get::<Deadline>().map(Deadline::instant);
+        let timed =
+            given.is_some() || policy.timeout().is_some() || policy.attempt_timeout().is_some();
         let started = timed.then(Instant::now);
-        let idempotent = policy.is_idempotent_method(&parts.method);
-        let keyed = policy.is_keyed(&parts.method, &parts.headers, ext);
-        let deadline = match (ext.get::<Deadline>(), policy.timeout(), started) {
-            (Some(d), Some(t), Some(started)) => Some(d.instant().min(later(started, t))),
-            (Some(d), _, _) => Some(d.instant()),
+        let deadline = match (given, policy.timeout(), started) {
+            (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
+            (Some(d), _, _) => Some(d),
             (None, Some(t), Some(started)) => Some(later(started, t)),
             _ => None,
         };
-        let budget = ext.get::<BudgetHandle>().cloned();
-        let breaker = ext.get::<BreakerHandle>().cloned();
+        // For an idempotent method a key changes nothing, so it is not looked for.
+        let idempotent = policy.is_idempotent_method(req.method());
+        let keyed = !idempotent && policy.carries_key(req.headers(), ext);
+        let needs_progress = !keyed && !idempotent;
         let one_shot = ext.get::<OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
         // allocation); a one-shot body is never sent twice, hedges included.
-        let mut first = if one_shot {
-            ReplayBody::one_shot(body)
-        } else if retries {
-            ReplayBody::new(body, policy.replay_cap())
-        } else {
-            ReplayBody::new(body, 0)
-        };
+        let mut req = req.map(|body| {
+            if one_shot {
+                ReplayBody::one_shot(body)
+            } else {
+                ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
+            }
+        });
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
         if let Some(deadline) = deadline {
-            parts.extensions.insert(Deadline::at(deadline));
+            req.extensions_mut().insert(Deadline::at(deadline));
         }
-        let template = retries.then(|| parts.clone());
-        let handle = retries.then(|| first.replay());
-        let needs_progress = !keyed && !idempotent;
+        let template = retries.then(|| Head::of(&req));
+        let body = retries.then(|| req.body().source());
         let progress = needs_progress.then(|| {
             let p = AttemptProgress::new();
-            parts.extensions.insert(p.clone());
-            first.set_progress(Some(p.clone()));
+            req.extensions_mut().insert(p.clone());
+            req.body_mut().set_progress(Some(p.clone()));
             p
         });
         let span = tracing::debug_span!(
             "backstop.retry",
-            http.request.method = %parts.method,
+            http.request.method = %req.method(),
             http.request.resend_count = tracing::field::Empty,
         );
-
-        let max_attempts = policy.max_attempts();
-        // Built in place: the request head it keeps makes it large to move.
-        let mut fut = ResponseFuture {
-            state: State::Done { error: None },
-            timer: None,
-            call: Call {
-                method: parts.method.clone(),
-                service,
-                policy,
-                keyed,
-                template,
-                body: handle,
-                needs_progress,
-                progress,
-                budget,
-                breaker,
-                attempt: 1,
-                started,
-                attempt_started: started,
-                resume_at: None,
-                withdrawn: false,
-                deadline,
-                timeout_is_deadline: false,
-                history: History::new(max_attempts),
-                last_error: None,
-            },
-            span,
+        let span = (!span.is_disabled()).then(|| Box::new(span));
+        let mut rare = timed.then(|| Rare::new(policy.max_attempts(), deadline));
+        let timeout = match (started, rare.as_deref_mut()) {
+            (Some(now), Some(rare)) => rare.attempt_timeout(&policy, now),
+            _ => Ok(None),
         };
-        let call = &mut fut.call;
-        let timeout = match started {
-            Some(now) => call.attempt_timeout(now),
-            None => Ok(None),
-        };
-        match timeout {
+        let state = match timeout {
+            Ok(timeout) => {
+                if let (Some(t), Some(rare)) = (timeout, rare.as_deref_mut()) {
+                    rare.timer = Some(Box::pin(sleep_until(t)));
+                }
+                let future = {
+                    let _entered = span.as_deref().map(Span::enter);
+                    service.call(req)
+                };
+                State::Attempt { future }
+            }
+            // The deadline leaves no time for a first attempt.
             Err(()) => {
-                call.history.stop(StopReason::Deadline);
+                let mut history = History::new(policy.max_attempts());
+                history.stop(StopReason::Deadline);
                 let err = Error::new(
                     ErrorKind::Timeout,
                     Some(Box::new(TimedOut { deadline: true })),
                 )
-                .with_history(mem::replace(&mut call.history, History::new(0)), false);
-                fut.state = State::Done { error: Some(err) };
+                .with_history(history, false);
+                State::Done { error: Some(err) }
             }
-            Ok(timeout) => {
-                let future = {
-                    let _entered = fut.span.enter();
-                    call.service.call(Request::from_parts(parts, first))
-                };
-                fut.state = State::Attempt { future };
-                fut.timer = timeout.map(|t| Box::pin(sleep_until(t)));
-            }
+        };
+        ResponseFuture {
+            state,
+            call: Call {
+                idempotent,
+                rare,
+                service,
+                policy,
+                keyed,
+                template,
+                body,
+                needs_progress,
+                progress,
+                attempt: 1,
+                started,
+            },
+            span,
         }
-        fut
+    }
+}
+
+/// A request's head, kept for later attempts.
+#[derive(Clone)]
+struct Head {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    extensions: Extensions,
+}
+
+impl Head {
+    #[inline]
+    fn of<T>(req: &Request<T>) -> Self {
+        Head {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            version: req.version(),
+            headers: req.headers().clone(),
+            extensions: req.extensions().clone(),
+        }
+    }
+
+    fn request<T>(self, body: T) -> Request<T> {
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method;
+        *req.uri_mut() = self.uri;
+        *req.version_mut() = self.version;
+        *req.headers_mut() = self.headers;
+        *req.extensions_mut() = self.extensions;
+        req
     }
 }
 
@@ -223,28 +294,44 @@ impl<S, B> Call<S, B> {
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
-        let own = self.policy.attempt_timeout().map(|t| later(now, t));
-        self.timeout_is_deadline = false;
-        let Some(deadline) = self.deadline else {
-            return Ok(own);
-        };
-        if deadline.saturating_duration_since(now) < self.policy.min_attempt_time() {
-            return Err(());
+        match self.rare.as_deref_mut() {
+            Some(rare) => rare.attempt_timeout(&self.policy, now),
+            None => Ok(self.policy.attempt_timeout().map(|t| later(now, t))),
         }
-        match own {
-            Some(own) if own <= deadline => Ok(Some(own)),
-            _ => {
-                self.timeout_is_deadline = true;
-                Ok(Some(deadline))
+    }
+
+    /// Sets the timer to fire at `at`, or clears it.
+    fn set_timer(&mut self, at: Option<Instant>) {
+        match at {
+            Some(at) => self.rare().timer = Some(Box::pin(sleep_until(at))),
+            None => {
+                if let Some(rare) = self.rare.as_deref_mut() {
+                    rare.timer = None;
+                }
             }
         }
     }
 
-    fn facts(&self) -> RequestFacts<'_> {
-        RequestFacts {
-            method: &self.method,
-            keyed: self.keyed,
-        }
+    /// Polls the timer; `None` when none is set.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Option<Poll<()>> {
+        let timer = self.rare.as_deref_mut()?.timer.as_mut()?;
+        Some(timer.as_mut().poll(cx))
+    }
+
+    /// The rare part of the state, allocated on first use.
+    fn rare(&mut self) -> &mut Rare {
+        let max_attempts = self.policy.max_attempts();
+        self.rare
+            .get_or_insert_with(|| Rare::new(max_attempts, None))
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.rare.as_ref()?.deadline
+    }
+
+    /// Runs the decision ladder on the current attempt's outcome.
+    fn classify(&self, outcome: Outcome<'_>, progress: Option<Progress>) -> Classification {
+        ladder(&self.policy, self.idempotent, self.keyed, outcome, progress)
     }
 
     /// Records the attempt that just ended: one record, or one per send when a hedge
@@ -254,16 +341,18 @@ impl<S, B> Call<S, B> {
         &mut self,
         outcome: AttemptOutcome,
         retry_after: Option<Duration>,
-        progress: Option<crate::policy::Progress>,
+        progress: Option<Progress>,
         hedged: Option<Hedged>,
         now: Instant,
     ) {
+        let started = *self.started.get_or_insert(now);
+        let attempt = self.attempt;
+        let rare = self.rare();
         match hedged {
             Some(hedged) => {
-                let started = *self.started.get_or_insert(now);
-                let attempt_started = *self.attempt_started.get_or_insert(started);
+                let attempt_started = rare.attempt_started.unwrap_or(started);
                 let offset = attempt_started.saturating_duration_since(started);
-                let mut records = hedged.attempt_records(self.attempt, offset);
+                let mut records = hedged.attempt_records(attempt, offset);
                 let returned = match hedged.winner() {
                     Some(w) => hedged.sent().iter().position(|s| s.copy == w),
                     None => (0..records.len()).max_by_key(|&i| records[i].elapsed),
@@ -273,20 +362,20 @@ impl<S, B> Call<S, B> {
                     r.progress = progress;
                 }
                 for r in records {
-                    self.history.push(r);
+                    rare.history.push(r);
                 }
             }
-            None => self.history.push(AttemptRecord {
-                number: self.attempt,
+            None => rare.history.push(AttemptRecord {
+                number: attempt,
                 outcome,
                 retry_after,
                 wait: None,
                 progress,
                 hedge: false,
-                elapsed: now.saturating_duration_since(*self.started.get_or_insert(now)),
+                elapsed: now.saturating_duration_since(started),
             }),
         }
-        self.history.set_retry_after(retry_after);
+        rare.history.set_retry_after(retry_after);
     }
 
     /// The gates a retryable outcome must pass; the wait before the next attempt, or
@@ -297,9 +386,10 @@ impl<S, B> Call<S, B> {
         B::Data: Buf,
         B::Error: Into<BoxError>,
     {
+        let attempt = self.attempt;
+        let sent = self.rare().history.len().max(attempt as usize);
         let policy = &*self.policy;
         // Hedges a layer beneath sent count as attempts too.
-        let sent = self.history.len().max(self.attempt as usize);
         if sent >= policy.max_attempts() as usize {
             return Err(StopReason::AttemptsExhausted);
         }
@@ -313,20 +403,20 @@ impl<S, B> Call<S, B> {
             Some(hint) => hint,
             None => policy.backoff().wait(self.attempt),
         };
-        if let Some(deadline) = self.deadline {
+        if let Some(deadline) = self.deadline() {
             let needed = wait.saturating_add(policy.min_attempt_time());
             if deadline.saturating_duration_since(now) < needed {
                 return Err(StopReason::Deadline);
             }
         }
-        if self.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
+        if !self.breaker_allows_retry() {
             return Err(StopReason::CircuitOpen);
         }
-        if let Some(budget) = &self.budget {
+        if let Some(budget) = self.handle::<BudgetHandle>() {
             if !budget.try_withdraw() {
                 return Err(StopReason::Budget);
             }
-            self.withdrawn = true;
+            self.rare().withdrawn = true;
         }
         Ok(wait)
     }
@@ -340,8 +430,9 @@ impl<S, B> Call<S, B> {
                 "retry skipped"
             );
         }
-        self.history.stop(stop);
-        mem::replace(&mut self.history, History::new(0))
+        let history = &mut self.rare().history;
+        history.stop(stop);
+        mem::replace(history, History::new(0))
     }
 
     /// Returns a response. Its history rides on it when there is something to tell:
@@ -377,7 +468,7 @@ impl<S, B> Call<S, B> {
         response: Option<Response<RB>>,
         reason: impl fmt::Display,
     ) -> Step<RB> {
-        if let Some(last) = self.history.last_mut() {
+        if let Some(last) = self.rare().history.last_mut() {
             last.wait = Some(wait);
         }
         tracing::debug!(
@@ -387,6 +478,25 @@ impl<S, B> Call<S, B> {
             "retry scheduled"
         );
         Step::Wait { wait, response }
+    }
+
+    /// Whether `res` ends the call as it is with nothing to tell: a first answer the
+    /// ladder returns (rung 1) that no hedge layer beneath recorded. This is the
+    /// success path, so it reads only the status and `x-should-retry`.
+    #[inline]
+    fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
+        let status = res.status();
+        let plain = self.rare.as_ref().map_or(true, |r| r.history.is_empty())
+            && is_answer(&self.policy, status, should_retry(res.headers()))
+            && res.extensions().get::<Hedged>().is_none();
+        if plain {
+            tracing::debug!(
+                attempt = self.attempt,
+                status = status.as_u16(),
+                "attempt answered"
+            );
+        }
+        plain
     }
 
     /// Classifies an attempt's outcome and decides what comes next.
@@ -406,16 +516,12 @@ impl<S, B> Call<S, B> {
                     status,
                     headers: res.headers(),
                 };
-                let class = classify(&self.policy, self.facts(), outcome, progress);
+                let class = self.classify(outcome, progress);
                 tracing::debug!(
                     attempt = self.attempt,
                     status = status.as_u16(),
                     "attempt answered"
                 );
-                if class == Classification::Answer && self.history.is_empty() && hedged.is_none() {
-                    // The success path: a first-attempt answer has no history to tell.
-                    return Step::Return(Ok(res));
-                }
                 let now = Instant::now();
                 let hint = match class {
                     Classification::Retryable(_) => {
@@ -443,13 +549,13 @@ impl<S, B> Call<S, B> {
                     error = kind.as_str(),
                     "attempt failed"
                 );
-                let class = classify(&self.policy, self.facts(), Outcome::Error(kind), progress);
+                let class = self.classify(Outcome::Error(kind), progress);
                 let hedged = Hedged::find(&*err).cloned();
                 self.record(AttemptOutcome::Error(kind), None, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(None, now) {
                         Ok(wait) => {
-                            self.last_error = Some((kind, err));
+                            self.rare().last_error = Some((kind, err));
                             self.scheduled(wait, None, reason)
                         }
                         Err(stop) => Step::Return(self.fail(kind, err, stop, true)),
@@ -485,19 +591,19 @@ impl<S, B> Call<S, B> {
         B::Error: Into<BoxError>,
     {
         self.attempt += 1;
-        let mut parts = if self.attempt >= self.policy.max_attempts() {
+        let head = if self.attempt >= self.policy.max_attempts() {
             self.template.take()?
         } else {
             self.template.clone()?
         };
-        let mut body = self.body.as_ref()?.replay();
+        let mut req = head.request(self.body.as_ref()?.replay());
         if self.needs_progress {
             let p = AttemptProgress::new();
-            parts.extensions.insert(p.clone());
-            body.set_progress(Some(p.clone()));
+            req.extensions_mut().insert(p.clone());
+            req.body_mut().set_progress(Some(p.clone()));
             self.progress = Some(p);
         }
-        Some(Request::from_parts(parts, body))
+        Some(req)
     }
 
     /// Ends the sequence after a wait, on a gate that refused the next attempt: the
@@ -505,18 +611,19 @@ impl<S, B> Call<S, B> {
     /// already drained, an error that names its status.
     fn stopped<RB>(&mut self, stop: StopReason) -> CallResult<RB> {
         self.refund();
-        match self.last_error.take() {
+        match self.rare().last_error.take() {
             Some((kind, err)) => self.fail(kind, err, stop, true),
             None => {
-                let status = self
-                    .history
-                    .attempts()
-                    .iter()
-                    .rev()
-                    .find_map(|a| match a.outcome {
-                        AttemptOutcome::Status(status) => Some(status),
-                        _ => None,
-                    });
+                let status =
+                    self.rare()
+                        .history
+                        .attempts()
+                        .iter()
+                        .rev()
+                        .find_map(|a| match a.outcome {
+                            AttemptOutcome::Status(status) => Some(status),
+                            _ => None,
+                        });
                 let history = self.finish(stop);
                 let err = match status {
                     Some(status) => Error::answered(status),
@@ -529,17 +636,34 @@ impl<S, B> Call<S, B> {
 
     /// Gives the budget back a retry it paid for that will not be sent.
     fn refund(&mut self) {
-        if std::mem::take(&mut self.withdrawn) {
-            if let Some(budget) = &self.budget {
+        if self
+            .rare
+            .as_mut()
+            .is_some_and(|r| mem::take(&mut r.withdrawn))
+        {
+            if let Some(budget) = self.handle::<BudgetHandle>() {
                 budget.refund();
             }
         }
     }
 
+    /// A budget or breaker handle a layer above put into the request. Only a call
+    /// that may retry reads them, from its request head kept for the next attempt,
+    /// so the success path neither looks them up nor clones them.
+    fn handle<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.template.as_ref()?.extensions.get::<T>()
+    }
+
+    /// Whether the origin's breaker, when there is one, lets a retry through.
+    fn breaker_allows_retry(&self) -> bool {
+        self.handle::<BreakerHandle>()
+            .map_or(true, BreakerHandle::allows_retry)
+    }
+
     /// The last moment worth starting an attempt: the deadline less the minimum
     /// attempt time.
     fn deadline_for_readiness(&self) -> Option<Instant> {
-        self.deadline
+        self.deadline()
             .map(|d| d.checked_sub(self.policy.min_attempt_time()).unwrap_or(d))
     }
 }
@@ -558,31 +682,41 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let call = this.call;
-        let _entered = this.span.enter();
+        let _entered = this.span.as_deref().map(Span::enter);
         loop {
             match this.state.as_mut().project() {
                 StateProj::Attempt { future } => {
                     let result = match future.poll(cx) {
-                        Poll::Ready(result) => result.map_err(Into::into),
-                        Poll::Pending => match this.timer.as_mut() {
-                            Some(timer) => {
-                                ready!(timer.as_mut().poll(cx));
+                        Poll::Ready(Ok(res)) => {
+                            if call.is_plain_answer(&res) {
+                                // The success path: nothing to record, nothing to wait.
+                                call.set_timer(None);
+                                this.state.set(State::Done { error: None });
+                                return Poll::Ready(Ok(res));
+                            }
+                            Ok(res)
+                        }
+                        Poll::Ready(Err(err)) => Err(err.into()),
+                        Poll::Pending => match call.poll_timer(cx) {
+                            Some(fired) => {
+                                ready!(fired);
                                 let err: BoxError = Box::new(TimedOut {
-                                    deadline: call.timeout_is_deadline,
+                                    deadline: call
+                                        .rare
+                                        .as_ref()
+                                        .is_some_and(|r| r.timeout_is_deadline),
                                 });
                                 Err(err)
                             }
                             None => {
                                 if call.started.is_none() {
-                                    let now = Instant::now();
-                                    call.started = Some(now);
-                                    call.attempt_started = Some(now);
+                                    call.started = Some(Instant::now());
                                 }
                                 return Poll::Pending;
                             }
                         },
                     };
-                    *this.timer = None;
+                    call.set_timer(None);
                     match call.on_outcome(result) {
                         Step::Return(result) => {
                             this.state.set(State::Done { error: None });
@@ -590,7 +724,8 @@ where
                         }
                         Step::Wait { wait, response } => {
                             let now = Instant::now();
-                            call.resume_at = Some(later(now, wait));
+                            let resume_at = later(now, wait);
+                            call.rare().resume_at = Some(resume_at);
                             match response {
                                 Some(res) => {
                                     // Drain first, within its own limit and before the
@@ -600,7 +735,7 @@ where
                                     if let Some(latest) = call.deadline_for_readiness() {
                                         until = until.min(latest.max(now));
                                     }
-                                    *this.timer = Some(Box::pin(sleep_until(until)));
+                                    call.set_timer(Some(until));
                                     this.state.set(State::Draining {
                                         body: res.into_body(),
                                         read: 0,
@@ -608,8 +743,7 @@ where
                                 }
                                 None => {
                                     if !wait.is_zero() {
-                                        *this.timer =
-                                            call.resume_at.map(|t| Box::pin(sleep_until(t)));
+                                        call.set_timer(Some(resume_at));
                                     }
                                     this.state.set(State::Waiting);
                                 }
@@ -629,10 +763,7 @@ where
                             }
                             Poll::Ready(Some(Err(_))) | Poll::Ready(None) => break,
                             Poll::Pending => {
-                                let expired = match this.timer.as_mut() {
-                                    Some(timer) => timer.as_mut().poll(cx).is_ready(),
-                                    None => true,
-                                };
+                                let expired = call.poll_timer(cx).map_or(true, |p| p.is_ready());
                                 if !expired {
                                     return Poll::Pending;
                                 }
@@ -640,48 +771,41 @@ where
                             }
                         }
                     }
-                    *this.timer = call
-                        .resume_at
-                        .filter(|&t| t > Instant::now())
-                        .map(|t| Box::pin(sleep_until(t)));
+                    let resume_at = call.rare().resume_at.filter(|&t| t > Instant::now());
+                    call.set_timer(resume_at);
                     this.state.set(State::Waiting);
                 }
                 StateProj::Waiting => {
-                    if let Some(timer) = this.timer.as_mut() {
-                        ready!(timer.as_mut().poll(cx));
+                    if let Some(fired) = call.poll_timer(cx) {
+                        ready!(fired);
                     }
                     // The breaker may have opened while we waited.
-                    if call.breaker.as_ref().is_some_and(|b| !b.allows_retry()) {
-                        *this.timer = None;
+                    if !call.breaker_allows_retry() {
+                        call.set_timer(None);
                         let result = call.stopped(StopReason::CircuitOpen);
                         this.state.set(State::Done { error: None });
                         return Poll::Ready(result);
                     }
                     // Readiness may take long (a saturated limit beneath): no longer
                     // than the deadline allows.
-                    *this.timer = call
-                        .deadline_for_readiness()
-                        .map(|t| Box::pin(sleep_until(t)));
+                    call.set_timer(call.deadline_for_readiness());
                     this.state.set(State::Readying);
                 }
                 StateProj::Readying => {
                     let ready = match call.service.poll_ready(cx) {
                         Poll::Ready(ready) => ready,
                         Poll::Pending => {
-                            let expired = match this.timer.as_mut() {
-                                Some(timer) => timer.as_mut().poll(cx).is_ready(),
-                                None => false,
-                            };
+                            let expired = call.poll_timer(cx).is_some_and(|p| p.is_ready());
                             if !expired {
                                 return Poll::Pending;
                             }
-                            *this.timer = None;
+                            call.set_timer(None);
                             let result = call.stopped(StopReason::Deadline);
                             this.state.set(State::Done { error: None });
                             return Poll::Ready(result);
                         }
                     };
-                    *this.timer = None;
+                    call.set_timer(None);
                     if let Err(e) = ready {
                         call.refund();
                         let result = call.fail::<RB>(
@@ -702,18 +826,20 @@ where
                             return Poll::Ready(result);
                         }
                     };
-                    call.last_error = None;
-                    call.withdrawn = false;
-                    call.attempt_started = Some(now);
+                    let rare = call.rare();
+                    rare.last_error = None;
+                    rare.withdrawn = false;
+                    rare.attempt_started = Some(now);
                     let Some(req) = call.next_request() else {
                         // Unreachable: the gates allowed an attempt that has a template.
                         let result = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
                         return Poll::Ready(result);
                     };
-                    this.span
-                        .record("http.request.resend_count", call.attempt - 1);
-                    *this.timer = timeout.map(|t| Box::pin(sleep_until(t)));
+                    if let Some(span) = this.span.as_deref() {
+                        span.record("http.request.resend_count", call.attempt - 1);
+                    }
+                    call.set_timer(timeout);
                     let future = call.service.call(req);
                     this.state.set(State::Attempt { future });
                 }

@@ -134,6 +134,7 @@ where
             .map_err(|e| Error::from_inner(e.into()))
     }
 
+    #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let policy = match req.extensions_mut().remove::<RetryPolicy>() {
             Some(policy) => Arc::new(policy),

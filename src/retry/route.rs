@@ -150,6 +150,7 @@ impl Routes {
     }
 
     /// The policy for `req`.
+    #[inline]
     pub fn policy_for<B>(&self, req: &Request<B>) -> &Arc<RetryPolicy> {
         self.routes
             .iter()
