@@ -62,6 +62,48 @@ async fn scenario_1_503_then_200_makes_two_upstream_calls() {
 }
 
 #[tokio::test]
+async fn every_header_reaches_each_attempt_the_same() {
+    within_10s(async {
+        // A head small enough to be kept as a flat copy, and one over the limit,
+        // which is kept as a cloned map.
+        for big in [0, 6000] {
+            for protocol in BOTH {
+                let up = upstream(
+                    protocol,
+                    vec![
+                        Reply::status(503).into(),
+                        Reply::status(502).into(),
+                        Reply::ok().into(),
+                    ],
+                )
+                .await;
+                let mut req = request(Method::GET, &up, empty());
+                let headers = req.headers_mut();
+                headers.append("accept", "text/html".parse().unwrap());
+                headers.append("accept", "application/json".parse().unwrap());
+                headers.append("x-trace-hop", "one".parse().unwrap());
+                headers.append("x-trace-hop", "two".parse().unwrap());
+                headers.insert("authorization", "Bearer abc".parse().unwrap());
+                headers.insert("x-big", "b".repeat(big + 1).parse().unwrap());
+                let sent = headers.clone();
+                let res = send(protocol, quick(), req).await.unwrap();
+                assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
+                let seen = up.requests();
+                assert_eq!(seen.len(), 3, "{protocol:?}");
+                for attempt in &seen {
+                    for name in sent.keys() {
+                        let want: Vec<_> = sent.get_all(name).iter().collect();
+                        let got: Vec<_> = attempt.headers.get_all(name).iter().collect();
+                        assert_eq!(got, want, "{protocol:?} {name} big={big}");
+                    }
+                }
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_streamed_put_is_replayed_byte_for_byte() {
     within_10s(async {
         for protocol in BOTH {

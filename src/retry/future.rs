@@ -7,13 +7,14 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Buf;
-use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version};
+use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
 
+use super::head::Head;
 use crate::body::{OneShot, ReplayBody, ReplaySource};
 use crate::error::TimedOut;
 use crate::hedge::Hedged;
@@ -254,39 +255,6 @@ where
             },
             span,
         }
-    }
-}
-
-/// A request's head, kept for later attempts.
-#[derive(Clone)]
-struct Head {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-    extensions: Extensions,
-}
-
-impl Head {
-    #[inline]
-    fn of<T>(req: &Request<T>) -> Self {
-        Head {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            headers: req.headers().clone(),
-            extensions: req.extensions().clone(),
-        }
-    }
-
-    fn request<T>(self, body: T) -> Request<T> {
-        let mut req = Request::new(body);
-        *req.method_mut() = self.method;
-        *req.uri_mut() = self.uri;
-        *req.version_mut() = self.version;
-        *req.headers_mut() = self.headers;
-        *req.extensions_mut() = self.extensions;
-        req
     }
 }
 
@@ -596,7 +564,7 @@ impl<S, B> Call<S, B> {
         } else {
             self.template.clone()?
         };
-        let mut req = head.request(self.body.as_ref()?.replay());
+        let mut req = head.request(self.body.as_ref()?.replay())?;
         if self.needs_progress {
             let p = AttemptProgress::new();
             req.extensions_mut().insert(p.clone());
@@ -651,7 +619,7 @@ impl<S, B> Call<S, B> {
     /// that may retry reads them, from its request head kept for the next attempt,
     /// so the success path neither looks them up nor clones them.
     fn handle<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.template.as_ref()?.extensions.get::<T>()
+        self.template.as_ref()?.extension::<T>()
     }
 
     /// Whether the origin's breaker, when there is one, lets a retry through.

@@ -56,6 +56,7 @@
 //! rides on the response and the error.
 
 mod future;
+mod head;
 mod layer;
 mod route;
 
