@@ -486,6 +486,65 @@ async fn a_global_account_is_shared_by_every_origin() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_custom_key_reads_the_head_and_the_request_goes_on_whole() {
+    let b = RetryBudget::builder()
+        .ratio(1.0)
+        .min_per_second(0.0)
+        .partition(Partition::by_key(|head: &http::request::Parts| {
+            head.headers
+                .get("x-tenant")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_owned()
+        }))
+        .build()
+        .unwrap();
+    let layer = BudgetLayer::new(b);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let mut svc = layer.layer(tower::service_fn(move |req: Request<Full<Bytes>>| {
+        record.lock().unwrap().push((
+            req.method().clone(),
+            req.uri().clone(),
+            req.version(),
+            req.headers().get("x-tenant").cloned(),
+            req.extensions().get::<u32>().copied(),
+            req.extensions().get::<BudgetHandle>().is_some(),
+        ));
+        async { Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default())) }
+    }));
+    for tenant in ["a", "a", "a", "b"] {
+        let mut req = Request::put("http://shared.test/x?y=1")
+            .version(http::Version::HTTP_2)
+            .header("x-tenant", tenant)
+            .body(Full::default())
+            .unwrap();
+        req.extensions_mut().insert(7u32);
+        svc.ready().await.unwrap().call(req).await.unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 4);
+    for (i, (method, uri, version, tenant, ext, handle)) in seen.iter().enumerate() {
+        assert_eq!(method, http::Method::PUT);
+        assert_eq!(uri, "http://shared.test/x?y=1");
+        assert_eq!(*version, http::Version::HTTP_2);
+        let want = if i < 3 { "a" } else { "b" };
+        assert_eq!(tenant.as_ref().unwrap(), want);
+        assert_eq!(*ext, Some(7));
+        assert!(handle);
+    }
+    // A ratio of 1: each tenant's account holds one retry per call it made.
+    let available = |tenant: &str| {
+        let mut head = head("http://other.test/");
+        head.headers.insert("x-tenant", tenant.parse().unwrap());
+        layer.account(&head).available()
+    };
+    assert_eq!(available("a"), 3);
+    assert_eq!(available("b"), 1);
+    assert_eq!(available("c"), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn clones_of_a_layer_share_accounts() {
     let layer = BudgetLayer::new(budget(1.0, 0.0));
     let copy = layer.clone();

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
+use http::Request;
 use tower_layer::Layer;
 
 use super::account::Account;
@@ -27,6 +28,15 @@ impl Shared {
     pub(crate) fn account(&self, head: &Parts, cache: &mut Cache<Account>) -> Arc<Account> {
         self.accounts
             .get(head, cache, |_| Account::new(&self.budget))
+    }
+
+    pub(crate) fn account_for<B>(
+        &self,
+        req: &mut Request<B>,
+        cache: &mut Cache<Account>,
+    ) -> Arc<Account> {
+        self.accounts
+            .get_for(req, cache, |_| Account::new(&self.budget))
     }
 }
 

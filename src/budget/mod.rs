@@ -175,12 +175,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> S::Future {
-        let (mut head, body) = req.into_parts();
-        let account = self.shared.account(&head, &mut self.cache);
+    fn call(&mut self, mut req: Request<B>) -> S::Future {
+        let account = self.shared.account_for(&mut req, &mut self.cache);
         account.deposit();
-        head.extensions
+        req.extensions_mut()
             .insert(crate::policy::BudgetHandle::new(account));
-        self.inner.call(Request::from_parts(head, body))
+        self.inner.call(req)
     }
 }

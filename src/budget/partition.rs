@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use http::request::Parts;
 use http::uri::{Authority, Scheme};
-use http::Uri;
+use http::{Request, Uri};
 use tokio::time::Instant;
 
 type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
@@ -205,10 +205,20 @@ mod recent {
             let slot = recent.0.iter().find(|s| {
                 s.registry == registry
                     && s.scheme.as_ref() == uri.scheme()
-                    && s.authority.as_ref() == uri.authority()
+                    && same_authority(s.authority.as_ref(), uri.authority())
             })?;
             slot.entry.upgrade()?.downcast::<T>().ok()
         })
+    }
+
+    /// `Authority`'s own comparison ignores case byte by byte; the same spelling,
+    /// which is what a client sends to one origin again and again, is one `memcmp`.
+    fn same_authority(kept: Option<&Authority>, uri: Option<&Authority>) -> bool {
+        match (kept, uri) {
+            (Some(a), Some(b)) => a.as_str() == b.as_str() || a == b,
+            (None, None) => true,
+            _ => false,
+        }
     }
 
     pub(super) fn remember<T: Any + Send + Sync>(registry: usize, uri: &Uri, entry: &Arc<T>) {
@@ -229,6 +239,15 @@ mod recent {
             }
         });
     }
+}
+
+/// Exchanges a request's head with `head`.
+fn swap_head<B>(req: &mut Request<B>, head: &mut Parts) {
+    std::mem::swap(req.method_mut(), &mut head.method);
+    std::mem::swap(req.uri_mut(), &mut head.uri);
+    std::mem::swap(req.version_mut(), &mut head.version);
+    std::mem::swap(req.headers_mut(), &mut head.headers);
+    std::mem::swap(req.extensions_mut(), &mut head.extensions);
 }
 
 /// The least size at which the map is pruned of idle entries.
@@ -278,6 +297,28 @@ impl<T: Entry> Registry<T> {
         };
         let entry = self.lookup(key.clone(), make);
         cache.0 = Some((key, entry.clone()));
+        entry
+    }
+
+    /// The entry of `req`'s call, created with `make` if it is new. Only a custom key
+    /// reads the head as `Parts`; the request is lent to it field by field, so the
+    /// usual partitions neither take the request apart nor move it.
+    pub(crate) fn get_for<B>(
+        &self,
+        req: &mut Request<B>,
+        cache: &mut Cache<T>,
+        make: impl FnOnce(String) -> T,
+    ) -> Arc<T> {
+        if let Some(global) = &self.global {
+            return global.clone();
+        }
+        if let Kind::Origin = self.partition.0 {
+            return self.for_origin(req.uri(), make);
+        }
+        let (mut head, ()) = Request::new(()).into_parts();
+        swap_head(req, &mut head);
+        let entry = self.get(&head, cache, make);
+        swap_head(req, &mut head);
         entry
     }
 

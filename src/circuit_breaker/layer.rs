@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
+use http::Request;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
@@ -27,6 +28,15 @@ impl Shared {
     pub(crate) fn breaker(&self, head: &Parts, cache: &mut Cache<Core>) -> Arc<Core> {
         self.breakers
             .get(head, cache, |label| Core::new(self.config.clone(), label))
+    }
+
+    pub(crate) fn breaker_for<B>(
+        &self,
+        req: &mut Request<B>,
+        cache: &mut Cache<Core>,
+    ) -> Arc<Core> {
+        self.breakers
+            .get_for(req, cache, |label| Core::new(self.config.clone(), label))
     }
 }
 

@@ -196,13 +196,13 @@ where
             .map_err(|e| Error::from_inner(e.into()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let (mut head, body) = req.into_parts();
-        let breaker = self.shared.breaker(&head, &mut self.cache);
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let breaker = self.shared.breaker_for(&mut req, &mut self.cache);
         match breaker.admit() {
             Ok(ticket) => {
-                head.extensions.insert(BreakerHandle::new(breaker.clone()));
-                let future = self.inner.call(Request::from_parts(head, body));
+                req.extensions_mut()
+                    .insert(BreakerHandle::new(breaker.clone()));
+                let future = self.inner.call(req);
                 ResponseFuture::called(future, Permit::new(breaker, ticket))
             }
             Err(next_probe_at) => ResponseFuture::refused(Error::refused(
