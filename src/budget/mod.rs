@@ -175,6 +175,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         let account = self.shared.account_for(&mut req, &mut self.cache);
         account.deposit();

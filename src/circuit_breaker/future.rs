@@ -63,6 +63,7 @@ impl Drop for Permit {
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline]
     pub(crate) fn called(future: F, permit: Permit) -> Self {
         ResponseFuture {
             state: State::Called {

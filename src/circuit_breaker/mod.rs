@@ -196,6 +196,7 @@ where
             .map_err(|e| Error::from_inner(e.into()))
     }
 
+    #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let breaker = self.shared.breaker_for(&mut req, &mut self.cache);
         match breaker.admit() {

@@ -138,6 +138,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         let config = &*self.config;
         if config.methods.contains(req.method()) {

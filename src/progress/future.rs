@@ -20,6 +20,7 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline]
     pub(crate) fn new(inner: F, tracking: Option<(AttemptProgress, CaptureConnection)>) -> Self {
         ResponseFuture { inner, tracking }
     }

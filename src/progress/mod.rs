@@ -129,6 +129,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let tracking = req
             .extensions()
