@@ -103,6 +103,19 @@ struct Rare {
 }
 
 impl Rare {
+    fn new(max_attempts: u32, deadline: Option<Instant>) -> Box<Self> {
+        Box::new(Rare {
+            timer: None,
+            deadline,
+            timeout_is_deadline: false,
+            attempt_started: None,
+            resume_at: None,
+            withdrawn: false,
+            history: History::new(max_attempts),
+            last_error: None,
+        })
+    }
+
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     fn attempt_timeout(
@@ -125,19 +138,6 @@ impl Rare {
                 Ok(Some(deadline))
             }
         }
-    }
-
-    fn new(max_attempts: u32, deadline: Option<Instant>) -> Box<Self> {
-        Box::new(Rare {
-            timer: None,
-            deadline,
-            timeout_is_deadline: false,
-            attempt_started: None,
-            resume_at: None,
-            withdrawn: false,
-            history: History::new(max_attempts),
-            last_error: None,
-        })
     }
 }
 
@@ -259,8 +259,7 @@ where
 }
 
 impl<S, B> Call<S, B> {
-    /// When the attempt starting at `now` must end: the policy's attempt timeout,
-    /// cut to the deadline. `Err` when less than the minimum attempt time is left.
+    /// See [`Rare::attempt_timeout`]; a call without a rare part has no deadline.
     fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
         match self.rare.as_deref_mut() {
             Some(rare) => rare.attempt_timeout(&self.policy, now),

@@ -54,6 +54,16 @@
 //! a POST is never re-sent after it may have been processed; `Retry-After` is
 //! honoured; the deadline covers every attempt and wait; the history of attempts
 //! rides on the response and the error.
+//!
+//! # Cost on the success path
+//!
+//! Any retry layer must keep a copy of the request head, because the transport takes
+//! the request. Here a head with up to 4 KiB of headers is kept as one flat buffer
+//! (one allocation, no reference counts) and turned back into a header map only
+//! when a retry is sent; larger heads are cloned. Everything only a timed, failed or
+//! hedged call needs is allocated when it is needed, so a first answer costs the
+//! head copy and little else: less than `tower::retry`'s request clone
+//! (`cargo bench --bench overhead`).
 
 mod future;
 mod head;
