@@ -793,16 +793,17 @@ where
                             return Poll::Ready(result);
                         }
                     };
-                    let rare = call.rare();
-                    rare.last_error = None;
-                    rare.withdrawn = false;
-                    rare.attempt_started = Some(now);
                     let Some(req) = call.next_request() else {
-                        // Unreachable: the gates allowed an attempt that has a template.
+                        // Unreachable: the gates allowed another attempt, so the head is
+                        // kept, and a head copied from a valid request reads back.
                         let result = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
                         return Poll::Ready(result);
                     };
+                    let rare = call.rare();
+                    rare.last_error = None;
+                    rare.withdrawn = false;
+                    rare.attempt_started = Some(now);
                     if let Some(span) = this.span.as_deref() {
                         span.record("http.request.resend_count", call.attempt - 1);
                     }
