@@ -3,36 +3,45 @@
 //! Every retry layer must keep a copy of the head, because the transport takes the
 //! request it sends. Cloning a `HeaderMap` allocates its index and entry tables, and
 //! each header value created from a string is turned into a shared, reference-counted
-//! buffer on its first clone, whose count then moves on every drop. For the usual
-//! head of a few hundred bytes it is cheaper to copy the headers' bytes into one
-//! buffer, and to rebuild a map from it only when a retry is sent. A head whose
-//! headers are larger than [`FLAT_LIMIT`] is cloned as it is.
+//! buffer on its first clone, whose count then moves on every drop; a parsed URI's
+//! parts are shared buffers too. For the usual head of a few hundred bytes it is
+//! cheaper to copy the URI's and the headers' bytes into one buffer, and to parse
+//! them back only when a retry is sent. A head whose headers are larger than
+//! [`FLAT_LIMIT`] is cloned as it is, and so is a URI of an unusual shape.
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
 
-/// Headers up to this many bytes (names, values and 9 bytes per value) are copied
-/// flat; larger ones are cloned.
+/// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
+/// copied flat; larger ones are cloned.
 pub(super) const FLAT_LIMIT: usize = 4096;
+
+/// The buffer a flat head starts with.
+const FLAT_GUESS: usize = 512;
 
 /// A request's head, kept for later attempts.
 #[derive(Clone)]
 pub(super) struct Head {
     method: Method,
-    uri: Uri,
     version: Version,
-    headers: Kept,
     extensions: Extensions,
+    kept: Kept,
 }
 
 #[derive(Clone)]
 enum Kept {
-    /// Each value as a record: a sensitivity byte, the name's and the value's
-    /// lengths (`u32`, little-endian), then the name's and the value's bytes.
-    Flat { buf: Bytes, values: usize },
+    /// The URI's text (when `uri` is `None`), then each header value as a record: a
+    /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
+    /// then the name's and the value's bytes.
+    Flat {
+        buf: Vec<u8>,
+        uri: Option<Uri>,
+        uri_len: usize,
+        values: usize,
+    },
     /// Boxed: a head this large is rare, and the future that keeps it stays small.
-    Map(Box<HeaderMap>),
+    Cloned(Box<(Uri, HeaderMap)>),
 }
 
 /// The bytes one value takes in a flat record.
@@ -40,48 +49,78 @@ fn record_len(name: &HeaderName, value: &HeaderValue) -> usize {
     9 + name.as_str().len() + value.len()
 }
 
+/// The parts of `uri` whose text parses back to an equal URI: `scheme://authority`
+/// then a path from `/`, a path alone (or `*`), or an authority alone. `None` for
+/// any other shape `Uri::from_parts` allows, which is kept as a clone.
+fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
+    let path = uri.path_and_query().map(|p| p.as_str());
+    match (uri.scheme(), uri.authority(), path) {
+        (Some(scheme), Some(authority), Some(path)) if path.starts_with('/') => {
+            Some([scheme.as_str(), authority.as_str(), path])
+        }
+        (None, None, Some(path)) if path.starts_with('/') || path == "*" => Some(["", "", path]),
+        (None, Some(authority), None) => Some(["", authority.as_str(), ""]),
+        _ => None,
+    }
+}
+
 impl Kept {
-    fn of(headers: &HeaderMap) -> Self {
-        let mut size = 0;
-        for (name, value) in headers {
-            size += record_len(name, value);
-            if size > FLAT_LIMIT {
-                return Kept::Map(Box::new(headers.clone()));
+    fn of(uri: &Uri, headers: &HeaderMap) -> Self {
+        let text = uri_text(uri);
+        // One pass, into a buffer most heads fit in: the allocator serves this size
+        // as fast as a smaller one.
+        let mut buf = Vec::with_capacity(FLAT_GUESS);
+        if let Some([scheme, authority, path]) = text {
+            if !scheme.is_empty() {
+                buf.extend_from_slice(scheme.as_bytes());
+                buf.extend_from_slice(b"://");
             }
+            buf.extend_from_slice(authority.as_bytes());
+            buf.extend_from_slice(path.as_bytes());
         }
-        if size == 0 {
-            return Kept::Flat {
-                buf: Bytes::new(),
-                values: 0,
-            };
-        }
-        let mut buf = Vec::with_capacity(size);
+        let uri_len = buf.len();
         for (name, value) in headers {
+            if buf.len() + record_len(name, value) > FLAT_LIMIT {
+                return Kept::Cloned(Box::new((uri.clone(), headers.clone())));
+            }
             let name = name.as_str().as_bytes();
             let value_bytes = value.as_bytes();
-            buf.push(u8::from(value.is_sensitive()));
+            let mut lead = [0; 9];
+            lead[0] = u8::from(value.is_sensitive());
             // Both fit: the whole is at most FLAT_LIMIT bytes.
-            buf.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&(value_bytes.len() as u32).to_le_bytes());
+            lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
+            lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&lead);
             buf.extend_from_slice(name);
             buf.extend_from_slice(value_bytes);
         }
         Kept::Flat {
+            buf,
+            uri: text.is_none().then(|| uri.clone()),
+            uri_len,
             values: headers.len(),
-            buf: Bytes::from(buf),
         }
     }
 
-    /// The header map again; `None` if a record does not read back as a valid name
-    /// and value, which a map built through `http`'s checked constructors never
-    /// gives.
-    fn map(self) -> Option<HeaderMap> {
-        let (buf, values) = match self {
-            Kept::Map(map) => return Some(*map),
-            Kept::Flat { buf, values } => (buf, values),
+    /// The URI and the header map again; `None` if the text does not parse back,
+    /// which a head built through `http`'s checked constructors never gives.
+    fn parts(self) -> Option<(Uri, HeaderMap)> {
+        let (buf, uri, uri_len, values) = match self {
+            Kept::Cloned(head) => return Some(*head),
+            Kept::Flat {
+                buf,
+                uri,
+                uri_len,
+                values,
+            } => (buf, uri, uri_len, values),
+        };
+        let buf = Bytes::from(buf);
+        let uri = match uri {
+            Some(uri) => uri,
+            None => Uri::from_maybe_shared(buf.slice(..uri_len.min(buf.len()))).ok()?,
         };
         let mut map = HeaderMap::with_capacity(values);
-        let mut at = 0;
+        let mut at = uri_len;
         while at < buf.len() {
             let sensitive = *buf.get(at)? != 0;
             let name_len = read_len(&buf, at + 1)?;
@@ -98,7 +137,7 @@ impl Kept {
             map.append(name, value);
             at = end;
         }
-        Some(map)
+        Some((uri, map))
     }
 }
 
@@ -112,10 +151,9 @@ impl Head {
     pub(super) fn of<T>(req: &Request<T>) -> Self {
         Head {
             method: req.method().clone(),
-            uri: req.uri().clone(),
             version: req.version(),
-            headers: Kept::of(req.headers()),
             extensions: req.extensions().clone(),
+            kept: Kept::of(req.uri(), req.headers()),
         }
     }
 
@@ -124,13 +162,13 @@ impl Head {
         self.extensions.get::<T>()
     }
 
-    /// The request for a later attempt; `None` only if the headers do not read
-    /// back (see [`Kept::map`]).
+    /// The request for a later attempt; `None` only if the head does not read back
+    /// (see [`Kept::parts`]).
     pub(super) fn request<T>(self, body: T) -> Option<Request<T>> {
-        let headers = self.headers.map()?;
+        let (uri, headers) = self.kept.parts()?;
         let mut req = Request::new(body);
         *req.method_mut() = self.method;
-        *req.uri_mut() = self.uri;
+        *req.uri_mut() = uri;
         *req.version_mut() = self.version;
         *req.headers_mut() = headers;
         *req.extensions_mut() = self.extensions;
@@ -143,19 +181,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn round_trip(headers: &HeaderMap) -> HeaderMap {
-        let req = {
-            let mut req = Request::new(());
-            *req.headers_mut() = headers.clone();
-            req
-        };
-        Head::of(&req).request(()).unwrap().headers().clone()
+    fn round_trip(uri: &Uri, headers: &HeaderMap) -> (Uri, HeaderMap) {
+        let mut req = Request::new(());
+        *req.uri_mut() = uri.clone();
+        *req.headers_mut() = headers.clone();
+        let back = Head::of(&req).request(()).unwrap();
+        (back.uri().clone(), back.headers().clone())
     }
 
     fn pairs(map: &HeaderMap) -> Vec<(String, Vec<u8>, bool)> {
         map.iter()
             .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec(), v.is_sensitive()))
             .collect()
+    }
+
+    fn uri_parts(uri: &Uri) -> (Option<String>, Option<String>, Option<String>, String) {
+        (
+            uri.scheme_str().map(str::to_owned),
+            uri.authority().map(|a| a.as_str().to_owned()),
+            uri.path_and_query().map(|p| p.as_str().to_owned()),
+            uri.to_string(),
+        )
+    }
+
+    fn flat(kept: &Kept) -> Option<bool> {
+        match kept {
+            Kept::Flat { uri, .. } => Some(uri.is_none()),
+            Kept::Cloned(_) => None,
+        }
     }
 
     #[test]
@@ -169,53 +222,102 @@ mod tests {
         map.append("authorization", secret);
         map.append("x-empty", HeaderValue::from_static(""));
         map.append("x-obs", HeaderValue::from_bytes(b"caf\xe9").unwrap());
-        let back = round_trip(&map);
+        let uri = Uri::from_static("https://api.example.com:8443/v1/items?page=2");
+        let (back_uri, back) = round_trip(&uri, &map);
         assert_eq!(pairs(&back), pairs(&map));
         assert!(back.get("authorization").unwrap().is_sensitive());
+        assert_eq!(uri_parts(&back_uri), uri_parts(&uri));
     }
 
     #[test]
-    fn small_heads_are_kept_flat_and_large_ones_as_a_map() {
+    fn every_uri_form_comes_back() {
+        for text in [
+            "http://a.test",
+            "http://a.test/",
+            "https://user:pw@A.Test:443/p/a/t/h?q=1&r=%20",
+            "http://[::1]:8080/x",
+            "custom+scheme://host/path",
+            "/origin/form?x=y",
+            "*",
+            "authority.test:443",
+            "/",
+        ] {
+            let uri: Uri = text.parse().unwrap();
+            let kept = Kept::of(&uri, &HeaderMap::new());
+            assert_eq!(flat(&kept), Some(true), "{text} is kept as text");
+            let (back, _) = round_trip(&uri, &HeaderMap::new());
+            assert_eq!(back, uri, "{text}");
+            assert_eq!(uri_parts(&back), uri_parts(&uri), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_uri_whose_text_would_read_back_differently_is_cloned() {
+        // `from_parts` takes `*` after an authority; `http://a.test*` would not parse
+        // back to the same parts, so the URI is kept as it is.
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(http::uri::Scheme::HTTP);
+        parts.authority = Some("a.test".parse().unwrap());
+        parts.path_and_query = Some("*".parse().unwrap());
+        let odd = Uri::from_parts(parts).unwrap();
+        let kept = Kept::of(&odd, &HeaderMap::new());
+        assert_eq!(flat(&kept), Some(false));
+        let (back, _) = round_trip(&odd, &HeaderMap::new());
+        assert_eq!(uri_parts(&back), uri_parts(&odd));
+    }
+
+    #[test]
+    fn small_heads_are_kept_flat_and_large_ones_cloned() {
+        let uri = Uri::from_static("http://a.test/");
         let mut small = HeaderMap::new();
         small.insert("accept", HeaderValue::from_static("*/*"));
-        assert!(matches!(Kept::of(&small), Kept::Flat { values: 1, .. }));
-        assert!(matches!(
-            Kept::of(&HeaderMap::new()),
-            Kept::Flat { values: 0, .. }
-        ));
+        assert_eq!(flat(&Kept::of(&uri, &small)), Some(true));
+        assert_eq!(flat(&Kept::of(&uri, &HeaderMap::new())), Some(true));
 
         let mut large = HeaderMap::new();
         let big = "x".repeat(FLAT_LIMIT);
         large.insert("cookie", HeaderValue::from_str(&big).unwrap());
-        assert!(matches!(Kept::of(&large), Kept::Map(_)));
-        assert_eq!(round_trip(&large), large);
+        assert_eq!(flat(&Kept::of(&uri, &large)), None);
+        let (back_uri, back) = round_trip(&uri, &large);
+        assert_eq!(back, large);
+        assert_eq!(back_uri, uri);
     }
 
     #[test]
-    fn a_damaged_record_reads_back_as_none_not_a_panic() {
+    fn a_damaged_record_reads_back_as_none_or_less_not_a_panic() {
+        let uri = Uri::from_static("/x");
         let mut map = HeaderMap::new();
         map.insert("accept", HeaderValue::from_static("*/*"));
-        let Kept::Flat { buf, values } = Kept::of(&map) else {
+        let Kept::Flat {
+            buf,
+            uri_len,
+            values,
+            ..
+        } = Kept::of(&uri, &map)
+        else {
             panic!("expected a flat head");
         };
-        for cut in 0..buf.len() {
+        for cut in uri_len..buf.len() {
             let damaged = Kept::Flat {
-                buf: buf.slice(..cut),
+                buf: buf[..cut].to_vec(),
+                uri: None,
+                uri_len,
                 values,
             };
-            // A truncated buffer either reads back as fewer records or not at all.
-            if let Some(back) = damaged.map() {
-                assert!(back.len() < map.len() || cut == 0);
+            // A truncated record is refused; a cut between records loses them.
+            if let Some((_, back)) = damaged.parts() {
+                assert!(back.len() < map.len());
             }
         }
-        let mut bad = buf.to_vec();
-        bad[9] = b'\n';
-        assert!(Kept::Flat {
-            buf: Bytes::from(bad),
-            values
-        }
-        .map()
-        .is_none());
+        let mut bad = buf.clone();
+        bad[uri_len + 9] = b'\n';
+        let bad = Kept::Flat {
+            buf: bad,
+            uri: None,
+            uri_len,
+            values,
+        };
+        assert!(bad.parts().is_none());
     }
 
     fn header_name() -> impl Strategy<Value = HeaderName> {
@@ -242,19 +344,42 @@ mod tests {
             })
     }
 
+    fn uri() -> impl Strategy<Value = Uri> {
+        let host = "[a-zA-Z0-9][a-zA-Z0-9.-]{0,15}(:[0-9]{1,5})?";
+        let path = "(/[a-zA-Z0-9._~%!$&'()*+,;=:@-]{0,10}){0,4}(\\?[a-zA-Z0-9=&%/?-]{0,12})?";
+        prop_oneof![
+            (
+                prop_oneof![Just("http"), Just("https"), Just("ws")],
+                host,
+                path
+            )
+                .prop_map(|(s, h, p)| format!("{s}://{h}{p}")),
+            path.prop_map(|p| if p.starts_with('/') {
+                p
+            } else {
+                format!("/{p}")
+            }),
+            host.prop_map(|h| h.to_string()),
+        ]
+        .prop_filter_map("a valid URI", |text| text.parse::<Uri>().ok())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
-        fn any_header_map_comes_back_the_same(
+        fn any_head_comes_back_the_same(
+            uri in uri(),
             entries in proptest::collection::vec((header_name(), header_value()), 0..24)
         ) {
             let mut map = HeaderMap::new();
             for (name, value) in entries {
                 map.append(name, value);
             }
-            let back = round_trip(&map);
+            let (back_uri, back) = round_trip(&uri, &map);
             prop_assert_eq!(pairs(&back), pairs(&map));
+            prop_assert_eq!(&back_uri, &uri);
+            prop_assert_eq!(uri_parts(&back_uri), uri_parts(&uri));
         }
     }
 }
