@@ -34,8 +34,8 @@ pin_project! {
         #[pin]
         state: State<S::Future, RB>,
         call: Call<S, B>,
-        // The call's span, kept only when a subscriber takes it: a disabled span
-        // does nothing, and leaving it out keeps the future small.
+        // The call's span, left out when nothing takes it (`Span::none()` does
+        // nothing), which keeps the future small.
         span: Option<Box<Span>>,
     }
 }
@@ -67,7 +67,7 @@ struct Call<S, B> {
     idempotent: bool,
     /// The request carries an idempotency key (and its method is not idempotent).
     keyed: bool,
-    /// The request head for later attempts; `None` once no attempt is left.
+    /// The request head for later attempts; `None` when the policy allows one.
     template: Option<Head>,
     /// A handle on the shared replay state; `None` when the policy allows one attempt.
     body: Option<ReplaySource<B>>,
@@ -209,7 +209,9 @@ where
             http.request.method = %req.method(),
             http.request.resend_count = tracing::field::Empty,
         );
-        let span = (!span.is_disabled()).then(|| Box::new(span));
+        // `Span::none()` is what the macro gives when nothing takes the span; a
+        // disabled span kept for `tracing`'s `log` output is kept here too.
+        let span = (!span.is_none()).then(|| Box::new(span));
         let mut rare = timed.then(|| Rare::new(policy.max_attempts(), deadline));
         let timeout = match (started, rare.as_deref_mut()) {
             (Some(now), Some(rare)) => rare.attempt_timeout(&policy, now),
@@ -558,11 +560,9 @@ impl<S, B> Call<S, B> {
         B::Error: Into<BoxError>,
     {
         self.attempt += 1;
-        let head = if self.attempt >= self.policy.max_attempts() {
-            self.template.take()?
-        } else {
-            self.template.clone()?
-        };
+        // The head stays kept to the end: the budget and breaker handles are read
+        // from it, and a head that did not read back must still refund the retry.
+        let head = self.template.clone()?;
         let mut req = head.request(self.body.as_ref()?.replay())?;
         if self.needs_progress {
             let p = AttemptProgress::new();

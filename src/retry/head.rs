@@ -49,19 +49,33 @@ fn record_len(name: &HeaderName, value: &HeaderValue) -> usize {
     9 + name.as_str().len() + value.len()
 }
 
-/// The parts of `uri` whose text parses back to an equal URI: `scheme://authority`
-/// then a path from `/`, a path alone (or `*`), or an authority alone. `None` for
-/// any other shape `Uri::from_parts` allows, which is kept as a clone.
+/// The parts of `uri` whose text parses back to an equal URI, at most
+/// [`FLAT_LIMIT`] bytes long: `scheme://authority` then a path from `/`, a path
+/// alone (or `*`), or an authority alone. `None` for anything else, which is kept as
+/// a clone: a scheme spelt with capitals (`HTTPS` set through the builder is a
+/// custom scheme, which would come back as the standard `https`), a URI with
+/// nothing in it (which would come back as `/`), the other shapes
+/// `Uri::from_parts` allows, and a URI whose whole text is longer than `http`
+/// parses.
 fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
     let path = uri.path_and_query().map(|p| p.as_str());
-    match (uri.scheme(), uri.authority(), path) {
-        (Some(scheme), Some(authority), Some(path)) if path.starts_with('/') => {
-            Some([scheme.as_str(), authority.as_str(), path])
+    let text = match (uri.scheme(), uri.authority(), path) {
+        (Some(scheme), Some(authority), Some(path))
+            if path.starts_with('/')
+                && !scheme.as_str().bytes().any(|b| b.is_ascii_uppercase()) =>
+        {
+            [scheme.as_str(), authority.as_str(), path]
         }
-        (None, None, Some(path)) if path.starts_with('/') || path == "*" => Some(["", "", path]),
-        (None, Some(authority), None) => Some(["", authority.as_str(), ""]),
-        _ => None,
-    }
+        (None, None, Some(path))
+            if (path.starts_with('/') || path == "*") && !uri.path().is_empty() =>
+        {
+            ["", "", path]
+        }
+        (None, Some(authority), None) => ["", authority.as_str(), ""],
+        _ => return None,
+    };
+    let len = text.iter().map(|part| part.len()).sum::<usize>() + 3;
+    (len <= FLAT_LIMIT).then_some(text)
 }
 
 impl Kept {
@@ -264,6 +278,43 @@ mod tests {
         assert_eq!(flat(&kept), Some(false));
         let (back, _) = round_trip(&odd, &HeaderMap::new());
         assert_eq!(uri_parts(&back), uri_parts(&odd));
+    }
+
+    #[test]
+    fn a_scheme_with_capitals_an_empty_uri_and_a_long_one_are_cloned_as_they_are() {
+        // Within the path's own limit, over the limit of the whole text.
+        let long = format!("/{}", "a".repeat(65_529));
+        let cases = [
+            Uri::builder()
+                .scheme("HTTPS")
+                .authority("a.test")
+                .path_and_query("/x"),
+            Uri::builder()
+                .scheme("Http")
+                .authority("a.test")
+                .path_and_query("/x"),
+            Uri::builder()
+                .scheme("FTP")
+                .authority("a.test")
+                .path_and_query("/x"),
+            Uri::builder(),
+            Uri::builder()
+                .scheme("http")
+                .authority("a.test")
+                .path_and_query(long.as_str()),
+        ];
+        for builder in cases {
+            let uri = builder.build().unwrap();
+            assert_eq!(
+                flat(&Kept::of(&uri, &HeaderMap::new())),
+                Some(false),
+                "{uri}"
+            );
+            let (back, _) = round_trip(&uri, &HeaderMap::new());
+            assert_eq!(back, uri);
+            assert_eq!(back.scheme(), uri.scheme());
+            assert_eq!(uri_parts(&back), uri_parts(&uri));
+        }
     }
 
     #[test]
