@@ -794,8 +794,10 @@ where
                         }
                     };
                     let Some(req) = call.next_request() else {
-                        // Unreachable: the gates allowed another attempt, so the head is
-                        // kept, and a head copied from a valid request reads back.
+                        // The gates allowed another attempt, so the head is kept; it
+                        // fails to read back only if a header value was made through
+                        // http's unchecked constructor with bytes the checked one
+                        // refuses (see `head::Kept::parts`). The call then ends here.
                         let result = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
                         return Poll::Ready(result);

@@ -52,16 +52,21 @@ fn record_len(name: &HeaderName, value: &HeaderValue) -> usize {
 /// The parts of `uri` whose text parses back to an equal URI, at most
 /// [`FLAT_LIMIT`] bytes long: `scheme://authority` then a path from `/`, a path
 /// alone (or `*`), or an authority alone. `None` for anything else, which is kept as
-/// a clone: a scheme spelt with capitals (`HTTPS` set through the builder is a
-/// custom scheme, which would come back as the standard `https`), a URI with
-/// nothing in it (which would come back as `/`), the other shapes
-/// `Uri::from_parts` allows, and a URI whose whole text is longer than `http`
-/// parses.
+/// a clone:
+/// - a scheme spelt with capitals (`HTTPS` set through the builder is a custom
+///   scheme, which would come back as the standard `https`);
+/// - an empty scheme (`://x/` parses): its text would read back as another URI,
+///   even one with another host (`://https://h/p` as `https://h/p`);
+/// - the authority `*` alone, which would come back as the path `*`;
+/// - a URI with nothing in it, which would come back as `/`;
+/// - the other shapes `Uri::from_parts` allows, and a URI whose whole text is
+///   longer than `http` parses.
 fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
     let path = uri.path_and_query().map(|p| p.as_str());
     let text = match (uri.scheme(), uri.authority(), path) {
         (Some(scheme), Some(authority), Some(path))
             if path.starts_with('/')
+                && !scheme.as_str().is_empty()
                 && !scheme.as_str().bytes().any(|b| b.is_ascii_uppercase()) =>
         {
             [scheme.as_str(), authority.as_str(), path]
@@ -71,7 +76,7 @@ fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
         {
             ["", "", path]
         }
-        (None, Some(authority), None) => ["", authority.as_str(), ""],
+        (None, Some(authority), None) if authority.as_str() != "*" => ["", authority.as_str(), ""],
         _ => return None,
     };
     let len = text.iter().map(|part| part.len()).sum::<usize>() + 3;
@@ -281,10 +286,15 @@ mod tests {
     }
 
     #[test]
-    fn a_scheme_with_capitals_an_empty_uri_and_a_long_one_are_cloned_as_they_are() {
+    fn uris_whose_text_would_read_back_otherwise_are_cloned_as_they_are() {
         // Within the path's own limit, over the limit of the whole text.
         let long = format!("/{}", "a".repeat(65_529));
         let cases = [
+            Uri::builder()
+                .scheme("")
+                .authority("api.test")
+                .path_and_query("/x"),
+            Uri::builder().authority("*"),
             Uri::builder()
                 .scheme("HTTPS")
                 .authority("a.test")
@@ -315,6 +325,19 @@ mod tests {
             assert_eq!(back.scheme(), uri.scheme());
             assert_eq!(uri_parts(&back), uri_parts(&uri));
         }
+    }
+
+    #[test]
+    fn an_empty_scheme_never_sends_a_retry_to_another_host() {
+        // Scheme "", authority "https:", path "//elsewhere.test/steal": as text
+        // without its scheme this would read back as https://elsewhere.test/steal.
+        let uri: Uri = "://https://elsewhere.test/steal".parse().unwrap();
+        assert_eq!(uri.scheme_str(), Some(""));
+        assert_eq!(flat(&Kept::of(&uri, &HeaderMap::new())), Some(false));
+        let (back, _) = round_trip(&uri, &HeaderMap::new());
+        assert_eq!(back, uri);
+        assert_eq!(back.host(), uri.host());
+        assert_eq!(uri_parts(&back), uri_parts(&uri));
     }
 
     #[test]
