@@ -75,9 +75,16 @@ impl Error {
 
     /// Wraps an inner service's error, reading its kind from its source chain.
     pub(crate) fn from_inner(err: BoxError) -> Self {
+        let kind = crate::policy::classify_error(&*err);
+        Error::wrap(kind, err)
+    }
+
+    /// Wraps an inner service's error whose kind is known; an inner backstop
+    /// layer's error is kept as it is, with its own source.
+    pub(crate) fn wrap(kind: ErrorKind, err: BoxError) -> Self {
         match err.downcast::<Error>() {
             Ok(err) => *err,
-            Err(err) => Error::new(crate::policy::classify_error(&*err), Some(err)),
+            Err(err) => Error::new(kind, Some(err)),
         }
     }
 

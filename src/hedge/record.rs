@@ -126,14 +126,9 @@ impl Hedged {
     /// The `Hedged` record in an error's source chain, when the hedge layer
     /// returned the error after a hedge was due.
     pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Hedged> {
-        let mut cur = Some(err);
-        while let Some(e) = cur {
-            if let Some(failed) = e.downcast_ref::<HedgeFailed>() {
-                return Some(&failed.hedged);
-            }
-            cur = e.source();
-        }
-        None
+        crate::policy::chain(err)
+            .find_map(|e| e.downcast_ref::<HedgeFailed>())
+            .map(|failed| &failed.hedged)
     }
 
     /// The sends as attempt records, for a layer that keeps an attempt

@@ -100,16 +100,16 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorKind {
     chain_kind(err).unwrap_or(ErrorKind::Other)
 }
 
+/// `err` and then each error along its source chain.
+pub(crate) fn chain<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(err), |&e| e.source())
+}
+
 /// The first recognised kind along `err`'s source chain.
 fn chain_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(kind) = kind_of(e) {
-            return Some(kind);
-        }
-        cur = e.source();
-    }
-    None
+    chain(err).find_map(kind_of)
 }
 
 fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
@@ -161,23 +161,19 @@ fn io_kind(e: &io::Error) -> ErrorKind {
 #[cfg(feature = "hyper")]
 fn connect_is_transient(e: &(dyn StdError + 'static)) -> bool {
     use io::ErrorKind as K;
-    let mut cur = e.source();
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return matches!(
-                io.kind(),
-                K::ConnectionRefused
-                    | K::ConnectionReset
-                    | K::ConnectionAborted
-                    | K::NotConnected
-                    | K::TimedOut
-                    | K::AddrNotAvailable
-                    | K::Interrupted
-            );
-        }
-        cur = e.source();
-    }
-    false
+    let io = chain(e).skip(1).find_map(|e| e.downcast_ref::<io::Error>());
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::NotConnected
+                | K::TimedOut
+                | K::AddrNotAvailable
+                | K::Interrupted
+        )
+    })
 }
 
 #[cfg(feature = "hyper")]

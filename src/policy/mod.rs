@@ -19,7 +19,7 @@ pub use classify::{
 };
 
 pub use backoff::Backoff;
-pub(crate) use classify::{is_answer, ladder, should_retry};
+pub(crate) use classify::{chain, is_answer, ladder, should_retry};
 pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
 pub(crate) use deadline::later;

@@ -44,11 +44,14 @@
 use std::time::{Duration, SystemTime};
 
 use http::header::RETRY_AFTER;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The name of the `retry-after-ms` header: the non-standard delay in milliseconds
 /// sent by OpenAI and Azure, which takes precedence over `Retry-After` when valid.
 pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+
+/// [`RETRY_AFTER_MS`] as a header name, so a lookup does not parse it each time.
+const RETRY_AFTER_MS_NAME: HeaderName = HeaderName::from_static(RETRY_AFTER_MS);
 
 /// The largest hint [`parse_retry_after`] returns: 365 days.
 ///
@@ -108,7 +111,7 @@ const NANOS_PER_MILLI: u64 = 1_000_000;
 /// ```
 pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     headers
-        .get_all(RETRY_AFTER_MS)
+        .get_all(&RETRY_AFTER_MS_NAME)
         .iter()
         .filter_map(parse_ms_value)
         .max()

@@ -71,8 +71,6 @@ struct Call<S, B> {
     template: Option<Head>,
     /// A handle on the shared replay state; `None` when the policy allows one attempt.
     body: Option<ReplaySource<B>>,
-    /// Whether the ladder's last rung needs a progress record (no key, not idempotent).
-    needs_progress: bool,
     progress: Option<AttemptProgress>,
     attempt: u32,
     /// When the call started; `None` until something needs it (see `new`).
@@ -250,7 +248,6 @@ where
                 keyed,
                 template,
                 body,
-                needs_progress,
                 progress,
                 attempt: 1,
                 started,
@@ -296,6 +293,12 @@ impl<S, B> Call<S, B> {
 
     fn deadline(&self) -> Option<Instant> {
         self.rare.as_ref()?.deadline
+    }
+
+    /// Whether the ladder's last rung needs a progress record: no key, and a method
+    /// that is not idempotent.
+    fn needs_progress(&self) -> bool {
+        !self.keyed && !self.idempotent
     }
 
     /// Runs the decision ladder on the current attempt's outcome.
@@ -423,12 +426,7 @@ impl<S, B> Call<S, B> {
         retryable: bool,
     ) -> CallResult<RB> {
         let history = self.finish(stop);
-        let err = match err.downcast::<Error>() {
-            // An inner backstop layer's error: keep its own source.
-            Ok(inner) => *inner,
-            Err(err) => Error::new(kind, Some(err)),
-        };
-        Err(err.with_history(history, retryable))
+        Err(Error::wrap(kind, err).with_history(history, retryable))
     }
 
     fn scheduled<RB>(
@@ -459,13 +457,17 @@ impl<S, B> Call<S, B> {
             && is_answer(&self.policy, status, should_retry(res.headers()))
             && res.extensions().get::<Hedged>().is_none();
         if plain {
-            tracing::debug!(
-                attempt = self.attempt,
-                status = status.as_u16(),
-                "attempt answered"
-            );
+            self.answered(status);
         }
         plain
+    }
+
+    fn answered(&self, status: http::StatusCode) {
+        tracing::debug!(
+            attempt = self.attempt,
+            status = status.as_u16(),
+            "attempt answered"
+        );
     }
 
     /// Classifies an attempt's outcome and decides what comes next.
@@ -486,11 +488,7 @@ impl<S, B> Call<S, B> {
                     headers: res.headers(),
                 };
                 let class = self.classify(outcome, progress);
-                tracing::debug!(
-                    attempt = self.attempt,
-                    status = status.as_u16(),
-                    "attempt answered"
-                );
+                self.answered(status);
                 let now = Instant::now();
                 let hint = match class {
                     Classification::Retryable(_) => {
@@ -564,7 +562,7 @@ impl<S, B> Call<S, B> {
         // from it, and a head that did not read back must still refund the retry.
         let head = self.template.clone()?;
         let mut req = head.request(self.body.as_ref()?.replay())?;
-        if self.needs_progress {
+        if self.needs_progress() {
             let p = AttemptProgress::new();
             req.extensions_mut().insert(p.clone());
             req.body_mut().set_progress(Some(p.clone()));
