@@ -182,7 +182,6 @@ pub struct History {
     attempts: Vec<AttemptRecord>,
     max_attempts: u32,
     stop: Option<StopReason>,
-    retry_after: Option<Duration>,
 }
 
 impl History {
@@ -191,7 +190,6 @@ impl History {
             attempts: Vec::new(),
             max_attempts,
             stop: None,
-            retry_after: None,
         }
     }
 
@@ -205,10 +203,6 @@ impl History {
 
     pub(crate) fn stop(&mut self, reason: StopReason) {
         self.stop = Some(reason);
-    }
-
-    pub(crate) fn set_retry_after(&mut self, hint: Option<Duration>) {
-        self.retry_after = hint;
     }
 
     /// The attempts, first to last.
@@ -249,7 +243,7 @@ impl History {
     /// The last Retry-After hint the server gave, including one that was longer than
     /// the policy allowed (so the caller can reschedule the call).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.attempts.iter().rev().find_map(|a| a.retry_after)
     }
 
     /// The attempts' limit of the policy that ran the call.

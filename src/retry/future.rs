@@ -347,7 +347,6 @@ impl<S, B> Call<S, B> {
                 elapsed: now.saturating_duration_since(started),
             }),
         }
-        rare.history.set_retry_after(retry_after);
     }
 
     /// The gates a retryable outcome must pass; the wait before the next attempt, or
