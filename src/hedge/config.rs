@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::estimate::{Adaptive, Estimators};
-use crate::policy::{is_idempotent, InvalidConfig, RetryPolicy};
+use crate::policy::{InvalidConfig, RetryPolicy};
 
 /// Hedge at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
@@ -19,7 +19,7 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 /// | `min_samples` | 50 | a p95 over fewer samples moves with every slow one; 50 puts at least two above it |
 /// | `window` | 10 s | the percentile covers the last 10 to 20 s, so it follows a change of load within seconds |
 /// | `max_extra` | 1 | one extra copy removes most of a tail whose slow requests are independent |
-/// | methods | GET, HEAD, OPTIONS, TRACE, PUT, DELETE | RFC 9110's idempotent methods; any request with an idempotency key is hedged too |
+/// | methods | the policy's idempotent methods (RFC 9110's: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) | a copy must be harmless to process twice; any request with an idempotency key is hedged too |
 /// | policy | [`RetryPolicy::default()`] | which failures leave the other copies running, and the least time worth starting a copy with |
 ///
 /// Clones share the latency estimates, so one `Hedge` given to several layers or
@@ -129,7 +129,7 @@ impl Hedge {
     /// Whether `method` is hedged without an idempotency key.
     pub fn hedges_method(&self, method: &Method) -> bool {
         match &self.methods {
-            None => is_idempotent(method),
+            None => self.policy.is_idempotent_method(method),
             Some(list) => list.contains(method),
         }
     }
@@ -270,22 +270,13 @@ impl HedgeBuilder {
         self
     }
 
-    /// Replaces the methods hedged without an idempotency key (RFC 9110's
-    /// idempotent methods by default), for example to hedge only reads. Every
-    /// method must be idempotent: a POST or PATCH is hedged only when it carries
-    /// an idempotency key, whatever this says.
+    /// Replaces the methods hedged without an idempotency key (the
+    /// [policy](HedgeBuilder::policy)'s idempotent methods by default, RFC 9110's
+    /// unless it says otherwise), for example to hedge only reads. Every method must
+    /// be idempotent under the policy: a POST or PATCH is hedged only when it
+    /// carries an idempotency key, whatever this says.
     pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
-        let methods: Vec<Method> = methods.into_iter().collect();
-        if let Some(m) = methods.iter().find(|m| !is_idempotent(m)) {
-            self.fail(
-                "methods",
-                format!(
-                    "{m} is not idempotent: a copy could be processed twice; \
-                     it is hedged only when it carries an idempotency key"
-                ),
-            );
-        }
-        self.methods = Some(methods);
+        self.methods = Some(methods.into_iter().collect());
         self
     }
 
@@ -309,6 +300,17 @@ impl HedgeBuilder {
     pub fn build(self) -> Result<Hedge, InvalidConfig> {
         if let Some(err) = self.error {
             return Err(err);
+        }
+        // Checked here, against the policy whichever setter came last.
+        let mut methods = self.methods.iter().flatten();
+        if let Some(m) = methods.find(|m| !self.policy.is_idempotent_method(m)) {
+            return Err(InvalidConfig::new(
+                "methods",
+                format!(
+                    "{m} is not idempotent: a copy could be processed twice; \
+                     it is hedged only when it carries an idempotency key"
+                ),
+            ));
         }
         let delay = match self.delay {
             BuilderDelay::Fixed(d) => Delay::Fixed(d),
@@ -377,6 +379,28 @@ mod tests {
             let err = builder.build().unwrap_err();
             assert_eq!(err.setting(), setting, "{err}");
         }
+    }
+
+    #[test]
+    fn the_methods_hedged_follow_the_policy() {
+        let reads_only = RetryPolicy::builder()
+            .idempotent_methods([Method::GET])
+            .build()
+            .unwrap();
+        let hedge = Hedge::builder().policy(reads_only.clone()).build().unwrap();
+        assert!(hedge.hedges_method(&Method::GET));
+        assert!(!hedge.hedges_method(&Method::PUT));
+        // A list is checked against the policy, whichever was set last.
+        let err = Hedge::builder()
+            .methods([Method::PUT])
+            .policy(reads_only)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.setting(), "methods");
+        assert!(Hedge::builder()
+            .build()
+            .unwrap()
+            .hedges_method(&Method::PUT));
     }
 
     #[test]
