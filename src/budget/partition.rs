@@ -185,8 +185,10 @@ mod recent {
     use http::uri::{Authority, Scheme};
     use http::Uri;
 
-    /// How many entries a thread remembers.
-    const SLOTS: usize = 8;
+    /// How many entries a thread remembers. Every registry shares them (a budget,
+    /// a breaker and a hedge estimator each take one per origin), so a full stack
+    /// calling ten origins in turn still finds all of its entries here.
+    const SLOTS: usize = 32;
 
     struct Slot {
         registry: usize,
