@@ -2,7 +2,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::Request;
 use tower_layer::Layer;
 
 use super::account::Account;
@@ -24,26 +23,11 @@ pub(crate) struct Shared {
     pub(crate) accounts: Registry<Account>,
 }
 
-impl Shared {
-    pub(crate) fn account(&self, head: &Parts, cache: &mut Cache<Account>) -> Arc<Account> {
-        self.accounts
-            .get(head, cache, |_| Account::new(&self.budget))
-    }
-
-    pub(crate) fn account_for<B>(
-        &self,
-        req: &mut Request<B>,
-        cache: &mut Cache<Account>,
-    ) -> Arc<Account> {
-        self.accounts
-            .get_for(req, cache, |_| Account::new(&self.budget))
-    }
-}
-
 impl BudgetLayer {
     /// A layer with these numbers; its accounts are created as calls arrive.
     pub fn new(budget: RetryBudget) -> Self {
-        let accounts = Registry::new(budget.partition.clone(), |_| Account::new(&budget));
+        let numbers = budget.clone();
+        let accounts = Registry::new(budget.partition.clone(), move |_| Account::new(&numbers));
         BudgetLayer {
             shared: Arc::new(Shared { budget, accounts }),
         }
@@ -57,7 +41,7 @@ impl BudgetLayer {
     /// The account that a call with this request head spends from, created if it is
     /// new: for metrics ([`available`](BudgetAccount::available)) and tests.
     pub fn account(&self, head: &Parts) -> BudgetAccount {
-        BudgetAccount(self.shared.account(head, &mut Cache::new()))
+        BudgetAccount(self.shared.accounts.get(head, &mut Cache::new()))
     }
 }
 

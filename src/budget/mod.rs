@@ -177,7 +177,7 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        let account = self.shared.account_for(&mut req, &mut self.cache);
+        let account = self.shared.accounts.get_for(&mut req, &mut self.cache);
         account.deposit();
         req.extensions_mut()
             .insert(crate::policy::BudgetHandle::new(account));

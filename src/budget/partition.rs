@@ -164,6 +164,8 @@ pub(crate) struct Registry<T> {
     partition: Partition,
     global: Option<Arc<T>>,
     map: RwLock<Map<T>>,
+    /// Creates the entry of a new key, given a label for logs.
+    make: Box<dyn Fn(String) -> T + Send + Sync>,
 }
 
 struct Map<T> {
@@ -257,7 +259,10 @@ const PRUNE_FLOOR: usize = 256;
 
 impl<T: Entry> Registry<T> {
     /// A registry; `make` creates the entry of a new key, given a label for logs.
-    pub(crate) fn new(partition: Partition, make: impl FnOnce(String) -> T) -> Self {
+    pub(crate) fn new(
+        partition: Partition,
+        make: impl Fn(String) -> T + Send + Sync + 'static,
+    ) -> Self {
         let global = match partition.0 {
             Kind::Global => Some(Arc::new(make("global".to_owned()))),
             _ => None,
@@ -270,23 +275,19 @@ impl<T: Entry> Registry<T> {
                 entries: HashMap::new(),
                 prune_at: PRUNE_FLOOR,
             }),
+            make: Box::new(make),
         }
     }
 
-    /// The entry of the call whose head is `head`, created with `make` if it is new.
-    pub(crate) fn get(
-        &self,
-        head: &Parts,
-        cache: &mut Cache<T>,
-        make: impl FnOnce(String) -> T,
-    ) -> Arc<T> {
+    /// The entry of the call whose head is `head`, created if it is new.
+    pub(crate) fn get(&self, head: &Parts, cache: &mut Cache<T>) -> Arc<T> {
         if let Some(global) = &self.global {
             return global.clone();
         }
         let key = match &self.partition.0 {
             // Unreachable: a global registry is built with its entry.
             Kind::Global => Key::Custom(String::new()),
-            Kind::Origin => return self.for_origin(&head.uri, make),
+            Kind::Origin => return self.for_origin(&head.uri),
             Kind::Custom(f) => {
                 let key = f(head);
                 if let Some((Key::Custom(cached), entry)) = &cache.0 {
@@ -297,46 +298,41 @@ impl<T: Entry> Registry<T> {
                 Key::Custom(key)
             }
         };
-        let entry = self.lookup(key.clone(), make);
+        let entry = self.lookup(key.clone());
         cache.0 = Some((key, entry.clone()));
         entry
     }
 
-    /// The entry of `req`'s call, created with `make` if it is new. Only a custom key
+    /// The entry of `req`'s call, created if it is new. Only a custom key
     /// reads the head as `Parts`; the request is lent to it field by field, so the
     /// usual partitions neither take the request apart nor move it.
-    pub(crate) fn get_for<B>(
-        &self,
-        req: &mut Request<B>,
-        cache: &mut Cache<T>,
-        make: impl FnOnce(String) -> T,
-    ) -> Arc<T> {
+    pub(crate) fn get_for<B>(&self, req: &mut Request<B>, cache: &mut Cache<T>) -> Arc<T> {
         if let Some(global) = &self.global {
             return global.clone();
         }
         if let Kind::Origin = self.partition.0 {
-            return self.for_origin(req.uri(), make);
+            return self.for_origin(req.uri());
         }
         let (mut head, ()) = Request::new(()).into_parts();
         swap_head(req, &mut head);
-        let entry = self.get(&head, cache, make);
+        let entry = self.get(&head, cache);
         swap_head(req, &mut head);
         entry
     }
 
     /// The entry of `uri`'s origin: found in this thread's recent entries without a
     /// lock or an allocation, else in the shared map.
-    pub(crate) fn for_origin(&self, uri: &Uri, make: impl FnOnce(String) -> T) -> Arc<T> {
+    pub(crate) fn for_origin(&self, uri: &Uri) -> Arc<T> {
         if let Some(entry) = recent::find(self.id, uri) {
             return entry;
         }
         let key = Key::Origin(uri.scheme().cloned(), uri.authority().cloned());
-        let entry = self.lookup(key, make);
+        let entry = self.lookup(key);
         recent::remember(self.id, uri, &entry);
         entry
     }
 
-    fn lookup(&self, key: Key, make: impl FnOnce(String) -> T) -> Arc<T> {
+    fn lookup(&self, key: Key) -> Arc<T> {
         {
             let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(entry) = map.entries.get(&key) {
@@ -356,7 +352,7 @@ impl<T: Entry> Registry<T> {
                 .retain(|_, entry| Arc::strong_count(entry) > 1 || !entry.is_idle(now));
             map.prune_at = PRUNE_FLOOR.max(map.entries.len() * 2);
         }
-        let entry = Arc::new(make(key.label()));
+        let entry = Arc::new((self.make)(key.label()));
         map.entries.insert(key, entry.clone());
         entry
     }
@@ -402,10 +398,10 @@ mod tests {
     fn origins_get_their_own_entries() {
         let reg = Registry::new(Partition::origin(), |_| Counter);
         let mut cache = Cache::new();
-        let a = reg.get(&head("http://a.test/x"), &mut cache, |_| Counter);
-        let a2 = reg.get(&head("http://A.test/y?q=1"), &mut Cache::new(), |_| Counter);
-        let b = reg.get(&head("http://b.test/x"), &mut cache, |_| Counter);
-        let https = reg.get(&head("https://a.test/x"), &mut cache, |_| Counter);
+        let a = reg.get(&head("http://a.test/x"), &mut cache);
+        let a2 = reg.get(&head("http://A.test/y?q=1"), &mut Cache::new());
+        let b = reg.get(&head("http://b.test/x"), &mut cache);
+        let https = reg.get(&head("https://a.test/x"), &mut cache);
         assert!(Arc::ptr_eq(&a, &a2));
         assert!(!Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &https));
@@ -415,8 +411,8 @@ mod tests {
     #[test]
     fn global_is_one_entry() {
         let reg = Registry::new(Partition::global(), |_| Counter);
-        let a = reg.get(&head("http://a.test/"), &mut Cache::new(), |_| Counter);
-        let b = reg.get(&head("http://b.test/"), &mut Cache::new(), |_| Counter);
+        let a = reg.get(&head("http://a.test/"), &mut Cache::new());
+        let b = reg.get(&head("http://b.test/"), &mut Cache::new());
         assert!(Arc::ptr_eq(&a, &b));
     }
 
@@ -427,9 +423,9 @@ mod tests {
             |_| Counter,
         );
         let mut cache = Cache::new();
-        let a = reg.get(&head("http://a.test/x"), &mut cache, |_| Counter);
-        let b = reg.get(&head("http://b.test/x"), &mut cache, |_| Counter);
-        let c = reg.get(&head("http://a.test/y"), &mut cache, |_| Counter);
+        let a = reg.get(&head("http://a.test/x"), &mut cache);
+        let b = reg.get(&head("http://b.test/x"), &mut cache);
+        let c = reg.get(&head("http://a.test/y"), &mut cache);
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &c));
     }
@@ -446,13 +442,13 @@ mod tests {
     #[test]
     fn idle_entries_are_pruned() {
         let reg = Registry::new(Partition::origin(), |_| Counter);
-        let held = reg.get(&head("http://held.test/"), &mut Cache::new(), |_| Counter);
+        let held = reg.get(&head("http://held.test/"), &mut Cache::new());
         for i in 0..(PRUNE_FLOOR * 3) {
             let uri = format!("http://h{i}.test/");
-            drop(reg.get(&head(&uri), &mut Cache::new(), |_| Counter));
+            drop(reg.get(&head(&uri), &mut Cache::new()));
         }
         assert!(reg.len() <= PRUNE_FLOOR * 2, "{}", reg.len());
-        let again = reg.get(&head("http://held.test/"), &mut Cache::new(), |_| Counter);
+        let again = reg.get(&head("http://held.test/"), &mut Cache::new());
         assert!(Arc::ptr_eq(&held, &again));
     }
 }

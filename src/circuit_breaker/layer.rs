@@ -2,7 +2,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::Request;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
@@ -24,28 +23,13 @@ pub(crate) struct Shared {
     pub(crate) breakers: Registry<Core>,
 }
 
-impl Shared {
-    pub(crate) fn breaker(&self, head: &Parts, cache: &mut Cache<Core>) -> Arc<Core> {
-        self.breakers
-            .get(head, cache, |label| Core::new(self.config.clone(), label))
-    }
-
-    pub(crate) fn breaker_for<B>(
-        &self,
-        req: &mut Request<B>,
-        cache: &mut Cache<Core>,
-    ) -> Arc<Core> {
-        self.breakers
-            .get_for(req, cache, |label| Core::new(self.config.clone(), label))
-    }
-}
-
 impl CircuitBreakerLayer {
     /// A layer with these settings; its breakers are created as calls arrive.
     pub fn new(config: CircuitBreaker) -> Self {
         let config = Arc::new(config);
-        let breakers = Registry::new(config.partition.clone(), |label| {
-            Core::new(config.clone(), label)
+        let settings = config.clone();
+        let breakers = Registry::new(config.partition.clone(), move |label| {
+            Core::new(settings.clone(), label)
         });
         CircuitBreakerLayer {
             shared: Arc::new(Shared { config, breakers }),
@@ -63,13 +47,16 @@ impl CircuitBreakerLayer {
     /// An open breaker whose cooldown has ended reads [`State::Open`] until a call
     /// arrives and becomes its probe.
     pub fn state(&self, head: &Parts) -> State {
-        self.shared.breaker(head, &mut Cache::new()).state()
+        self.shared.breakers.get(head, &mut Cache::new()).state()
     }
 
     /// When the breaker that a call with this request head goes through lets its
     /// next probe through; `None` unless it is open.
     pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.shared.breaker(head, &mut Cache::new()).next_probe_at()
+        self.shared
+            .breakers
+            .get(head, &mut Cache::new())
+            .next_probe_at()
     }
 }
 

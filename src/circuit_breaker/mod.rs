@@ -198,7 +198,7 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let breaker = self.shared.breaker_for(&mut req, &mut self.cache);
+        let breaker = self.shared.breakers.get_for(&mut req, &mut self.cache);
         match breaker.admit() {
             Ok(ticket) => {
                 req.extensions_mut()

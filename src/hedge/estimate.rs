@@ -245,14 +245,13 @@ impl Estimators {
     pub(super) fn new(settings: Adaptive) -> Self {
         Estimators {
             settings,
-            origins: Registry::new(Partition::origin(), |_| Estimator::new(settings)),
+            origins: Registry::new(Partition::origin(), move |_| Estimator::new(settings)),
         }
     }
 
     /// The estimator of `uri`'s origin.
     pub(super) fn get(&self, uri: &Uri) -> Arc<Estimator> {
-        self.origins
-            .for_origin(uri, |_| Estimator::new(self.settings))
+        self.origins.for_origin(uri)
     }
 }
 
