@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
@@ -14,8 +14,8 @@ use tower_service::Service;
 use super::estimate::Estimator;
 use super::{HedgeBody, HedgeFailed, Hedged, NotHedged, Sent};
 use crate::policy::{
-    classify, classify_error, later, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
-    Deadline, Outcome, RequestFacts, RetryPolicy,
+    classify_error, ladder, later, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
+    Deadline, ErrorKind, Outcome, RetryPolicy,
 };
 use crate::{BoxError, Error};
 
@@ -64,7 +64,8 @@ pin_project! {
         // ready.
         next_body: Option<B>,
         policy: Arc<RetryPolicy>,
-        method: Method,
+        // The policy's verdict on the method, for the decision ladder.
+        idempotent: bool,
         keyed: bool,
         delay: Duration,
         max_extra: u32,
@@ -79,7 +80,7 @@ pin_project! {
         stopped: bool,
         not_sent: Option<NotHedged>,
         // The latest retryable failure, returned if every send fails.
-        last_failure: Option<Result<S::Response, BoxError>>,
+        last_failure: Option<Result<S::Response, Failure>>,
     }
 
     impl<S, B> PinnedDrop for Race<S, B>
@@ -107,6 +108,9 @@ struct Copy<F> {
     started: Duration,
     ended: Option<(AttemptOutcome, Duration)>,
 }
+
+/// A failed send: its kind, read once from the error, and the error.
+type Failure = (ErrorKind, BoxError);
 
 /// What judging one send's outcome decided.
 enum Verdict<T> {
@@ -142,7 +146,7 @@ where
         let race = Race {
             timer: sleep_until(later(started, plan.delay)),
             service,
-            method: parts.method.clone(),
+            idempotent: plan.policy.is_idempotent_method(&parts.method),
             parts,
             body: plan.body,
             next_body: None,
@@ -181,15 +185,13 @@ where
     ) -> Verdict<Result<Response<RB>, Error>> {
         let this = self.project();
         let now = this.started.elapsed();
-        let facts = RequestFacts {
-            method: this.method,
-            keyed: *this.keyed,
-        };
+        let (idempotent, keyed) = (*this.idempotent, *this.keyed);
         let (outcome, class, result) = match result {
             Ok(res) => {
-                let class = classify(
+                let class = ladder(
                     this.policy,
-                    facts,
+                    idempotent,
+                    keyed,
                     Outcome::Response {
                         status: res.status(),
                         headers: res.headers(),
@@ -201,8 +203,8 @@ where
             Err(err) => {
                 let err: BoxError = err.into();
                 let kind = classify_error(&*err);
-                let class = classify(this.policy, facts, Outcome::Error(kind), None);
-                (AttemptOutcome::Error(kind), class, Err(err))
+                let class = ladder(this.policy, idempotent, keyed, Outcome::Error(kind), None);
+                (AttemptOutcome::Error(kind), class, Err((kind, err)))
             }
         };
         if copy == 0 {
@@ -236,7 +238,7 @@ where
         let result = this
             .last_failure
             .take()
-            .unwrap_or_else(|| Err(Box::new(NoSend) as BoxError));
+            .unwrap_or_else(|| Err((ErrorKind::Other, Box::new(NoSend) as BoxError)));
         finish(this, None, result)
     }
 
@@ -336,7 +338,7 @@ fn refuse(stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) 
 fn finish<S, B, RB>(
     this: RaceProj<'_, S, B>,
     winner: Option<u32>,
-    result: Result<Response<RB>, BoxError>,
+    result: Result<Response<RB>, Failure>,
 ) -> Result<Response<RB>, Error>
 where
     S: Service<Request<B>>,
@@ -364,7 +366,7 @@ where
         *this.last_failure = None;
     }
     if !*this.due {
-        return result.map_err(Error::from_inner);
+        return result.map_err(|(kind, err)| Error::wrap(kind, err));
     }
     let mut sent = Vec::with_capacity(1 + this.copies.len());
     let (outcome, ended) = this.original.unwrap_or((AttemptOutcome::Canceled, now));
@@ -393,13 +395,10 @@ where
             res.extensions_mut().insert(hedged);
             Ok(res)
         }
-        Err(err) => {
-            let kind = classify_error(&*err);
-            Err(Error::new(
-                kind,
-                Some(Box::new(HedgeFailed::new(hedged, err))),
-            ))
-        }
+        Err((kind, err)) => Err(Error::new(
+            kind,
+            Some(Box::new(HedgeFailed::new(hedged, err))),
+        )),
     }
 }
 
