@@ -119,27 +119,33 @@ impl Estimator {
         }
     }
 
-    fn now_us(&self) -> u64 {
-        micros(Instant::now().saturating_duration_since(self.base))
+    fn us_at(&self, at: Instant) -> u64 {
+        micros(at.saturating_duration_since(self.base))
+    }
+
+    /// Whether no sample came for two windows by `now_us`.
+    fn is_stale(&self, now_us: u64) -> bool {
+        let stale_at = self
+            .next_rotation
+            .load(Ordering::Relaxed)
+            .saturating_add(micros(self.settings.window));
+        now_us >= stale_at
     }
 
     /// The hedge delay: the cached percentile, or the fallback while there are
     /// too few samples, or when none came for two windows (the next sample
     /// clears them).
-    pub(super) fn delay(&self) -> Duration {
+    #[cfg(test)]
+    fn delay(&self) -> Duration {
+        self.delay_at(Instant::now())
+    }
+
+    /// [`delay`](Self::delay) at `now`, read by the caller.
+    pub(super) fn delay_at(&self, now: Instant) -> Duration {
         match self.cached.load(Ordering::Relaxed) {
             0 => self.settings.fallback,
-            us => {
-                let stale_at = self
-                    .next_rotation
-                    .load(Ordering::Relaxed)
-                    .saturating_add(micros(self.settings.window));
-                if self.now_us() >= stale_at {
-                    self.settings.fallback
-                } else {
-                    Duration::from_micros(us)
-                }
-            }
+            _ if self.is_stale(self.us_at(now)) => self.settings.fallback,
+            us => Duration::from_micros(us),
         }
     }
 
@@ -150,8 +156,14 @@ impl Estimator {
     }
 
     /// Records one latency.
-    pub(super) fn record(&self, latency: Duration) {
-        let now = self.now_us();
+    #[cfg(test)]
+    fn record(&self, latency: Duration) {
+        self.record_at(latency, Instant::now());
+    }
+
+    /// Records one latency that ended at `at`, read by the caller.
+    pub(super) fn record_at(&self, latency: Duration, at: Instant) {
+        let now = self.us_at(at);
         let rotated = self.maybe_rotate(now);
         let w = &self.windows[(self.epoch.load(Ordering::Acquire) & 1) as usize];
         w.counts[bucket(micros(latency))].fetch_add(1, Ordering::Relaxed);
@@ -224,7 +236,7 @@ impl Estimator {
 impl fmt::Debug for Estimator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Estimator")
-            .field("delay", &self.delay())
+            .field("delay", &self.delay_at(Instant::now()))
             .finish_non_exhaustive()
     }
 }
@@ -258,12 +270,8 @@ impl Estimators {
 impl Entry for Estimator {
     /// Idle once it holds no sample, or none for two windows: a fresh one would give
     /// the same delay.
-    fn is_idle(&self, _now: Instant) -> bool {
-        let stale_at = self
-            .next_rotation
-            .load(Ordering::Relaxed)
-            .saturating_add(micros(self.settings.window));
-        self.now_us() >= stale_at
+    fn is_idle(&self, now: Instant) -> bool {
+        self.is_stale(self.us_at(now))
             || self
                 .windows
                 .iter()

@@ -93,9 +93,10 @@ pin_project! {
             // lower bound that still counts it as slow, when it is past the hedge
             // delay. (One that lost to a copy was recorded when the race ended.)
             if let (None, Some(estimator)) = (this.original.as_ref(), this.estimator.as_ref()) {
-                let ran = this.started.elapsed();
+                let at = Instant::now();
+                let ran = at.saturating_duration_since(*this.started);
                 if ran >= *this.delay {
-                    estimator.record(ran);
+                    estimator.record_at(ran, at);
                 }
             }
         }
@@ -122,6 +123,7 @@ enum Verdict<T> {
 
 /// What a hedged request needs, read from the request when it arrives.
 pub(super) struct Plan<B> {
+    pub(super) started: Instant,
     pub(super) body: B,
     pub(super) policy: Arc<RetryPolicy>,
     pub(super) keyed: bool,
@@ -142,7 +144,7 @@ where
     }
 
     pub(super) fn race(service: S, parts: Parts, future: S::Future, plan: Plan<B>) -> Self {
-        let started = Instant::now();
+        let started = plan.started;
         let race = Race {
             timer: sleep_until(later(started, plan.delay)),
             service,
@@ -184,7 +186,8 @@ where
         result: Result<Response<RB>, S::Error>,
     ) -> Verdict<Result<Response<RB>, Error>> {
         let this = self.project();
-        let now = this.started.elapsed();
+        let at = Instant::now();
+        let now = at.saturating_duration_since(*this.started);
         let (idempotent, keyed) = (*this.idempotent, *this.keyed);
         let (outcome, class, result) = match result {
             Ok(res) => {
@@ -211,7 +214,7 @@ where
             *this.original = Some((outcome, now));
             if let (AttemptOutcome::Status(_), Some(estimator)) = (outcome, this.estimator.as_ref())
             {
-                estimator.record(now);
+                estimator.record_at(now, at);
             }
         } else if let Some(c) = this.copies.get_mut(copy as usize - 1) {
             c.ended = Some((outcome, now));
@@ -343,12 +346,13 @@ fn finish<S, B, RB>(
 where
     S: Service<Request<B>>,
 {
-    let now = this.started.elapsed();
+    let at = Instant::now();
+    let now = at.saturating_duration_since(*this.started);
     if this.original.is_none() {
         // The original loses. It had run this long: a lower bound that still
         // counts it as slow, being past the hedge delay.
         if let Some(estimator) = this.estimator.as_ref().filter(|_| now >= *this.delay) {
-            estimator.record(now);
+            estimator.record_at(now, at);
         }
         *this.original = Some((AttemptOutcome::Canceled, now));
     }

@@ -165,6 +165,7 @@ mod record;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use tokio::time::Instant;
 use tower_service::Service;
 
 pub use body::HedgeBody;
@@ -223,14 +224,17 @@ impl<S> Hedging<S> {
             return None;
         }
         let body = req.body().hedge_handle()?;
+        // The race starts now: one clock read serves the delay and the latencies.
+        let started = Instant::now();
         let (delay, estimator) = match &hedge.delay {
             Delay::Fixed(delay) => (*delay, None),
             Delay::Adaptive(estimators) => {
                 let e = estimators.get(req.uri());
-                (e.delay(), Some(e))
+                (e.delay_at(started), Some(e))
             }
         };
         Some(Plan {
+            started,
             body,
             policy: hedge.policy.clone(),
             keyed,
