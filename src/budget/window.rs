@@ -9,6 +9,11 @@ use tokio::time::Instant;
 /// How many slots a window is cut into: events expire a slot at a time.
 pub(crate) const SLOTS: u64 = 10;
 
+/// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years).
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A window of `SLOTS` counters, each covering `window / SLOTS` of time.
 ///
 /// An event is added to the slot of the current time; a slot's events expire
@@ -35,7 +40,7 @@ impl Ring {
     /// A window of length `window` starting now. `window` must be at least
     /// `SLOTS` nanoseconds (the builders ask for far more).
     pub(crate) fn new(window: Duration) -> Self {
-        let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = nanos(window);
         Ring {
             origin: Instant::now(),
             slot_nanos: (nanos / SLOTS).max(1),
@@ -46,12 +51,7 @@ impl Ring {
     }
 
     fn slot_of(&self, now: Instant) -> u64 {
-        let since = now.saturating_duration_since(self.origin);
-        let nanos = since
-            .as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(since.subsec_nanos()));
-        nanos / self.slot_nanos
+        nanos(now.saturating_duration_since(self.origin)) / self.slot_nanos
     }
 
     /// The slot to add an event at `now` to, after expiring the slots that left

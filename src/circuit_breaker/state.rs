@@ -9,7 +9,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::CircuitBreaker;
-use crate::budget::window::Ring;
+use crate::budget::window::{nanos, Ring};
 use crate::budget::Entry;
 use crate::policy::Breaker;
 
@@ -158,10 +158,7 @@ impl Core {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        let d = now.saturating_duration_since(self.origin);
-        d.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(d.subsec_nanos()))
+        nanos(now.saturating_duration_since(self.origin))
     }
 
     fn instant_of_ms(&self, ms: u64) -> Instant {
@@ -178,9 +175,7 @@ impl Core {
         } else {
             base
         };
-        let end = self
-            .nanos(now)
-            .saturating_add(u64::try_from(cooldown.as_nanos()).unwrap_or(u64::MAX));
+        let end = self.nanos(now).saturating_add(nanos(cooldown));
         end.div_ceil(1_000_000)
     }
 
