@@ -13,6 +13,8 @@
 //! request still unanswered after 20 ms (`cargo run --release --example hedging`
 //! measures it at scale).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,19 +23,13 @@ use std::time::{Duration, Instant};
 
 use backstop::hedge::{Hedge, HedgeLayer, Hedged};
 use backstop::policy::{classify_error, History};
-use backstop::{IdempotencyKeyLayer, ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{BoxError, IdempotencyKeyLayer, ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the upstream does with its n-th request: a fixed cycle of ten.
 fn fault(n: usize) -> &'static str {
@@ -53,25 +49,13 @@ struct Upstream {
 }
 
 async fn upstream() -> std::io::Result<Upstream> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |_req: Request<Incoming>| {
-                    let n = counter.fetch_add(1, Ordering::SeqCst);
-                    async move { answer(fault(n)).await }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let addr = common::serve(false, move |_req: Request<Incoming>| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        answer(fault(n))
+    })
+    .await?;
     Ok(Upstream { addr, requests })
 }
 
@@ -88,25 +72,13 @@ struct Payments {
 }
 
 async fn payments() -> std::io::Result<(SocketAddr, Arc<Payments>)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
     let state = Arc::new(Payments::default());
     let shared = state.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let state = shared.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let state = state.clone();
-                    async move { charge(&state, req).await }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let addr = common::serve(false, move |req: Request<Incoming>| {
+        let state = shared.clone();
+        async move { charge(&state, req).await }
+    })
+    .await?;
     Ok((addr, state))
 }
 
@@ -282,12 +254,10 @@ async fn main() -> Result<(), BoxError> {
     println!("  1× closes the connection unanswered, 1× answers after 400 ms, 5× 200.");
     println!("Each client makes {calls} GET calls, 8 at a time, each bounded to 300 ms.\n");
 
-    let transport: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let transport: Client<HttpConnector, Full<Bytes>> = common::client(false);
     let bare = run(transport, &base, calls, &upstream.requests).await;
 
-    let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
     let policy = RetryPolicy::builder()
         .max_attempts(4)
         .backoff(Duration::from_millis(10), Duration::from_millis(100))
@@ -321,8 +291,7 @@ async fn main() -> Result<(), BoxError> {
 async fn writes() -> Result<(), BoxError> {
     println!("\nWrites. A POST is sent again only when that cannot charge twice:");
     let client = |keys: bool| {
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
         let policy = RetryPolicy::builder()
             .backoff(Duration::from_millis(5), Duration::from_millis(20))
             .build()
@@ -365,34 +334,22 @@ async fn writes() -> Result<(), BoxError> {
 /// A slow-tail upstream: the first request for one item in ten lands on a stuck
 /// replica and answers after 200 ms; any other request answers at once.
 async fn stalling() -> std::io::Result<Upstream> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
     let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let (counter, seen) = (counter.clone(), seen.clone());
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let path = req.uri().path().to_owned();
-                    let first = seen.lock().unwrap().insert(path.clone());
-                    let stuck = first && path.ends_with('3');
-                    async move {
-                        if stuck {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                        Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    let addr = common::serve(false, move |req: Request<Incoming>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let path = req.uri().path().to_owned();
+        let first = seen.lock().unwrap().insert(path.clone());
+        let stuck = first && path.ends_with('3');
+        async move {
+            if stuck {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
         }
-    });
+    })
+    .await?;
     Ok(Upstream { addr, requests })
 }
 
@@ -451,8 +408,7 @@ async fn slow_tail() -> Result<(), BoxError> {
     for hedge in [false, true] {
         let upstream = stalling().await?;
         let base = format!("http://{}", upstream.addr);
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
         let (name, (latencies, hedges, took)) = if hedge {
             let client = ServiceBuilder::new()
                 .layer(RetryLayer::new(RetryPolicy::default()))
@@ -485,29 +441,17 @@ async fn slow_tail() -> Result<(), BoxError> {
 
 /// An upstream that answers 503 to everything while `down` is set, 200 after.
 async fn flaky(down: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<Upstream> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let (counter, down) = (counter.clone(), down.clone());
-            tokio::spawn(async move {
-                let service = service_fn(move |_req: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let mut res = Response::new(Full::<Bytes>::default());
-                    if down.load(Ordering::SeqCst) {
-                        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                    }
-                    async move { Ok::<_, std::io::Error>(res) }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    let addr = common::serve(false, move |_req: Request<Incoming>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let mut res = Response::new(Full::<Bytes>::default());
+        if down.load(Ordering::SeqCst) {
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
         }
-    });
+        async move { Ok::<_, std::io::Error>(res) }
+    })
+    .await?;
     Ok(Upstream { addr, requests })
 }
 
@@ -525,8 +469,7 @@ async fn outage() -> Result<(), BoxError> {
     for protected in [false, true] {
         let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let up = flaky(down.clone()).await?;
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
         let policy = RetryPolicy::builder()
             .max_attempts(4)
             .backoff(Duration::from_millis(5), Duration::from_millis(40))

@@ -15,6 +15,8 @@
 //! `hedging p99_none_ms=<a> p99_backstop_ms=<b> extra_load_pct=<c>` (backstop
 //! adaptive).
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,17 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backstop::hedge::{Hedge, HedgeLayer};
-use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const CALLS: usize = 10_000;
 const CONCURRENCY: usize = 16;
@@ -59,43 +57,28 @@ struct Upstream {
 /// The upstream: HTTP/2 over cleartext, TCP_NODELAY, each request slow or fast
 /// independently of the others.
 async fn upstream() -> std::io::Result<Upstream> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
-                    let n = counter.fetch_add(1, Ordering::Relaxed) as u64;
-                    let slow = splitmix(SEED ^ n) % 10_000 < SLOW_PER_10K;
-                    async move {
-                        tokio::time::sleep(if slow { SLOW } else { FAST }).await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-                    }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    let addr = common::serve(true, move |_req: Request<Incoming>| {
+        let n = counter.fetch_add(1, Ordering::Relaxed) as u64;
+        let slow = splitmix(SEED ^ n) % 10_000 < SLOW_PER_10K;
+        async move {
+            tokio::time::sleep(if slow { SLOW } else { FAST }).await;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
         }
-    });
+    })
+    .await?;
     Ok(Upstream { addr, requests })
 }
 
+/// The clients: HTTP/2, like the upstream.
 fn client<B>() -> Client<HttpConnector, B>
 where
     B: http_body::Body + Send + Unpin + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build(connector)
+    common::client(true)
 }
 
 /// tower's hedge clones the request up front; every GET here can be.

@@ -30,6 +30,8 @@
 //! outage naive_amplification=<x> budget_amplification=<y> probes_per_cooldown=<z>
 //! ```
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,11 +46,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -72,43 +70,25 @@ struct Upstream {
 }
 
 async fn start_upstream(state: Arc<Upstream>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let state = state.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let state = state.clone();
-                    async move {
-                        state.total_requests.fetch_add(1, Ordering::Relaxed);
-                        if req.headers().get(PHASE).is_some_and(|v| v == "outage") {
-                            state.outage_requests.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let mut res = Response::new(Full::<Bytes>::default());
-                        if state.down.load(Ordering::Relaxed) {
-                            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                        }
-                        Ok::<_, Infallible>(res)
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    common::serve(false, move |req: Request<Incoming>| {
+        state.total_requests.fetch_add(1, Ordering::Relaxed);
+        if req.headers().get(PHASE).is_some_and(|v| v == "outage") {
+            state.outage_requests.fetch_add(1, Ordering::Relaxed);
         }
-    });
-    Ok(addr)
+        let mut res = Response::new(Full::<Bytes>::default());
+        if state.down.load(Ordering::Relaxed) {
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        }
+        async move { Ok::<_, Infallible>(res) }
+    })
+    .await
 }
 
 type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 type Stack = BoxCloneService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
 
 fn transport() -> Transport {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
+    common::client(false)
 }
 
 fn retries(max_attempts: u32) -> RetryPolicy {

@@ -1,0 +1,62 @@
+//! What the examples share: a loopback upstream that serves a handler, and a
+//! hyper-util client. Each example loads it with `mod common;`.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use backstop::BoxError;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+/// Serves `handler` on a fresh port of 127.0.0.1, over HTTP/2 (cleartext) when
+/// `h2`, else HTTP/1.1, with `TCP_NODELAY`; the address it listens on.
+pub async fn serve<F, Fut, E>(h2: bool, handler: F) -> std::io::Result<SocketAddr>
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let io = TokioIo::new(stream);
+                let service = service_fn(handler);
+                let _ = if h2 {
+                    http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await
+                } else {
+                    http1::Builder::new().serve_connection(io, service).await
+                };
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// A hyper-util client over HTTP/1.1 (or HTTP/2 when `h2`), with `TCP_NODELAY`.
+pub fn client<B>(h2: bool) -> Client<HttpConnector, B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build(connector)
+}
