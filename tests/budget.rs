@@ -15,6 +15,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use proptest::prelude::*;
 use support::mock::{status, Mock};
+use support::requests::{call, head, paused};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -34,14 +35,6 @@ fn drain(account: &BudgetAccount) -> u64 {
         assert!(n < 10_000_000, "runaway account");
     }
     n
-}
-
-fn head(uri: &str) -> http::request::Parts {
-    Request::get(uri).body(()).unwrap().into_parts().0
-}
-
-fn get(uri: &str) -> Request<Full<Bytes>> {
-    Request::get(uri).body(Full::default()).unwrap()
 }
 
 fn fast_retries(max_attempts: u32) -> RetryPolicy {
@@ -247,15 +240,6 @@ fn concurrent_withdrawals_never_overspend() {
 // ---------------------------------------------------------------------------------
 // Property tests of the arithmetic
 
-fn paused<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 proptest! {
     /// Any ratio kept to a millionth: n first attempts buy exactly
     /// ⌊n · ratio⌋ retries.
@@ -361,13 +345,7 @@ async fn under_the_retry_layer_an_outage_costs_the_ratio() {
         .service(mock.clone());
     let mut stopped_by_budget = 0;
     for _ in 0..100 {
-        let res = client
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://upstream.test/"))
-            .await
-            .unwrap();
+        let res = call(&mut client, "http://upstream.test/").await.unwrap();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         let h = res.extensions().get::<History>().unwrap();
         if h.stop_reason() == Some(StopReason::Budget) {
@@ -386,13 +364,7 @@ async fn the_floor_serves_a_fresh_client() {
         .layer(BudgetLayer::default())
         .layer(RetryLayer::new(fast_retries(3)))
         .service(mock.clone());
-    let res = client
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test/"))
-        .await
-        .unwrap();
+    let res = call(&mut client, "http://upstream.test/").await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);
 }
@@ -412,23 +384,11 @@ async fn each_origin_has_its_own_account() {
         .service(failing.clone());
 
     for _ in 0..4 {
-        let res = to_healthy
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://healthy.test/"))
-            .await
-            .unwrap();
+        let res = call(&mut to_healthy, "http://healthy.test/").await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
     }
     for _ in 0..10 {
-        to_failing
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://failing.test/"))
-            .await
-            .unwrap();
+        call(&mut to_failing, "http://failing.test/").await.unwrap();
     }
     // The failing origin paid for 5 retries with its own 10 first attempts; the
     // healthy origin's 2 are untouched.
@@ -463,23 +423,11 @@ async fn a_global_account_is_shared_by_every_origin() {
         .clone()
         .layer(RetryLayer::new(fast_retries(4)).layer(failing.clone()));
     for _ in 0..4 {
-        to_healthy
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://healthy.test/"))
-            .await
-            .unwrap();
+        call(&mut to_healthy, "http://healthy.test/").await.unwrap();
     }
     // 2 retries saved by the healthy origin's calls, plus 1 from these two calls.
     for _ in 0..2 {
-        to_failing
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://failing.test/"))
-            .await
-            .unwrap();
+        call(&mut to_failing, "http://failing.test/").await.unwrap();
     }
     assert_eq!(failing.calls(), 2 + 3);
     assert_eq!(layer.account(&head("http://other.test/")).available(), 0);
@@ -553,12 +501,7 @@ async fn clones_of_a_layer_share_accounts() {
     }));
     let mut svc2 = svc.clone();
     for s in [&mut svc, &mut svc2] {
-        s.ready()
-            .await
-            .unwrap()
-            .call(get("http://a.test/"))
-            .await
-            .unwrap();
+        call(s, "http://a.test/").await.unwrap();
     }
     assert_eq!(layer.account(&head("http://a.test/")).available(), 2);
 }
@@ -606,13 +549,7 @@ async fn retries_and_hedges_spend_one_account() {
         .layer(layer.clone())
         .layer(RetryLayer::new(fast_retries(4)))
         .service(transport.clone());
-    let res = client
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test/"))
-        .await
-        .unwrap();
+    let res = call(&mut client, "http://upstream.test/").await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(transport.attempts.load(Ordering::Relaxed), 2);
     assert_eq!(*transport.hedges.lock().unwrap(), [true, false]);
@@ -629,13 +566,7 @@ async fn the_layer_keeps_the_inner_error_and_response() {
             assert!(req.extensions().get::<BudgetHandle>().is_some());
             Err::<Response<Full<Bytes>>, _>(std::io::Error::other("down"))
         }));
-    let err: std::io::Error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://a.test/"))
-        .await
-        .unwrap_err();
+    let err: std::io::Error = call(&mut svc, "http://a.test/").await.unwrap_err();
     assert_eq!(err.to_string(), "down");
 }
 

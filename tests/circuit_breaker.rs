@@ -22,20 +22,13 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use proptest::prelude::*;
 use support::mock::{status, status_with, Mock};
+use support::requests::{call, get, head, paused};
 use tokio::sync::oneshot;
 use tokio::time::{advance, Instant};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type Res = Response<Full<Bytes>>;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-fn get(uri: &str) -> Request<Full<Bytes>> {
-    Request::get(uri).body(Full::default()).unwrap()
-}
-
-fn head(uri: &str) -> http::request::Parts {
-    Request::get(uri).body(()).unwrap().into_parts().0
-}
 
 fn response(code: u16) -> Res {
     let mut res = Response::new(Full::default());
@@ -94,13 +87,6 @@ impl Service<Request<Full<Bytes>>> for Script {
             code => Ok(response(code)),
         })
     }
-}
-
-async fn call<S>(svc: &mut S, uri: &str) -> Result<Res, backstop::Error>
-where
-    S: Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error>,
-{
-    svc.ready().await?.call(get(uri)).await
 }
 
 // ---------------------------------------------------------------------------------
@@ -802,15 +788,6 @@ impl Machine {
             Model::HalfOpen { .. } => State::HalfOpen,
         }
     }
-}
-
-fn paused<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 proptest! {

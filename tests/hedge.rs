@@ -1,26 +1,26 @@
 //! The hedge layer: its timing on tokio's paused clock over a scripted in-process
 //! transport, then cancellation over real loopback servers (HTTP/1.1 and HTTP/2).
 
+mod support;
+
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backstop::hedge::{Hedge, HedgeLayer, Hedged, NotHedged};
-use backstop::policy::{
-    AttemptOutcome, Breaker, BreakerHandle, Budget, BudgetHandle, Deadline, ErrorKind, History,
-    IdempotencyKey,
-};
+use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History, IdempotencyKey};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
+use support::gates::{Switch, Tokens};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -267,39 +267,6 @@ fn hedged<B>(res: &Response<B>) -> &Hedged {
         .expect("a hedged record on the response")
 }
 
-/// A budget account with `n` tokens, counting the withdrawals it was asked for.
-struct Tokens {
-    left: AtomicU32,
-    asked: AtomicU32,
-}
-
-impl Tokens {
-    fn handle(n: u32) -> (BudgetHandle, Arc<Tokens>) {
-        let tokens = Arc::new(Tokens {
-            left: AtomicU32::new(n),
-            asked: AtomicU32::new(0),
-        });
-        (BudgetHandle::new(tokens.clone()), tokens)
-    }
-}
-
-impl Budget for Tokens {
-    fn try_withdraw(&self) -> bool {
-        self.asked.fetch_add(1, Ordering::SeqCst);
-        self.left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-}
-
-struct Switch(AtomicBool);
-
-impl Breaker for Switch {
-    fn allows_retry(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Timing, on the paused clock.
 // ---------------------------------------------------------------------------
@@ -506,7 +473,7 @@ async fn an_exhausted_budget_prevents_the_hedge() {
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
-    assert_eq!(tokens.asked.load(Ordering::SeqCst), 1);
+    assert_eq!(tokens.asked(), 1);
     let h = hedged(&res);
     assert_eq!(h.not_sent(), Some(NotHedged::Budget));
     assert_eq!(h.copies(), 0);
@@ -529,7 +496,7 @@ async fn each_hedge_spends_the_budget() {
     // One token, one copy; the second copy found the budget spent and none after
     // it was asked for.
     assert_eq!(script.starts(), [Duration::ZERO, ms(100)]);
-    assert_eq!(tokens.asked.load(Ordering::SeqCst), 2);
+    assert_eq!(tokens.asked(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -538,15 +505,14 @@ async fn an_open_breaker_prevents_the_hedge() {
     let (budget, tokens) = Tokens::handle(10);
     let mut req = get();
     req.extensions_mut().insert(budget);
-    req.extensions_mut()
-        .insert(BreakerHandle::new(Arc::new(Switch(AtomicBool::new(false)))));
+    req.extensions_mut().insert(Switch::open().handle());
     let res = send_alone(&script, Hedge::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
     assert_eq!(hedged(&res).not_sent(), Some(NotHedged::CircuitOpen));
     // Nothing was spent for a copy that was not sent.
-    assert_eq!(tokens.asked.load(Ordering::SeqCst), 0);
+    assert_eq!(tokens.asked(), 0);
 }
 
 #[tokio::test(start_paused = true)]

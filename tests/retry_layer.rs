@@ -4,18 +4,16 @@
 mod support;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop::policy::{
-    Breaker, BreakerHandle, Budget, BudgetHandle, Deadline, ErrorKind, History, NotReplayable,
-    StopReason, Unsafe,
-};
+use backstop::policy::{Deadline, ErrorKind, History, NotReplayable, StopReason, Unsafe};
 use backstop::{OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
+use support::gates::{Switch, Tokens};
 use support::mock::{status, status_with, Mock, Step};
 use tower::{Layer, Service, ServiceExt};
 
@@ -456,44 +454,22 @@ async fn routes_pick_the_policy() {
     assert_eq!(mock.calls(), 3);
 }
 
-struct Tokens(AtomicU32);
-impl Budget for Tokens {
-    fn try_withdraw(&self) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    fn refund(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_spent_budget_stops_with_the_last_outcome() {
     let mock = Mock::new([status(503), status(503), status(200)]);
     let mut req = get();
-    req.extensions_mut()
-        .insert(BudgetHandle::new(Arc::new(Tokens(AtomicU32::new(1)))));
+    req.extensions_mut().insert(Tokens::handle(1).0);
     let res = send(&mock, fast(), req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 2, "one retry from a budget of one");
     assert_eq!(history(&res).stop_reason(), Some(StopReason::Budget));
 }
 
-struct Switch(AtomicBool);
-impl Breaker for Switch {
-    fn allows_retry(&self) -> bool {
-        !self.0.load(Ordering::Acquire)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_stops_before_the_retry() {
     let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionReset), status(200)]);
     let mut req = get();
-    req.extensions_mut()
-        .insert(BreakerHandle::new(Arc::new(Switch(AtomicBool::new(true)))));
+    req.extensions_mut().insert(Switch::open().handle());
     let err = send(&mock, fast(), req).await.unwrap_err();
     assert_eq!(mock.calls(), 1);
     assert!(err.is_circuit_open());
@@ -502,16 +478,15 @@ async fn an_open_breaker_stops_before_the_retry() {
 
 #[tokio::test(start_paused = true)]
 async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
-    let switch = Arc::new(Switch(AtomicBool::new(false)));
+    let switch = Switch::closed();
     let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
-    req.extensions_mut()
-        .insert(BreakerHandle::new(switch.clone()));
+    req.extensions_mut().insert(switch.handle());
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
     let call = svc.ready().await.unwrap().call(req);
     let flip = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        switch.0.store(true, Ordering::Release);
+        switch.set_open(true);
     };
     let (res, ()) = tokio::join!(call, flip);
     // The 503's body was drained before the wait: the error names its status.
@@ -687,28 +662,22 @@ async fn an_inner_error_that_names_its_url_does_not_leak_through_ours() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
-    let switch = Arc::new(Switch(AtomicBool::new(false)));
-    let tokens = Arc::new(Tokens(AtomicU32::new(1)));
+    let switch = Switch::closed();
+    let (budget, tokens) = Tokens::handle(1);
     let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
-    req.extensions_mut()
-        .insert(BreakerHandle::new(switch.clone()));
-    req.extensions_mut()
-        .insert(BudgetHandle::new(tokens.clone()));
+    req.extensions_mut().insert(switch.handle());
+    req.extensions_mut().insert(budget);
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
     let call = svc.ready().await.unwrap().call(req);
     let flip = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         // The retry was paid for when it was decided.
-        assert_eq!(tokens.0.load(Ordering::Acquire), 0);
-        switch.0.store(true, Ordering::Release);
+        assert_eq!(tokens.left(), 0);
+        switch.set_open(true);
     };
     let (res, ()) = tokio::join!(call, flip);
     assert!(res.unwrap_err().is_circuit_open());
     assert_eq!(mock.calls(), 1);
-    assert_eq!(
-        tokens.0.load(Ordering::Acquire),
-        1,
-        "the unsent retry was refunded"
-    );
+    assert_eq!(tokens.left(), 1, "the unsent retry was refunded");
 }

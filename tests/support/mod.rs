@@ -1,5 +1,7 @@
 #![allow(dead_code, unreachable_pub)]
 
+pub mod gates;
 pub mod mock;
+pub mod requests;
 #[cfg(feature = "test-util")]
 pub mod wire;
