@@ -14,26 +14,22 @@ use super::State;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CircuitOpen {
-    state: State,
+    /// `None` while half-open, with probes in flight.
     next_probe_at: Option<Instant>,
 }
 
 impl CircuitOpen {
     pub(crate) fn new(next_probe_at: Option<Instant>) -> Self {
-        CircuitOpen {
-            state: if next_probe_at.is_some() {
-                State::Open
-            } else {
-                State::HalfOpen
-            },
-            next_probe_at,
-        }
+        CircuitOpen { next_probe_at }
     }
 
     /// The breaker's state when it refused: [`State::Open`] during the cooldown,
     /// [`State::HalfOpen`] while its probes are in flight.
     pub fn state(&self) -> State {
-        self.state
+        match self.next_probe_at {
+            Some(_) => State::Open,
+            None => State::HalfOpen,
+        }
     }
 
     /// When the breaker will let the next probe through: the end of its cooldown.
@@ -46,7 +42,7 @@ impl CircuitOpen {
 
 impl fmt::Display for CircuitOpen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.state {
+        f.write_str(match self.state() {
             State::HalfOpen => "circuit half-open, probes in flight",
             _ => "circuit open",
         })

@@ -266,7 +266,7 @@ impl RetryPolicyBuilder {
     /// The longest `Retry-After` to wait (at most one day); a longer hint ends the
     /// call with the response, and the hint is reported to the caller.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
-        if max > Duration::from_secs(86_400) {
+        if max > MAX_SETTING {
             self.fail(
                 "max_retry_after",
                 format!("must be at most one day, got {max:?}"),
