@@ -972,28 +972,12 @@ fn services_are_clone_send_and_sync() {
 #[cfg(feature = "test-util")]
 mod wire {
     use super::*;
+    use crate::support::wire::{client as transport, within_10s, BOTH};
     use backstop::test_util::{Protocol, Reply, Upstream};
     use backstop::ReplayBody;
     use hyper_util::client::legacy::{connect::HttpConnector, Client};
-    use hyper_util::rt::TokioExecutor;
 
     type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
-
-    fn transport(protocol: Protocol) -> Transport {
-        let mut builder = Client::builder(TokioExecutor::new());
-        if protocol == Protocol::Http2 {
-            builder.http2_only(true);
-        }
-        builder.build_http()
-    }
-
-    const BOTH: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
-
-    async fn within_10s(body: impl Future<Output = ()>) {
-        tokio::time::timeout(Duration::from_secs(10), body)
-            .await
-            .expect("test timed out");
-    }
 
     fn client(
         layer: &CircuitBreakerLayer,
@@ -1006,7 +990,7 @@ mod wire {
         ServiceBuilder::new()
             .layer(layer.clone())
             .layer(RetryLayer::new(fast_retries()))
-            .service(transport(protocol))
+            .service::<Transport>(transport(protocol))
     }
 
     async fn send<S>(svc: &mut S, uri: http::Uri) -> Result<StatusCode, backstop::Error>

@@ -2,8 +2,9 @@
 //! The fault-injection kit, `backstop::test_util`, seen from a real hyper client: what
 //! each step does to the client and what the server records.
 
+mod support;
+
 use std::error::Error as StdError;
-use std::future::Future;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -12,36 +13,10 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
-
-const BOTH: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
+use support::wire::{client, upstream, within_10s, BOTH};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type TestClient = Client<HttpConnector, Full<Bytes>>;
-
-/// Runs a test body with a deadline, so that nothing can hang the suite.
-async fn within_10s(body: impl Future<Output = ()>) {
-    tokio::time::timeout(Duration::from_secs(10), body)
-        .await
-        .expect("test timed out");
-}
-
-fn client(protocol: Protocol) -> TestClient {
-    let mut builder = Client::builder(TokioExecutor::new());
-    if protocol == Protocol::Http2 {
-        builder.http2_only(true);
-    }
-    builder.build_http()
-}
-
-async fn start(protocol: Protocol, script: Vec<Step>) -> Upstream {
-    Upstream::builder()
-        .protocol(protocol)
-        .script(script)
-        .start()
-        .await
-        .expect("upstream starts")
-}
 
 /// What the client saw of one exchange.
 #[derive(Debug)]
@@ -188,7 +163,7 @@ async fn replies_follow_the_script_on_one_kept_alive_connection() {
                 .await
                 .unwrap();
             assert_eq!(upstream.protocol(), protocol);
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
 
             let first = send(&client, &upstream, "/orders?id=7", "one").await;
             assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -238,8 +213,8 @@ async fn replies_follow_the_script_on_one_kept_alive_connection() {
 async fn get_without_body_is_processed() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![]).await;
+            let client: TestClient = client(protocol);
             let seen = get(&client, &upstream, "/").await;
             assert_eq!(seen.status(), StatusCode::OK);
             assert_eq!(seen.body(), "");
@@ -259,8 +234,8 @@ async fn large_bodies_are_read_whole() {
         for protocol in BOTH {
             // Beyond HTTP/2's initial 64 KiB windows, so flow control must be released.
             let big = Bytes::from(vec![7_u8; 300 * 1024]);
-            let upstream = start(protocol, vec![Reply::ok().body(big.clone()).into()]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Reply::ok().body(big.clone()).into()]).await;
+            let client: TestClient = client(protocol);
             let request = http::Request::put(upstream.uri("/big"))
                 .body(Full::new(big.clone()))
                 .unwrap();
@@ -280,8 +255,8 @@ async fn delay_holds_back_the_head() {
     within_10s(async {
         for protocol in BOTH {
             let delay = Duration::from_millis(300);
-            let upstream = start(protocol, vec![Reply::ok().delay(delay).into()]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Reply::ok().delay(delay).into()]).await;
+            let client: TestClient = client(protocol);
             let started = Instant::now();
             let seen = send(&client, &upstream, "/slow", "body").await;
             assert_eq!(seen.status(), StatusCode::OK);
@@ -298,12 +273,12 @@ async fn stall_body_for_sends_head_then_body_later() {
     within_10s(async {
         for protocol in BOTH {
             let stall = Duration::from_millis(600);
-            let upstream = start(
+            let upstream = upstream(
                 protocol,
                 vec![Reply::ok().body("late").stall_body_for(stall).into()],
             )
             .await;
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             let request = http::Request::get(upstream.uri("/"))
                 .body(Full::default())
                 .unwrap();
@@ -326,12 +301,12 @@ async fn stall_body_for_sends_head_then_body_later() {
 async fn stall_body_never_finishes_and_dropping_the_upstream_ends_it() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(
+            let upstream = upstream(
                 protocol,
                 vec![Reply::ok().body("never").stall_body().into()],
             )
             .await;
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             let request = http::Request::get(upstream.uri("/"))
                 .body(Full::default())
                 .unwrap();
@@ -364,8 +339,8 @@ async fn stall_body_never_finishes_and_dropping_the_upstream_ends_it() {
 async fn refuse_connection_closes_the_next_accepted_connection() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::RefuseConnection]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::RefuseConnection]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "body").await;
             let err = seen.error();
             match protocol {
@@ -393,8 +368,9 @@ async fn refuse_connection_closes_the_next_accepted_connection() {
 async fn refuse_connection_taken_by_a_request_closes_its_connection() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Reply::ok().into(), Step::RefuseConnection]).await;
-            let client = client(protocol);
+            let upstream =
+                upstream(protocol, vec![Reply::ok().into(), Step::RefuseConnection]).await;
+            let client: TestClient = client(protocol);
             assert_eq!(get(&client, &upstream, "/").await.status(), StatusCode::OK);
             // The kept-alive connection carries the next request, which takes the step.
             let seen = send(&client, &upstream, "/", "body").await;
@@ -412,8 +388,8 @@ async fn refuse_connection_taken_by_a_request_closes_its_connection() {
 async fn close_on_head_reads_none_of_the_body() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::CloseOnHead]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::CloseOnHead]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "hello world").await;
             assert_closed(protocol, seen.error());
             let recorded = &upstream.requests()[0];
@@ -432,12 +408,12 @@ async fn close_on_head_reads_none_of_the_body() {
 async fn close_after_body_bytes_reads_a_prefix() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(
+            let upstream = upstream(
                 protocol,
                 vec![Step::CloseAfterBodyBytes(5), Step::CloseAfterBodyBytes(50)],
             )
             .await;
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "hello world").await;
             assert_closed(protocol, seen.error());
             let recorded = &upstream.requests()[0];
@@ -460,8 +436,8 @@ async fn close_after_body_bytes_reads_a_prefix() {
 async fn close_after_body_processes_and_loses_the_answer() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::CloseAfterBody]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::CloseAfterBody]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/pay", "hello world").await;
             assert_closed(protocol, seen.error());
             let recorded = &upstream.requests()[0];
@@ -479,8 +455,8 @@ async fn close_after_body_processes_and_loses_the_answer() {
 async fn close_after_head_breaks_the_response_body() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::CloseAfterHead]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::CloseAfterHead]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "hello world").await;
             assert_eq!(seen.status(), StatusCode::OK);
             if let Seen::Response(_, headers, _) = &seen {
@@ -511,8 +487,8 @@ async fn close_after_head_breaks_the_response_body() {
 async fn refused_stream_is_not_processed() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::RefusedStream]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::RefusedStream]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "hello world").await;
             let err = seen.error();
             match protocol {
@@ -542,12 +518,12 @@ async fn go_away_puts_the_stream_above_the_last_stream_id() {
         for protocol in BOTH {
             // The GOAWAY comes on the first stream, then on a later one (stream 3, so the
             // last-stream-id is 1).
-            let upstream = start(
+            let upstream = upstream(
                 protocol,
                 vec![Step::GoAway, Reply::ok().into(), Step::GoAway],
             )
             .await;
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             for round in 0..2 {
                 if round == 1 {
                     assert_eq!(get(&client, &upstream, "/").await.status(), StatusCode::OK);
@@ -579,8 +555,8 @@ async fn go_away_puts_the_stream_above_the_last_stream_id() {
 async fn reset_stream_processes_then_resets() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(protocol, vec![Step::ResetStream]).await;
-            let client = client(protocol);
+            let upstream = upstream(protocol, vec![Step::ResetStream]).await;
+            let client: TestClient = client(protocol);
             let seen = send(&client, &upstream, "/", "hello world").await;
             let err = seen.error();
             match protocol {
@@ -611,7 +587,7 @@ async fn fallback_can_be_a_fault() {
                 .start()
                 .await
                 .unwrap();
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             assert_eq!(
                 send(&client, &upstream, "/", "a").await.status(),
                 StatusCode::OK
@@ -728,12 +704,12 @@ fn assert_send_sync() {
 async fn connection_specific_headers_do_not_break_the_server() {
     within_10s(async {
         for protocol in BOTH {
-            let upstream = start(
+            let upstream = upstream(
                 protocol,
                 vec![Reply::ok().header("connection", "close").body("x").into()],
             )
             .await;
-            let client = client(protocol);
+            let client: TestClient = client(protocol);
             let seen = get(&client, &upstream, "/").await;
             match protocol {
                 Protocol::Http1 => assert_eq!(seen.body(), "x"),

@@ -20,6 +20,15 @@ pub type Body = BoxBody<Bytes, BoxError>;
 pub type Transport = Client<HttpConnector, ReplayBody<Body>>;
 
 pub fn transport(protocol: Protocol) -> Transport {
+    client(protocol)
+}
+
+/// A hyper-util client speaking `protocol`, for any body.
+pub fn client<B>(protocol: Protocol) -> Client<HttpConnector, B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
     let mut builder = Client::builder(TokioExecutor::new());
     if protocol == Protocol::Http2 {
         builder.http2_only(true);
