@@ -8,7 +8,7 @@
 //! - `overhead/bare`: the inner service alone.
 //! - `overhead/tower_retry`: tower's `Retry` with a policy that clones the request.
 //! - `overhead/backstop_retry`: backstop's `RetryLayer` with the default policy.
-//! - `overhead/backstop_retry_progress`: the same over `ProgressLayer`.
+//! - `overhead/backstop_retry_progress`: the same over `ProgressTrackingLayer`.
 //! - `overhead/backstop_stack`: idempotency key, circuit breaker, budget, retry and
 //!   progress layers together.
 //!
@@ -25,8 +25,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use backstop::{
-    BudgetLayer, CircuitBreaker, CircuitBreakerLayer, IdempotencyKeyLayer, ProgressLayer,
-    ReplayBody, RetryBudget, RetryLayer, RetryPolicy,
+    BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, IdempotencyKeyLayer,
+    ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
 };
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -134,7 +134,7 @@ fn overhead(c: &mut Criterion) {
     // progress record, so it passes straight through.
     let backstop_retry_progress = tower::ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(ProgressLayer::new())
+        .layer(ProgressTrackingLayer::new())
         .service(Trivial);
     group.bench_function("backstop_retry_progress", |b| {
         b.to_async(&rt).iter(|| {
@@ -146,10 +146,10 @@ fn overhead(c: &mut Criterion) {
     // The whole stack on the success path: key, breaker, budget, retry, progress.
     let backstop_stack = tower::ServiceBuilder::new()
         .layer(IdempotencyKeyLayer::new())
-        .layer(CircuitBreakerLayer::new(CircuitBreaker::default()))
-        .layer(BudgetLayer::new(RetryBudget::default()))
+        .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
+        .layer(BudgetLayer::new(BudgetPolicy::default()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(ProgressLayer::new())
+        .layer(ProgressTrackingLayer::new())
         .service(Trivial);
     group.bench_function("backstop_stack", |b| {
         b.to_async(&rt).iter(|| {

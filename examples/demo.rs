@@ -21,9 +21,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backstop::hedge::{Hedge, HedgeLayer, Hedged};
+use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged};
 use backstop::policy::{classify_error, History};
-use backstop::{BoxError, IdempotencyKeyLayer, ProgressLayer, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{
+    BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
+};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -299,7 +301,7 @@ async fn writes() -> Result<(), BoxError> {
         ServiceBuilder::new()
             .option_layer(keys.then(IdempotencyKeyLayer::new))
             .layer(RetryLayer::new(policy))
-            .layer(ProgressLayer::new())
+            .layer(ProgressTrackingLayer::new())
             .service(transport)
     };
     let cases = [
@@ -412,7 +414,9 @@ async fn slow_tail() -> Result<(), BoxError> {
         let (name, (latencies, hedges, took)) = if hedge {
             let client = ServiceBuilder::new()
                 .layer(RetryLayer::new(RetryPolicy::default()))
-                .layer(HedgeLayer::new(Hedge::after(Duration::from_millis(20))))
+                .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+                    20,
+                ))))
                 .service(transport);
             ("RetryLayer + HedgeLayer", timed(client, &base, calls).await)
         } else {
@@ -474,7 +478,7 @@ async fn outage() -> Result<(), BoxError> {
             .max_attempts(4)
             .backoff(Duration::from_millis(5), Duration::from_millis(40))
             .build()?;
-        let breaker = backstop::CircuitBreaker::builder()
+        let breaker = backstop::CircuitBreakerPolicy::builder()
             .consecutive_failures(5)
             .cooldown(Duration::from_millis(100))
             .max_cooldown(Duration::from_millis(100))
@@ -482,7 +486,7 @@ async fn outage() -> Result<(), BoxError> {
         let client = ServiceBuilder::new()
             .option_layer(protected.then(|| backstop::CircuitBreakerLayer::new(breaker)))
             .option_layer(
-                protected.then(|| backstop::BudgetLayer::new(backstop::RetryBudget::default())),
+                protected.then(|| backstop::BudgetLayer::new(backstop::BudgetPolicy::default())),
             )
             .layer(RetryLayer::new(policy))
             .service(transport)

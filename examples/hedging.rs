@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backstop::hedge::{Hedge, HedgeLayer};
+use backstop::hedge::{HedgeLayer, HedgePolicy};
 use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
@@ -236,14 +236,18 @@ async fn main() -> Result<(), BoxError> {
     // declared once for the replay body.
     let fixed = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::after(Duration::from_millis(10))))
+        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+            10,
+        ))))
         .service(client::<ReplayBody<Full<Bytes>>>());
     let fixed = measure(fixed, &up).await;
     row("backstop fixed 10 ms", &fixed);
 
     let adaptive = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::adaptive(Duration::from_millis(10))))
+        .layer(HedgeLayer::new(HedgePolicy::adaptive(
+            Duration::from_millis(10),
+        )))
         .service(client::<ReplayBody<Full<Bytes>>>());
     let adaptive = measure(adaptive, &up).await;
     row("backstop adaptive (p95)", &adaptive);

@@ -38,8 +38,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop::budget::{BudgetLayer, RetryBudget};
-use backstop::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
+use backstop::budget::{BudgetLayer, BudgetPolicy};
+use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::policy::BreakerHandle;
 use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -139,13 +139,13 @@ impl Scenario {
             ),
             Scenario::Budget => BoxCloneService::new(
                 ServiceBuilder::new()
-                    .layer(BudgetLayer::new(RetryBudget::default()))
+                    .layer(BudgetLayer::new(BudgetPolicy::default()))
                     .layer(RetryLayer::new(retries(4)))
                     .service(client)
                     .map_err(BoxError::from),
             ),
             Scenario::Backstop => {
-                let breaker = CircuitBreaker::builder()
+                let breaker = CircuitBreakerPolicy::builder()
                     .cooldown(COOLDOWN)
                     .max_cooldown(COOLDOWN)
                     .jitter(JITTER)
@@ -165,7 +165,7 @@ impl Scenario {
                             }
                             req
                         })
-                        .layer(BudgetLayer::new(RetryBudget::default()))
+                        .layer(BudgetLayer::new(BudgetPolicy::default()))
                         .layer(RetryLayer::new(retries(4)))
                         .service(client)
                         .map_err(BoxError::from),

@@ -43,7 +43,7 @@
 //!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
 //!        HedgeLayer             extra copies of a slow idempotent attempt
-//!        ProgressLayer          records how far each attempt got onto the wire
+//!        ProgressTrackingLayer          records how far each attempt got onto the wire
 //!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
 //! ```
 //!
@@ -119,14 +119,14 @@ pub mod progress;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
-pub use budget::{BudgetLayer, Partition, RetryBudget};
-pub use circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
+pub use budget::{BudgetLayer, BudgetPolicy, Partition};
+pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 pub use error::{Error, TimedOut};
-pub use hedge::{Hedge, HedgeLayer};
+pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
-pub use progress::ProgressLayer;
+pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer};
 
 /// A type-erased error, as tower uses.

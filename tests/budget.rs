@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop::budget::{BudgetAccount, BudgetLayer, Partition, RetryBudget};
+use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount, Partition};
 use backstop::policy::{BudgetHandle, History, StopReason};
 use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -19,8 +19,8 @@ use support::requests::{call, head, paused};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
-fn budget(ratio: f64, min_per_second: f64) -> RetryBudget {
-    RetryBudget::builder()
+fn budget(ratio: f64, min_per_second: f64) -> BudgetPolicy {
+    BudgetPolicy::builder()
         .ratio(ratio)
         .min_per_second(min_per_second)
         .build()
@@ -28,7 +28,7 @@ fn budget(ratio: f64, min_per_second: f64) -> RetryBudget {
 }
 
 /// Withdraws until the account refuses; how many it allowed.
-fn drain(account: &BudgetAccount) -> u64 {
+fn drain(account: &OriginAccount) -> u64 {
     let mut n = 0;
     while account.try_withdraw() {
         n += 1;
@@ -100,7 +100,7 @@ async fn a_trace_of_deposits_and_withdrawals_at_0_3() {
 #[tokio::test(start_paused = true)]
 async fn the_floor_lets_a_quiet_client_retry() {
     // 2 per second over 5 s: 10 retries with no traffic at all.
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(0.2)
         .min_per_second(2.0)
         .window(Duration::from_secs(5))
@@ -110,7 +110,7 @@ async fn the_floor_lets_a_quiet_client_retry() {
     assert_eq!(drain(&b.account()), 10);
 
     // A fractional floor (0.3/s × 5 s = 1.5) adds to the deposits exactly.
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(0.5)
         .min_per_second(0.3)
         .window(Duration::from_secs(5))
@@ -122,12 +122,12 @@ async fn the_floor_lets_a_quiet_client_retry() {
     assert_eq!(drain(&account), 2);
 
     // The defaults: 10/s over 10 s.
-    assert_eq!(drain(&RetryBudget::default().account()), 100);
+    assert_eq!(drain(&BudgetPolicy::default().account()), 100);
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_floor_refills_as_spent_retries_leave_the_window() {
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(0.0)
         .min_per_second(1.0)
         .window(Duration::from_secs(10))
@@ -202,7 +202,7 @@ fn concurrent_withdrawals_never_overspend() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let b = RetryBudget::builder()
+        let b = BudgetPolicy::builder()
             .ratio(0.3)
             .min_per_second(0.0)
             .window(Duration::from_secs(3600))
@@ -283,7 +283,7 @@ proptest! {
         ops in proptest::collection::vec((0u8..3, 0u64..1500), 0..300),
     ) {
         let window = Duration::from_secs(10);
-        let b = RetryBudget::builder()
+        let b = BudgetPolicy::builder()
             .ratio(ppm as f64 / 1e6)
             .min_per_second(floor_tenths as f64 / 100.0) // × 10 s
             .window(window)
@@ -333,7 +333,7 @@ proptest! {
 async fn under_the_retry_layer_an_outage_costs_the_ratio() {
     // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
     let mock = Mock::new((0..1000).map(|_| status(503)));
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(0.2)
         .min_per_second(0.0)
         .window(Duration::from_secs(60))
@@ -407,7 +407,7 @@ async fn each_origin_has_its_own_account() {
 
 #[tokio::test(start_paused = true)]
 async fn a_global_account_is_shared_by_every_origin() {
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(0.5)
         .min_per_second(0.0)
         .partition(Partition::global())
@@ -435,7 +435,7 @@ async fn a_global_account_is_shared_by_every_origin() {
 
 #[tokio::test(start_paused = true)]
 async fn a_custom_key_reads_the_head_and_the_request_goes_on_whole() {
-    let b = RetryBudget::builder()
+    let b = BudgetPolicy::builder()
         .ratio(1.0)
         .min_per_second(0.0)
         .partition(Partition::by_key(|head: &http::request::Parts| {
@@ -574,14 +574,14 @@ async fn the_layer_keeps_the_inner_error_and_response() {
 fn services_are_clone_send_and_sync() {
     fn check<T: Clone + Send + Sync + 'static>() {}
     check::<BudgetLayer>();
-    check::<BudgetAccount>();
-    check::<backstop::budget::BudgetService<Mock>>();
-    check::<RetryBudget>();
+    check::<OriginAccount>();
+    check::<backstop::budget::Budget<Mock>>();
+    check::<BudgetPolicy>();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_refund_gives_back_one_retry() {
-    let account = RetryBudget::builder()
+    let account = BudgetPolicy::builder()
         .ratio(1.0)
         .min_per_second(0.0)
         .build()

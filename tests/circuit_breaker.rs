@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backstop::circuit_breaker::{
-    CircuitBreaker, CircuitBreakerLayer, CircuitBreakerService, CircuitOpen, State,
+    CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
 };
 use backstop::policy::{BreakerHandle, StopReason};
 use backstop::{Partition, RetryLayer, RetryPolicy};
@@ -38,8 +38,8 @@ fn response(code: u16) -> Res {
 
 /// A breaker that trips on `consecutive` failures (the ratio signal off), with a
 /// fixed cooldown of `cooldown_ms` and no jitter.
-fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreaker {
-    CircuitBreaker::builder()
+fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy::builder()
         .consecutive_failures(consecutive)
         .min_calls(u32::MAX)
         .cooldown(Duration::from_millis(cooldown_ms))
@@ -161,7 +161,7 @@ async fn a_success_breaks_the_run() {
 #[tokio::test(start_paused = true)]
 async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
     // 50 % over at least 10 calls; the consecutive signal is off.
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .failure_ratio(0.5)
         .min_calls(10)
         .consecutive_failures(0)
@@ -185,7 +185,7 @@ async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
 
 #[tokio::test(start_paused = true)]
 async fn old_outcomes_leave_the_window() {
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .failure_ratio(0.5)
         .min_calls(4)
         .consecutive_failures(0)
@@ -240,7 +240,7 @@ async fn a_successful_probe_closes_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_reopens_it_for_twice_as_long() {
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .consecutive_failures(1)
         .cooldown(Duration::from_secs(1))
         .max_cooldown(Duration::from_secs(3))
@@ -274,7 +274,7 @@ async fn a_failed_probe_reopens_it_for_twice_as_long() {
 
 #[tokio::test(start_paused = true)]
 async fn several_probes_must_all_succeed() {
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .consecutive_failures(1)
         .cooldown(Duration::from_secs(1))
         .jitter(0.0)
@@ -296,7 +296,7 @@ async fn several_probes_must_all_succeed() {
 
 #[tokio::test(start_paused = true)]
 async fn cooldowns_have_jitter() {
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .consecutive_failures(1)
         .cooldown(Duration::from_secs(10))
         .jitter(0.2)
@@ -336,12 +336,12 @@ async fn each_origin_has_its_own_breaker() {
     assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
 
     // A global breaker refuses every origin.
-    let cfg = CircuitBreaker::builder()
+    let cfg = CircuitBreakerPolicy::builder()
         .consecutive_failures(2)
         .partition(Partition::global())
         .build()
         .unwrap();
-    let mut svc = CircuitBreakerService::new(Script::new([503, 503]), cfg);
+    let mut svc = CircuitBreaker::new(Script::new([503, 503]), cfg);
     call(&mut svc, "http://bad.test/").await.unwrap();
     call(&mut svc, "http://bad.test/").await.unwrap();
     assert!(call(&mut svc, "http://good.test/")
@@ -473,7 +473,7 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
         tokio::time::timeout(Duration::from_secs(30), async {
             const PROBES: u32 = 3;
             const CALLS: usize = 10_000;
-            let cfg = CircuitBreaker::builder()
+            let cfg = CircuitBreakerPolicy::builder()
                 .consecutive_failures(1)
                 .cooldown(Duration::from_millis(20))
                 .jitter(0.0)
@@ -563,7 +563,7 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
                     }
                 })
             };
-            let cfg = CircuitBreaker::builder()
+            let cfg = CircuitBreakerPolicy::builder()
                 .consecutive_failures(1)
                 .cooldown(Duration::from_millis(10))
                 .jitter(0.0)
@@ -801,7 +801,7 @@ proptest! {
         probes in 1u32..4,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        let cfg = CircuitBreaker::builder()
+        let cfg = CircuitBreakerPolicy::builder()
             .consecutive_failures(consecutive)
             .failure_ratio(ratio_tenths as f64 / 10.0)
             .min_calls(min_calls)
@@ -960,8 +960,8 @@ async fn retries_stop_when_the_breaker_opens_during_the_wait() {
 fn services_are_clone_send_and_sync() {
     fn check<T: Clone + Send + Sync + 'static>() {}
     check::<CircuitBreakerLayer>();
-    check::<CircuitBreaker>();
-    check::<CircuitBreakerService<Mock>>();
+    check::<CircuitBreakerPolicy>();
+    check::<CircuitBreaker<Mock>>();
     fn error<T: std::error::Error + Send + Sync + 'static>() {}
     error::<CircuitOpen>();
 }

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use backstop::hedge::{Hedge, HedgeLayer, Hedged, NotHedged};
-use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History, IdempotencyKey};
+use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
+use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History, Keyed};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -175,7 +175,7 @@ where
                     .headers()
                     .get("idempotency-key")
                     .map(|v| v.to_str().unwrap().to_owned()),
-                marker: req.extensions().get::<IdempotencyKey>().is_some(),
+                marker: req.extensions().get::<Keyed>().is_some(),
                 body: None,
                 fate: Fate::Running,
                 response: None,
@@ -252,7 +252,7 @@ fn with_body(method: Method, body: &'static str) -> Request<Full<Bytes>> {
 
 async fn send_alone(
     script: &Script,
-    hedge: Hedge,
+    hedge: HedgePolicy,
     req: Request<Full<Bytes>>,
 ) -> Result<Response<ProbeBody>, backstop::Error> {
     HedgeLayer::new(hedge)
@@ -275,7 +275,7 @@ fn hedged<B>(res: &Response<B>) -> &Hedged {
 async fn the_hedge_fires_exactly_at_the_delay() {
     let script = Script::new([Step::Answer(ms(1_000), 200), Step::Answer(ms(10), 200)]);
     let started = Instant::now();
-    let res = send_alone(&script, Hedge::after(ms(100)), get())
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -310,7 +310,7 @@ async fn the_hedge_fires_exactly_at_the_delay() {
 #[tokio::test(start_paused = true)]
 async fn no_hedge_when_the_answer_comes_first() {
     let script = Script::new([Step::Answer(ms(99), 200)]);
-    let res = send_alone(&script, Hedge::after(ms(100)), get())
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -323,7 +323,7 @@ async fn no_hedge_when_the_answer_comes_first() {
 #[tokio::test(start_paused = true)]
 async fn a_delay_too_long_to_represent_never_fires() {
     let script = Script::new([Step::Answer(ms(10), 200)]);
-    let res = send_alone(&script, Hedge::after(Duration::MAX), get())
+    let res = send_alone(&script, HedgePolicy::after(Duration::MAX), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -333,7 +333,7 @@ async fn a_delay_too_long_to_represent_never_fires() {
 #[tokio::test(start_paused = true)]
 async fn max_extra_is_respected() {
     let script = Script::new([Step::Hang, Step::Hang, Step::Hang, Step::Hang]);
-    let hedge = Hedge::builder()
+    let hedge = HedgePolicy::builder()
         .after(ms(100))
         .max_extra(2)
         .build()
@@ -349,7 +349,7 @@ async fn max_extra_is_respected() {
 #[tokio::test(start_paused = true)]
 async fn the_third_copy_can_win() {
     let script = Script::new([Step::Hang, Step::Hang, Step::Answer(ms(5), 200)]);
-    let hedge = Hedge::builder()
+    let hedge = HedgePolicy::builder()
         .after(ms(100))
         .max_extra(2)
         .build()
@@ -371,7 +371,7 @@ async fn a_fast_error_does_not_beat_a_slower_success() {
     ] {
         let script = Script::new([Step::Answer(ms(300), 200), fast_failure.clone()]);
         let started = Instant::now();
-        let res = send_alone(&script, Hedge::after(ms(100)), get())
+        let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
             .await
             .unwrap();
         assert_eq!(res.status(), StatusCode::OK, "{fast_failure:?}");
@@ -398,7 +398,7 @@ async fn a_fast_error_does_not_beat_a_slower_success() {
 async fn an_answer_that_is_not_retryable_wins_at_once() {
     // 404 is an answer, not a failure to wait out.
     let script = Script::new([Step::Answer(ms(300), 200), Step::Answer(ms(10), 404)]);
-    let res = send_alone(&script, Hedge::after(ms(100)), get())
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
@@ -410,7 +410,7 @@ async fn an_answer_that_is_not_retryable_wins_at_once() {
 async fn when_every_send_fails_the_latest_failure_is_returned() {
     // Responses: the latest (the original's 502, at 150 ms) is returned.
     let script = Script::new([Step::Answer(ms(150), 502), Step::Answer(ms(10), 503)]);
-    let res = send_alone(&script, Hedge::after(ms(100)), get())
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
@@ -423,7 +423,7 @@ async fn when_every_send_fails_the_latest_failure_is_returned() {
         Step::Answer(ms(150), 503),
         Step::Fail(ms(100), io::ErrorKind::ConnectionReset),
     ]);
-    let err = send_alone(&script, Hedge::after(ms(100)), get())
+    let err = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Closed);
@@ -454,7 +454,7 @@ async fn a_failure_before_the_delay_is_returned_at_once() {
     // Hedging is not retrying: a 503 before the delay goes back to the caller.
     let script = Script::new([Step::Answer(ms(20), 503)]);
     let started = Instant::now();
-    let res = send_alone(&script, Hedge::after(ms(100)), get())
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -469,7 +469,7 @@ async fn an_exhausted_budget_prevents_the_hedge() {
     let (budget, tokens) = Tokens::handle(0);
     let mut req = get();
     req.extensions_mut().insert(budget);
-    let res = send_alone(&script, Hedge::after(ms(100)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
@@ -486,7 +486,7 @@ async fn each_hedge_spends_the_budget() {
     let (budget, tokens) = Tokens::handle(1);
     let mut req = get();
     req.extensions_mut().insert(budget);
-    let hedge = Hedge::builder()
+    let hedge = HedgePolicy::builder()
         .after(ms(100))
         .max_extra(3)
         .build()
@@ -506,7 +506,7 @@ async fn an_open_breaker_prevents_the_hedge() {
     let mut req = get();
     req.extensions_mut().insert(budget);
     req.extensions_mut().insert(Switch::open().handle());
-    let res = send_alone(&script, Hedge::after(ms(100)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
@@ -521,7 +521,7 @@ async fn the_deadline_prevents_a_hedge_too_late_to_help() {
     let script = Script::new([Step::Answer(ms(104), 200)]);
     let mut req = get();
     req.extensions_mut().insert(Deadline::after(ms(105)));
-    let res = send_alone(&script, Hedge::after(ms(100)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
@@ -531,7 +531,7 @@ async fn the_deadline_prevents_a_hedge_too_late_to_help() {
     let script = Script::new([Step::Answer(ms(140), 200), Step::Answer(ms(1), 200)]);
     let mut req = get();
     req.extensions_mut().insert(Deadline::after(ms(150)));
-    let res = send_alone(&script, Hedge::after(ms(100)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 2);
@@ -543,7 +543,7 @@ async fn the_deadline_prevents_a_hedge_too_late_to_help() {
 // ---------------------------------------------------------------------------
 
 /// Sends one GET whose original answers after `latency`.
-async fn feed(svc: &mut backstop::hedge::Hedging<Script>, script: &Script, latency: Duration) {
+async fn feed(svc: &mut backstop::hedge::Hedge<Script>, script: &Script, latency: Duration) {
     script
         .steps
         .lock()
@@ -562,7 +562,7 @@ async fn feed(svc: &mut backstop::hedge::Hedging<Script>, script: &Script, laten
 }
 
 /// The delay the layer waits now: a GET that hangs, and when its copy went.
-async fn delay_now(svc: &mut backstop::hedge::Hedging<Script>, script: &Script) -> Duration {
+async fn delay_now(svc: &mut backstop::hedge::Hedge<Script>, script: &Script) -> Duration {
     let before = script.calls();
     script
         .steps
@@ -581,7 +581,7 @@ async fn delay_now(svc: &mut backstop::hedge::Hedging<Script>, script: &Script) 
 
 #[tokio::test(start_paused = true)]
 async fn the_adaptive_delay_falls_back_until_enough_samples() {
-    let hedge = Hedge::builder()
+    let hedge = HedgePolicy::builder()
         .adaptive(ms(50))
         .min_samples(20)
         .build()
@@ -601,7 +601,7 @@ async fn the_adaptive_delay_falls_back_until_enough_samples() {
 
 #[tokio::test(start_paused = true)]
 async fn the_adaptive_delay_converges_to_the_p95() {
-    let hedge = Hedge::builder()
+    let hedge = HedgePolicy::builder()
         .adaptive(ms(500))
         .min_samples(20)
         .build()
@@ -642,9 +642,13 @@ async fn the_adaptive_delay_converges_to_the_p95() {
 #[tokio::test(start_paused = true)]
 async fn a_post_without_a_key_is_never_hedged() {
     let script = Script::new([Step::Answer(ms(1_000), 200)]);
-    let res = send_alone(&script, Hedge::after(ms(10)), with_body(Method::POST, "{}"))
-        .await
-        .unwrap();
+    let res = send_alone(
+        &script,
+        HedgePolicy::after(ms(10)),
+        with_body(Method::POST, "{}"),
+    )
+    .await
+    .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(script.calls(), 1);
     assert!(res.extensions().get::<Hedged>().is_none());
@@ -653,7 +657,7 @@ async fn a_post_without_a_key_is_never_hedged() {
     let script = Script::new([Step::Answer(ms(1_000), 200)]);
     send_alone(
         &script,
-        Hedge::after(ms(10)),
+        HedgePolicy::after(ms(10)),
         with_body(Method::PATCH, "{}"),
     )
     .await
@@ -667,7 +671,7 @@ async fn a_post_with_a_key_is_hedged_and_every_copy_carries_it() {
     let mut req = with_body(Method::POST, r#"{"amount":5}"#);
     req.headers_mut()
         .insert("idempotency-key", "k-7f3a".parse().unwrap());
-    let res = send_alone(&script, Hedge::after(ms(10)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(10)), req)
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -687,7 +691,7 @@ async fn in_the_stack_a_stamped_key_rides_on_every_copy() {
     let client = ServiceBuilder::new()
         .layer(IdempotencyKeyLayer::new())
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::after(ms(10))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(10))))
         .service(script.clone());
     let res = client
         .oneshot(with_body(Method::POST, "charge"))
@@ -714,7 +718,7 @@ async fn a_body_not_fully_kept_is_not_hedged() {
     let script = Script::new([Step::Unread(ms(300), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client
         .oneshot(with_body(Method::PUT, "payload"))
@@ -727,7 +731,7 @@ async fn a_body_not_fully_kept_is_not_hedged() {
     let script = Script::new([Step::Answer(ms(300), 200), Step::Answer(ms(1), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client
         .oneshot(with_body(Method::PUT, "payload"))
@@ -747,7 +751,7 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
     let script = Script::new([Step::Answer(ms(300), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client
         .oneshot(with_body(Method::PUT, "longer than four bytes"))
@@ -759,7 +763,7 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
     let script = Script::new([Step::Answer(ms(300), 200)]);
     let mut req = get();
     req.extensions_mut().insert(OneShot);
-    let res = send_alone(&script, Hedge::after(ms(100)), req)
+    let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
@@ -769,14 +773,14 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
 #[test]
 fn hedging_post_or_patch_without_keys_is_refused_when_built() {
     for method in [Method::POST, Method::PATCH] {
-        let err = Hedge::builder()
+        let err = HedgePolicy::builder()
             .methods([Method::GET, method.clone()])
             .build()
             .unwrap_err();
         assert_eq!(err.setting(), "methods");
         assert!(err.to_string().contains(method.as_str()), "{err}");
     }
-    assert!(Hedge::builder()
+    assert!(HedgePolicy::builder()
         .methods([Method::GET, Method::HEAD])
         .build()
         .is_ok());
@@ -799,7 +803,7 @@ async fn the_retry_layer_retries_when_every_send_failed() {
         .unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -830,7 +834,7 @@ async fn a_winning_hedge_is_in_the_history_and_is_not_a_retry() {
     let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -854,7 +858,7 @@ async fn the_retry_policy_deadline_reaches_the_hedge_layer() {
     let policy = RetryPolicy::builder().timeout(ms(105)).build().unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -877,7 +881,7 @@ async fn the_retry_layer_sees_the_failure_kind_through_the_hedge_layer() {
                 .build()
                 .unwrap(),
         ))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -898,7 +902,7 @@ async fn the_attempt_timeout_above_cancels_every_send() {
         .unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -1093,7 +1097,7 @@ mod wire {
             ],
         )
         .await;
-        let svc = HedgeLayer::new(Hedge::after(ms(50))).layer(client::<Full<Bytes>>(proto));
+        let svc = HedgeLayer::new(HedgePolicy::after(ms(50))).layer(client::<Full<Bytes>>(proto));
         let req = Request::get(format!("{base}/slow"))
             .body(Full::default())
             .unwrap();
@@ -1123,7 +1127,7 @@ mod wire {
         // The original answers after 300 ms; the copy gets a 503 at once, whose
         // body never ends. The 503 loses and its body is never read.
         let (base, mut rx) = serve(proto, vec![Plan::After(ms(300)), Plan::EndlessFailure]).await;
-        let svc = HedgeLayer::new(Hedge::after(ms(50))).layer(client::<Full<Bytes>>(proto));
+        let svc = HedgeLayer::new(HedgePolicy::after(ms(50))).layer(client::<Full<Bytes>>(proto));
         let req = Request::get(format!("{base}/tail"))
             .body(Full::default())
             .unwrap();
@@ -1169,7 +1173,7 @@ mod wire {
         let svc = ServiceBuilder::new()
             .layer(IdempotencyKeyLayer::new())
             .layer(RetryLayer::new(RetryPolicy::default()))
-            .layer(HedgeLayer::new(Hedge::after(ms(50))))
+            .layer(HedgeLayer::new(HedgePolicy::after(ms(50))))
             .service(transport);
         let req = Request::post(format!("{base}/charges"))
             .body(Full::new(Bytes::from_static(b"amount=5")))
@@ -1204,8 +1208,8 @@ mod wire {
     async fn a_post_without_a_key_is_never_hedged_over_the_wire() {
         let run = async {
             let (base, mut rx) = serve(Proto::Http2, vec![Plan::After(ms(300))]).await;
-            let svc =
-                HedgeLayer::new(Hedge::after(ms(20))).layer(client::<Full<Bytes>>(Proto::Http2));
+            let svc = HedgeLayer::new(HedgePolicy::after(ms(20)))
+                .layer(client::<Full<Bytes>>(Proto::Http2));
             let req = Request::post(format!("{base}/orders"))
                 .body(Full::new(Bytes::from_static(b"x")))
                 .unwrap();
@@ -1227,9 +1231,9 @@ fn types_are_what_tower_users_expect() {
     fn send<T: Send>() {}
     send_sync::<backstop::hedge::HedgeFailed>();
     send_sync::<Hedged>();
-    send_sync::<Hedge>();
+    send_sync::<HedgePolicy>();
     clone::<HedgeLayer>();
-    clone::<backstop::hedge::Hedging<Script>>();
+    clone::<backstop::hedge::Hedge<Script>>();
     send::<backstop::hedge::ResponseFuture<Script, Full<Bytes>>>();
 }
 
@@ -1238,7 +1242,7 @@ async fn under_a_one_attempt_policy_an_empty_get_is_still_hedged() {
     let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::none()))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -1264,7 +1268,7 @@ async fn hedges_count_against_the_retry_policys_attempts() {
         .unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -1288,7 +1292,7 @@ async fn a_method_the_retry_policy_calls_unsafe_is_not_hedged_beneath_it() {
         .unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(Hedge::after(ms(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
         .service(script.clone());
     let res = client
         .oneshot(with_body(Method::PUT, "blob"))

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop::policy::{Deadline, ErrorKind, History, NotReplayable, StopReason, Unsafe};
+use backstop::policy::{Deadline, ErrorKind, History, NoRetry, NotReplayable, StopReason};
 use backstop::{OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -224,7 +224,7 @@ async fn x_should_retry_decides() {
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         history(&res).stop_reason(),
-        Some(StopReason::NotRetryable(Unsafe::ServerDeclined))
+        Some(StopReason::NotRetryable(NoRetry::ServerDeclined))
     );
 }
 
@@ -236,7 +236,7 @@ async fn a_post_without_key_is_not_resent_after_an_answer() {
     assert_eq!(mock.calls(), 1);
     assert_eq!(
         history(&res).stop_reason(),
-        Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+        Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
     );
     // The attempt carried a progress record for the last rung.
     assert!(mock.seen()[0].progress);
@@ -283,7 +283,7 @@ async fn a_reset_post_is_not_resent_and_the_error_says_why() {
     assert_eq!(err.attempts(), 1);
     assert_eq!(
         err.stop_reason(),
-        Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+        Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
     );
     // The inner error is the source.
     let source = std::error::Error::source(&err).unwrap();
@@ -319,7 +319,7 @@ async fn invalid_requests_are_never_resent() {
     assert_eq!(err.kind(), ErrorKind::Config);
     assert_eq!(
         err.stop_reason(),
-        Some(StopReason::NotRetryable(Unsafe::Permanent))
+        Some(StopReason::NotRetryable(NoRetry::Permanent))
     );
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use backstop::policy::{AttemptOutcome, AttemptRecord, ErrorKind, History};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
-use backstop::{ProgressLayer, RetryLayer, RetryPolicy};
+use backstop::{ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use http::{Method, Request};
 use support::wire::{faulty_transport, full, Connect, FaultyConnector};
 use tower::{ServiceBuilder, ServiceExt};
@@ -99,7 +99,7 @@ async fn soak(protocol: Protocol, calls: usize, seed: u64) -> Counts {
         .unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(ProgressLayer::new())
+        .layer(ProgressTrackingLayer::new())
         .service(faulty_transport(protocol, connector, false));
 
     let mut counts = Counts {

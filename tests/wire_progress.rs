@@ -1,14 +1,14 @@
 #![cfg(feature = "test-util")]
 //! Safe re-sends for writes, over real loopback upstreams: the retry layer with
-//! `ProgressLayer` around a hyper-util client, asserting what the server processed.
+//! `ProgressTrackingLayer` around a hyper-util client, asserting what the server processed.
 
 mod support;
 
 use std::time::Duration;
 
-use backstop::policy::{History, StopReason, Unsafe};
+use backstop::policy::{History, NoRetry, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
-use backstop::{IdempotencyKeyLayer, ProgressLayer, RetryLayer, RetryPolicy};
+use backstop::{IdempotencyKeyLayer, ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -25,7 +25,7 @@ async fn send(
 ) -> Result<Response<Incoming>, backstop::Error> {
     ServiceBuilder::new()
         .layer(RetryLayer::new(quick()))
-        .layer(ProgressLayer::new())
+        .layer(ProgressTrackingLayer::new())
         .service(transport(protocol))
         .oneshot(req)
         .await
@@ -51,7 +51,7 @@ async fn a_lost_answer_after_the_whole_body_is_not_resent_for_a_post() {
             assert_eq!(up.processed_count(), 1);
             assert_eq!(
                 err.stop_reason(),
-                Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+                Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
             );
             // The error says the request was written, body and all.
             let progress = err.history().unwrap().attempts()[0].progress.unwrap();
@@ -72,7 +72,7 @@ async fn with_a_key_the_same_post_is_resent_under_the_same_key() {
             let res = ServiceBuilder::new()
                 .layer(IdempotencyKeyLayer::new())
                 .layer(RetryLayer::new(quick()))
-                .layer(ProgressLayer::new())
+                .layer(ProgressTrackingLayer::new())
                 .service(transport(protocol))
                 .oneshot(request(Method::POST, &up, full("charge 42")))
                 .await
@@ -167,7 +167,7 @@ async fn a_post_whose_connection_was_refused_is_resent() {
             let connector = FaultyConnector::new([Connect::Refuse]);
             let res = ServiceBuilder::new()
                 .layer(RetryLayer::new(quick()))
-                .layer(ProgressLayer::new())
+                .layer(ProgressTrackingLayer::new())
                 .service(faulty_transport(protocol, connector, true))
                 .oneshot(request(Method::POST, &up, full("charge")))
                 .await
@@ -199,7 +199,7 @@ async fn a_read_timeout_after_the_body_went_out_is_not_resent_for_a_post() {
                 .unwrap();
             let err = ServiceBuilder::new()
                 .layer(RetryLayer::new(policy))
-                .layer(ProgressLayer::new())
+                .layer(ProgressTrackingLayer::new())
                 .service(transport(protocol))
                 .oneshot(request(Method::POST, &up, full("charge")))
                 .await
@@ -208,7 +208,7 @@ async fn a_read_timeout_after_the_body_went_out_is_not_resent_for_a_post() {
             assert_eq!(up.requests().len(), 1, "{protocol:?}");
             assert_eq!(
                 err.stop_reason(),
-                Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+                Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
             );
         }
     })
@@ -231,7 +231,7 @@ async fn a_timeout_before_any_connection_resends_a_post_only_with_progress_track
             let connector = FaultyConnector::new([Connect::Delay(Duration::from_secs(5))]);
             let res = ServiceBuilder::new()
                 .layer(RetryLayer::new(policy()))
-                .layer(ProgressLayer::new())
+                .layer(ProgressTrackingLayer::new())
                 .service(faulty_transport(protocol, connector, true))
                 .oneshot(request(Method::POST, &up, full("charge")))
                 .await

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use backstop::policy::{History, NotReplayable, StopReason, Unsafe};
+use backstop::policy::{History, NoRetry, NotReplayable, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -209,7 +209,7 @@ async fn scenario_5_an_answer_lost_after_the_body_resends_a_get_not_a_post() {
             assert_eq!(up.processed_count(), 1);
             assert_eq!(
                 err.stop_reason(),
-                Some(StopReason::NotRetryable(Unsafe::MaybeProcessed))
+                Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
             );
             assert!(!err.is_retryable());
         }

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use super::partition::Entry;
 use super::window::Ring;
-use super::RetryBudget;
-use crate::policy::{Budget, BudgetHandle};
+use super::BudgetPolicy;
+use crate::policy::{BudgetAccount, BudgetHandle};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
 /// rounded to a millionth), a retry withdraws `UNIT`.
@@ -26,7 +26,7 @@ pub(crate) struct Account {
 }
 
 impl Account {
-    pub(crate) fn new(budget: &RetryBudget) -> Self {
+    pub(crate) fn new(budget: &BudgetPolicy) -> Self {
         Account {
             ring: Ring::new(budget.window),
             balance: AtomicI64::new(budget.floor_units),
@@ -79,7 +79,7 @@ impl Account {
     }
 }
 
-impl Budget for Account {
+impl BudgetAccount for Account {
     fn try_withdraw(&self) -> bool {
         self.withdraw()
     }
@@ -101,17 +101,17 @@ impl Entry for Account {
 /// paid for, over the budget's window.
 ///
 /// [`BudgetLayer`](super::BudgetLayer) keeps one per origin and leaves its
-/// [`handle`](BudgetAccount::handle) in each call's extensions. An account can also
-/// be used on its own, made by [`RetryBudget::account`], for example by an adapter
+/// [`handle`](OriginAccount::handle) in each call's extensions. An account can also
+/// be used on its own, made by [`BudgetPolicy::account`], for example by an adapter
 /// for another HTTP client. Clones share the account.
 ///
 /// # Examples
 ///
 /// ```
-/// use backstop::budget::RetryBudget;
+/// use backstop::budget::BudgetPolicy;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), backstop::policy::InvalidConfig> {
-/// let account = RetryBudget::builder().ratio(0.3).min_per_second(0.0).build()?.account();
+/// let account = BudgetPolicy::builder().ratio(0.3).min_per_second(0.0).build()?.account();
 /// for _ in 0..10 {
 ///     account.deposit();
 /// }
@@ -122,9 +122,9 @@ impl Entry for Account {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct BudgetAccount(pub(crate) Arc<Account>);
+pub struct OriginAccount(pub(crate) Arc<Account>);
 
-impl BudgetAccount {
+impl OriginAccount {
     /// Counts one first attempt: it adds the budget's ratio of a retry.
     pub fn deposit(&self) {
         self.0.deposit();
@@ -152,9 +152,9 @@ impl BudgetAccount {
     }
 }
 
-impl fmt::Debug for BudgetAccount {
+impl fmt::Debug for OriginAccount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BudgetAccount")
+        f.debug_struct("OriginAccount")
             .field("available", &self.available())
             .finish()
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
-use super::{BudgetAccount, Partition};
+use super::{OriginAccount, Partition};
 use crate::policy::InvalidConfig;
 
 /// The largest ratio a budget accepts: a thousand retries per first attempt.
@@ -41,9 +41,9 @@ const MAX_WINDOW: Duration = Duration::from_secs(3600);
 ///
 /// ```
 /// use std::time::Duration;
-/// use backstop::budget::RetryBudget;
+/// use backstop::budget::BudgetPolicy;
 ///
-/// let budget = RetryBudget::builder()
+/// let budget = BudgetPolicy::builder()
 ///     .ratio(0.1)
 ///     .min_per_second(1.0)
 ///     .window(Duration::from_secs(30))
@@ -52,12 +52,12 @@ const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// assert_eq!(budget.floor(), 30.0);
 ///
 /// // Bad numbers are refused, never a panic.
-/// assert!(RetryBudget::builder().ratio(f64::NAN).build().is_err());
-/// assert!(RetryBudget::builder().window(Duration::ZERO).build().is_err());
+/// assert!(BudgetPolicy::builder().ratio(f64::NAN).build().is_err());
+/// assert!(BudgetPolicy::builder().window(Duration::ZERO).build().is_err());
 /// # Ok::<(), backstop::policy::InvalidConfig>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct RetryBudget {
+pub struct BudgetPolicy {
     /// Units a first attempt deposits.
     pub(crate) deposit_units: i64,
     /// The floor, in units.
@@ -67,9 +67,9 @@ pub struct RetryBudget {
     pub(crate) partition: Partition,
 }
 
-impl Default for RetryBudget {
+impl Default for BudgetPolicy {
     fn default() -> Self {
-        RetryBudget {
+        BudgetPolicy {
             deposit_units: UNIT / 5,
             floor_units: 100 * UNIT,
             window: Duration::from_secs(10),
@@ -79,10 +79,10 @@ impl Default for RetryBudget {
     }
 }
 
-impl RetryBudget {
+impl BudgetPolicy {
     /// A builder starting from the defaults.
-    pub fn builder() -> RetryBudgetBuilder {
-        RetryBudgetBuilder {
+    pub fn builder() -> BudgetPolicyBuilder {
+        BudgetPolicyBuilder {
             ratio: 0.2,
             min_per_second: 10.0,
             window: Duration::from_secs(10),
@@ -120,17 +120,17 @@ impl RetryBudget {
     /// A new account with these numbers, on its own: not shared with any layer.
     ///
     /// Its window starts now (on tokio's clock, so paused-clock tests control it).
-    pub fn account(&self) -> BudgetAccount {
-        BudgetAccount(Arc::new(Account::new(self)))
+    pub fn account(&self) -> OriginAccount {
+        OriginAccount(Arc::new(Account::new(self)))
     }
 }
 
-/// Builds a [`RetryBudget`], checking every number.
+/// Builds a [`BudgetPolicy`], checking every number.
 ///
 /// Setters never fail; the first invalid value is reported by
-/// [`build`](RetryBudgetBuilder::build).
+/// [`build`](BudgetPolicyBuilder::build).
 #[derive(Clone, Debug)]
-pub struct RetryBudgetBuilder {
+pub struct BudgetPolicyBuilder {
     ratio: f64,
     min_per_second: f64,
     window: Duration,
@@ -138,7 +138,7 @@ pub struct RetryBudgetBuilder {
     error: Option<InvalidConfig>,
 }
 
-impl RetryBudgetBuilder {
+impl BudgetPolicyBuilder {
     fn fail(&mut self, setting: &'static str, problem: String) {
         if self.error.is_none() {
             self.error = Some(InvalidConfig::new(setting, problem));
@@ -193,14 +193,14 @@ impl RetryBudgetBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
-    pub fn build(self) -> Result<RetryBudget, InvalidConfig> {
+    pub fn build(self) -> Result<BudgetPolicy, InvalidConfig> {
         if let Some(err) = self.error {
             return Err(err);
         }
         // Both products are bounded (1e9 and 3.6e15 units), far inside an i64.
         let deposit_units = (self.ratio * UNIT as f64).round() as i64;
         let floor = (self.min_per_second * self.window.as_secs_f64() * UNIT as f64).round() as i64;
-        Ok(RetryBudget {
+        Ok(BudgetPolicy {
             deposit_units,
             floor_units: floor,
             window: self.window,
@@ -216,8 +216,8 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let built = RetryBudget::builder().build().unwrap();
-        let b = RetryBudget::default();
+        let built = BudgetPolicy::builder().build().unwrap();
+        let b = BudgetPolicy::default();
         assert_eq!(b.deposit_units, built.deposit_units);
         assert_eq!(b.floor_units, built.floor_units);
         assert_eq!(b.ratio(), 0.2);
@@ -234,7 +234,7 @@ mod tests {
             (0.6, 600_000),
             (0.2, 200_000),
         ] {
-            let b = RetryBudget::builder().ratio(ratio).build().unwrap();
+            let b = BudgetPolicy::builder().ratio(ratio).build().unwrap();
             assert_eq!(b.deposit_units, units, "{ratio}");
             assert_eq!(b.ratio(), ratio);
         }
@@ -243,28 +243,28 @@ mod tests {
     #[test]
     fn bad_numbers_are_refused() {
         let cases = [
-            (RetryBudget::builder().ratio(f64::NAN), "ratio"),
-            (RetryBudget::builder().ratio(-0.1), "ratio"),
-            (RetryBudget::builder().ratio(1000.5), "ratio"),
-            (RetryBudget::builder().ratio(f64::INFINITY), "ratio"),
+            (BudgetPolicy::builder().ratio(f64::NAN), "ratio"),
+            (BudgetPolicy::builder().ratio(-0.1), "ratio"),
+            (BudgetPolicy::builder().ratio(1000.5), "ratio"),
+            (BudgetPolicy::builder().ratio(f64::INFINITY), "ratio"),
             (
-                RetryBudget::builder().min_per_second(f64::NAN),
+                BudgetPolicy::builder().min_per_second(f64::NAN),
                 "min_per_second",
             ),
             (
-                RetryBudget::builder().min_per_second(-1.0),
+                BudgetPolicy::builder().min_per_second(-1.0),
                 "min_per_second",
             ),
             (
-                RetryBudget::builder().min_per_second(1e300),
+                BudgetPolicy::builder().min_per_second(1e300),
                 "min_per_second",
             ),
-            (RetryBudget::builder().window(Duration::ZERO), "window"),
+            (BudgetPolicy::builder().window(Duration::ZERO), "window"),
             (
-                RetryBudget::builder().window(Duration::from_millis(9)),
+                BudgetPolicy::builder().window(Duration::from_millis(9)),
                 "window",
             ),
-            (RetryBudget::builder().window(Duration::MAX), "window"),
+            (BudgetPolicy::builder().window(Duration::MAX), "window"),
         ];
         for (builder, setting) in cases {
             let err = builder.build().unwrap_err();
@@ -274,14 +274,14 @@ mod tests {
 
     #[test]
     fn the_extremes_are_accepted() {
-        let b = RetryBudget::builder()
+        let b = BudgetPolicy::builder()
             .ratio(1000.0)
             .min_per_second(1_000_000.0)
             .window(Duration::from_secs(3600))
             .build()
             .unwrap();
         assert_eq!(b.floor(), 3.6e9);
-        let b = RetryBudget::builder()
+        let b = BudgetPolicy::builder()
             .ratio(0.0)
             .min_per_second(0.0)
             .window(Duration::from_millis(10))

@@ -6,9 +6,9 @@ use tower_layer::Layer;
 
 use super::account::Account;
 use super::partition::{Cache, Registry};
-use super::{BudgetAccount, BudgetService, RetryBudget};
+use super::{Budget, BudgetPolicy, OriginAccount};
 
-/// Applies [`BudgetService`] to a service: counts each call as a first attempt in
+/// Applies [`Budget`] to a service: counts each call as a first attempt in
 /// its origin's account and leaves the account's handle in the request
 /// extensions, for the retry and hedge layers inside to withdraw from.
 ///
@@ -19,13 +19,13 @@ pub struct BudgetLayer {
 }
 
 pub(crate) struct Shared {
-    pub(crate) budget: RetryBudget,
+    pub(crate) budget: BudgetPolicy,
     pub(crate) accounts: Registry<Account>,
 }
 
 impl BudgetLayer {
     /// A layer with these numbers; its accounts are created as calls arrive.
-    pub fn new(budget: RetryBudget) -> Self {
+    pub fn new(budget: BudgetPolicy) -> Self {
         let numbers = budget.clone();
         let accounts = Registry::new(budget.partition.clone(), move |_| Account::new(&numbers));
         BudgetLayer {
@@ -34,30 +34,30 @@ impl BudgetLayer {
     }
 
     /// The numbers the layer applies.
-    pub fn budget(&self) -> &RetryBudget {
+    pub fn budget(&self) -> &BudgetPolicy {
         &self.shared.budget
     }
 
     /// The account that a call with this request head spends from, created if it is
-    /// new: for metrics ([`available`](BudgetAccount::available)) and tests.
-    pub fn account(&self, head: &Parts) -> BudgetAccount {
-        BudgetAccount(self.shared.accounts.get(head, &mut Cache::new()))
+    /// new: for metrics ([`available`](OriginAccount::available)) and tests.
+    pub fn account(&self, head: &Parts) -> OriginAccount {
+        OriginAccount(self.shared.accounts.get(head, &mut Cache::new()))
     }
 }
 
 impl Default for BudgetLayer {
-    /// [`RetryBudget::default()`]: 20 % of first attempts plus 10 retries a second,
+    /// [`BudgetPolicy::default()`]: 20 % of first attempts plus 10 retries a second,
     /// over 10 s, per origin.
     fn default() -> Self {
-        BudgetLayer::new(RetryBudget::default())
+        BudgetLayer::new(BudgetPolicy::default())
     }
 }
 
 impl<S> Layer<S> for BudgetLayer {
-    type Service = BudgetService<S>;
+    type Service = Budget<S>;
 
-    fn layer(&self, inner: S) -> BudgetService<S> {
-        BudgetService::from_shared(inner, self.shared.clone())
+    fn layer(&self, inner: S) -> Budget<S> {
+        Budget::from_shared(inner, self.shared.clone())
     }
 }
 

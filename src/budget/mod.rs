@@ -6,7 +6,7 @@
 //! the first attempts (20 % by default) plus a small floor, so a dead upstream sees
 //! about 1.2× the normal load, while isolated failures are still retried.
 //!
-//! [`BudgetService`] counts every call it passes as one first attempt in the
+//! [`Budget`] counts every call it passes as one first attempt in the
 //! account of the call's origin, and leaves the account's
 //! [`BudgetHandle`](crate::policy::BudgetHandle) in the request extensions. The
 //! [`RetryLayer`](crate::RetryLayer) inside withdraws one retry from it before each
@@ -24,7 +24,7 @@
 //! # Examples
 //!
 //! ```
-//! use backstop::budget::{BudgetLayer, RetryBudget};
+//! use backstop::budget::{BudgetLayer, BudgetPolicy};
 //! use backstop::policy::{History, StopReason};
 //! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 //! use bytes::Bytes;
@@ -41,7 +41,7 @@
 //! });
 //!
 //! // One retry per two first attempts, no floor.
-//! let budget = RetryBudget::builder().ratio(0.5).min_per_second(0.0).build()?;
+//! let budget = BudgetPolicy::builder().ratio(0.5).min_per_second(0.0).build()?;
 //! let mut client = ServiceBuilder::new()
 //!     .layer(BudgetLayer::new(budget))
 //!     .layer(RetryLayer::new(RetryPolicy::default()))
@@ -75,7 +75,7 @@
 //! # What differs from tower's `TpsBudget`
 //!
 //! - Ratios are exact: 0.3 gives 3 retries per 10 first attempts, not 1 per 3
-//!   (tower#857); see [`RetryBudget`].
+//!   (tower#857); see [`BudgetPolicy`].
 //! - Bad numbers are a [`Result`] from the builder, never a panic.
 //! - Accounts are per origin, not one per policy, and the budget is a layer that
 //!   counts first attempts once per call, whatever retries or hedges follow.
@@ -93,8 +93,8 @@ use std::task::{Context, Poll};
 use http::Request;
 use tower_service::Service;
 
-pub use account::BudgetAccount;
-pub use config::{RetryBudget, RetryBudgetBuilder};
+pub use account::OriginAccount;
+pub use config::{BudgetPolicy, BudgetPolicyBuilder};
 pub use layer::BudgetLayer;
 pub use partition::Partition;
 
@@ -108,20 +108,20 @@ use layer::Shared;
 /// docs](self).
 ///
 /// Its response, error and future are the inner service's.
-pub struct BudgetService<S> {
+pub struct Budget<S> {
     inner: S,
     shared: Arc<Shared>,
     cache: Cache<Account>,
 }
 
-impl<S> BudgetService<S> {
+impl<S> Budget<S> {
     /// Wraps `inner` with a budget of its own (not shared with any layer).
-    pub fn new(inner: S, budget: RetryBudget) -> Self {
-        BudgetService::from_shared(inner, BudgetLayer::new(budget).shared)
+    pub fn new(inner: S, budget: BudgetPolicy) -> Self {
+        Budget::from_shared(inner, BudgetLayer::new(budget).shared)
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        BudgetService {
+        Budget {
             inner,
             shared,
             cache: Cache::new(),
@@ -144,9 +144,9 @@ impl<S> BudgetService<S> {
     }
 }
 
-impl<S: Clone> Clone for BudgetService<S> {
+impl<S: Clone> Clone for Budget<S> {
     fn clone(&self) -> Self {
-        BudgetService {
+        Budget {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             cache: self.cache.clone(),
@@ -154,16 +154,16 @@ impl<S: Clone> Clone for BudgetService<S> {
     }
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for BudgetService<S> {
+impl<S: std::fmt::Debug> std::fmt::Debug for Budget<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BudgetService")
+        f.debug_struct("Budget")
             .field("inner", &self.inner)
             .field("budget", &self.shared.budget)
             .finish()
     }
 }
 
-impl<S, B> Service<Request<B>> for BudgetService<S>
+impl<S, B> Service<Request<B>> for Budget<S>
 where
     S: Service<Request<B>>,
 {

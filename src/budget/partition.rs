@@ -23,10 +23,10 @@ type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
 /// # Examples
 ///
 /// ```
-/// use backstop::budget::{Partition, RetryBudget};
+/// use backstop::budget::{Partition, BudgetPolicy};
 ///
 /// // One account for every call the layer sees.
-/// let global = RetryBudget::builder().partition(Partition::global()).build()?;
+/// let global = BudgetPolicy::builder().partition(Partition::global()).build()?;
 ///
 /// // One account per tenant, named by a header (or the origin when it is missing).
 /// let per_tenant = Partition::by_key(|head: &http::request::Parts| {
@@ -35,7 +35,7 @@ type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
 ///         None => head.uri.authority().map_or_else(String::new, |a| a.to_string()),
 ///     }
 /// });
-/// let budget = RetryBudget::builder().partition(per_tenant).build()?;
+/// let budget = BudgetPolicy::builder().partition(per_tenant).build()?;
 /// # let _ = (global, budget);
 /// # Ok::<(), backstop::policy::InvalidConfig>(())
 /// ```

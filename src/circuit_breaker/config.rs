@@ -51,16 +51,16 @@ pub(crate) const MAX_PROBES: u32 = 1000;
 /// [`ErrorKind::BodyWrite`], is not the origin's fault and does not count) or with
 /// a 5xx status. A 4xx never counts, not even 408 or 429: the server answered, and
 /// a 429 asks the client to slow down (which the retry budget does), not to stop.
-/// [`failure_if`](CircuitBreakerBuilder::failure_if) replaces the rule.
+/// [`failure_if`](CircuitBreakerPolicyBuilder::failure_if) replaces the rule.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use backstop::circuit_breaker::CircuitBreaker;
+/// use backstop::circuit_breaker::CircuitBreakerPolicy;
 /// use backstop::policy::Outcome;
 ///
-/// let breaker = CircuitBreaker::builder()
+/// let breaker = CircuitBreakerPolicy::builder()
 ///     .consecutive_failures(3)
 ///     .cooldown(Duration::from_secs(2))
 ///     .probes(2)
@@ -73,12 +73,12 @@ pub(crate) const MAX_PROBES: u32 = 1000;
 /// assert_eq!(breaker.probes(), 2);
 ///
 /// // Bad numbers are refused, never a panic.
-/// assert!(CircuitBreaker::builder().failure_ratio(1.5).build().is_err());
-/// assert!(CircuitBreaker::builder().probes(0).build().is_err());
+/// assert!(CircuitBreakerPolicy::builder().failure_ratio(1.5).build().is_err());
+/// assert!(CircuitBreakerPolicy::builder().probes(0).build().is_err());
 /// # Ok::<(), backstop::policy::InvalidConfig>(())
 /// ```
 #[derive(Clone)]
-pub struct CircuitBreaker {
+pub struct CircuitBreakerPolicy {
     /// The failure ratio that trips the breaker, in millionths.
     pub(crate) ratio_ppm: u64,
     pub(crate) min_calls: u32,
@@ -101,9 +101,9 @@ fn default_failure(outcome: Outcome<'_>) -> bool {
     }
 }
 
-impl Default for CircuitBreaker {
+impl Default for CircuitBreakerPolicy {
     fn default() -> Self {
-        CircuitBreaker {
+        CircuitBreakerPolicy {
             ratio_ppm: 500_000,
             min_calls: 20,
             window: Duration::from_secs(30),
@@ -118,11 +118,11 @@ impl Default for CircuitBreaker {
     }
 }
 
-impl CircuitBreaker {
+impl CircuitBreakerPolicy {
     /// A builder starting from the defaults.
-    pub fn builder() -> CircuitBreakerBuilder {
-        CircuitBreakerBuilder {
-            config: CircuitBreaker::default(),
+    pub fn builder() -> CircuitBreakerPolicyBuilder {
+        CircuitBreakerPolicyBuilder {
+            config: CircuitBreakerPolicy::default(),
             max_set: false,
             error: None,
         }
@@ -190,9 +190,9 @@ impl CircuitBreaker {
     }
 }
 
-impl fmt::Debug for CircuitBreaker {
+impl fmt::Debug for CircuitBreakerPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CircuitBreaker")
+        f.debug_struct("CircuitBreakerPolicy")
             .field("failure_ratio", &self.failure_ratio())
             .field("min_calls", &self.min_calls)
             .field("window", &self.window)
@@ -206,19 +206,19 @@ impl fmt::Debug for CircuitBreaker {
     }
 }
 
-/// Builds a [`CircuitBreaker`], checking every number.
+/// Builds a [`CircuitBreakerPolicy`], checking every number.
 ///
 /// Setters never fail; the first invalid value is reported by
-/// [`build`](CircuitBreakerBuilder::build).
+/// [`build`](CircuitBreakerPolicyBuilder::build).
 #[derive(Clone, Debug)]
-pub struct CircuitBreakerBuilder {
-    config: CircuitBreaker,
+pub struct CircuitBreakerPolicyBuilder {
+    config: CircuitBreakerPolicy,
     /// Whether `max_cooldown` was set, or is the default.
     max_set: bool,
     error: Option<InvalidConfig>,
 }
 
-impl CircuitBreakerBuilder {
+impl CircuitBreakerPolicyBuilder {
     fn fail(&mut self, setting: &'static str, problem: String) {
         if self.error.is_none() {
             self.error = Some(InvalidConfig::new(setting, problem));
@@ -338,7 +338,7 @@ impl CircuitBreakerBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
-    pub fn build(self) -> Result<CircuitBreaker, InvalidConfig> {
+    pub fn build(self) -> Result<CircuitBreakerPolicy, InvalidConfig> {
         if let Some(err) = self.error {
             return Err(err);
         }
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_default_failure_rule() {
-        let b = CircuitBreaker::default();
+        let b = CircuitBreakerPolicy::default();
         let headers = HeaderMap::new();
         let status = |code: u16| Outcome::Response {
             status: StatusCode::from_u16(code).unwrap(),
@@ -394,37 +394,43 @@ mod tests {
     fn bad_numbers_are_refused() {
         let cases = [
             (
-                CircuitBreaker::builder().failure_ratio(0.0),
+                CircuitBreakerPolicy::builder().failure_ratio(0.0),
                 "failure_ratio",
             ),
             (
-                CircuitBreaker::builder().failure_ratio(f64::NAN),
+                CircuitBreakerPolicy::builder().failure_ratio(f64::NAN),
                 "failure_ratio",
             ),
             (
-                CircuitBreaker::builder().failure_ratio(1.01),
+                CircuitBreakerPolicy::builder().failure_ratio(1.01),
                 "failure_ratio",
             ),
-            (CircuitBreaker::builder().min_calls(0), "min_calls"),
-            (CircuitBreaker::builder().window(Duration::ZERO), "window"),
-            (CircuitBreaker::builder().window(Duration::MAX), "window"),
+            (CircuitBreakerPolicy::builder().min_calls(0), "min_calls"),
             (
-                CircuitBreaker::builder().cooldown(Duration::ZERO),
+                CircuitBreakerPolicy::builder().window(Duration::ZERO),
+                "window",
+            ),
+            (
+                CircuitBreakerPolicy::builder().window(Duration::MAX),
+                "window",
+            ),
+            (
+                CircuitBreakerPolicy::builder().cooldown(Duration::ZERO),
                 "cooldown",
             ),
             (
-                CircuitBreaker::builder().cooldown(Duration::MAX),
+                CircuitBreakerPolicy::builder().cooldown(Duration::MAX),
                 "cooldown",
             ),
             (
-                CircuitBreaker::builder().max_cooldown(Duration::ZERO),
+                CircuitBreakerPolicy::builder().max_cooldown(Duration::ZERO),
                 "max_cooldown",
             ),
-            (CircuitBreaker::builder().jitter(-0.1), "jitter"),
-            (CircuitBreaker::builder().jitter(f64::NAN), "jitter"),
-            (CircuitBreaker::builder().jitter(1.0), "jitter"),
-            (CircuitBreaker::builder().probes(0), "probes"),
-            (CircuitBreaker::builder().probes(1001), "probes"),
+            (CircuitBreakerPolicy::builder().jitter(-0.1), "jitter"),
+            (CircuitBreakerPolicy::builder().jitter(f64::NAN), "jitter"),
+            (CircuitBreakerPolicy::builder().jitter(1.0), "jitter"),
+            (CircuitBreakerPolicy::builder().probes(0), "probes"),
+            (CircuitBreakerPolicy::builder().probes(1001), "probes"),
         ];
         for (builder, setting) in cases {
             let err = builder.build().unwrap_err();
@@ -434,7 +440,7 @@ mod tests {
 
     #[test]
     fn cooldowns_double_up_to_the_maximum() {
-        let b = CircuitBreaker::builder()
+        let b = CircuitBreakerPolicy::builder()
             .cooldown(Duration::from_secs(5))
             .max_cooldown(Duration::from_secs(60))
             .build()
@@ -446,12 +452,12 @@ mod tests {
 
     #[test]
     fn a_long_cooldown_raises_the_default_maximum() {
-        let b = CircuitBreaker::builder()
+        let b = CircuitBreakerPolicy::builder()
             .cooldown(Duration::from_secs(120))
             .build()
             .unwrap();
         assert_eq!(b.max_cooldown(), Duration::from_secs(120));
-        let err = CircuitBreaker::builder()
+        let err = CircuitBreakerPolicy::builder()
             .cooldown(Duration::from_secs(10))
             .max_cooldown(Duration::from_secs(1))
             .build()

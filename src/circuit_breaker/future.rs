@@ -12,7 +12,7 @@ use crate::policy::Outcome;
 use crate::{BoxError, Error};
 
 pin_project! {
-    /// Response future of [`CircuitBreakerService`](super::CircuitBreakerService).
+    /// Response future of [`CircuitBreaker`](super::CircuitBreaker).
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,

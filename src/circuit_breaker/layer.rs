@@ -6,10 +6,10 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 
 use super::state::Core;
-use super::{CircuitBreaker, CircuitBreakerService, State};
+use super::{CircuitBreaker, CircuitBreakerPolicy, State};
 use crate::budget::{Cache, Registry};
 
-/// Applies [`CircuitBreakerService`] to a service: refuses calls to an origin whose
+/// Applies [`CircuitBreaker`] to a service: refuses calls to an origin whose
 /// breaker is open, and records one outcome per call.
 ///
 /// Clones of the layer, and every service it makes, share the breakers.
@@ -19,13 +19,13 @@ pub struct CircuitBreakerLayer {
 }
 
 pub(crate) struct Shared {
-    pub(crate) config: Arc<CircuitBreaker>,
+    pub(crate) config: Arc<CircuitBreakerPolicy>,
     pub(crate) breakers: Registry<Core>,
 }
 
 impl CircuitBreakerLayer {
     /// A layer with these settings; its breakers are created as calls arrive.
-    pub fn new(config: CircuitBreaker) -> Self {
+    pub fn new(config: CircuitBreakerPolicy) -> Self {
         let config = Arc::new(config);
         let settings = config.clone();
         let breakers = Registry::new(config.partition.clone(), move |label| {
@@ -37,7 +37,7 @@ impl CircuitBreakerLayer {
     }
 
     /// The settings the layer applies.
-    pub fn config(&self) -> &CircuitBreaker {
+    pub fn config(&self) -> &CircuitBreakerPolicy {
         &self.shared.config
     }
 
@@ -61,17 +61,17 @@ impl CircuitBreakerLayer {
 }
 
 impl Default for CircuitBreakerLayer {
-    /// [`CircuitBreaker::default()`], one breaker per origin.
+    /// [`CircuitBreakerPolicy::default()`], one breaker per origin.
     fn default() -> Self {
-        CircuitBreakerLayer::new(CircuitBreaker::default())
+        CircuitBreakerLayer::new(CircuitBreakerPolicy::default())
     }
 }
 
 impl<S> Layer<S> for CircuitBreakerLayer {
-    type Service = CircuitBreakerService<S>;
+    type Service = CircuitBreaker<S>;
 
-    fn layer(&self, inner: S) -> CircuitBreakerService<S> {
-        CircuitBreakerService::from_shared(inner, self.shared.clone())
+    fn layer(&self, inner: S) -> CircuitBreaker<S> {
+        CircuitBreaker::from_shared(inner, self.shared.clone())
     }
 }
 

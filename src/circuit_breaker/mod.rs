@@ -7,20 +7,20 @@
 //! fast, the upstream gets room to recover, and nothing waits on timeouts to learn
 //! what the breaker already knows.
 //!
-//! [`CircuitBreakerService`] has three states per origin ([`State`]):
+//! [`CircuitBreaker`] has three states per origin ([`State`]):
 //!
 //! - **`Closed`**: calls flow and their final outcomes are counted over a sliding
 //!   window. It opens when the failure ratio reaches
-//!   [`failure_ratio`](CircuitBreakerBuilder::failure_ratio) over at least
-//!   [`min_calls`](CircuitBreakerBuilder::min_calls) calls, or after
-//!   [`consecutive_failures`](CircuitBreakerBuilder::consecutive_failures) failed
+//!   [`failure_ratio`](CircuitBreakerPolicyBuilder::failure_ratio) over at least
+//!   [`min_calls`](CircuitBreakerPolicyBuilder::min_calls) calls, or after
+//!   [`consecutive_failures`](CircuitBreakerPolicyBuilder::consecutive_failures) failed
 //!   calls in a row.
 //! - **`Open`**: every call is refused at once with a [`backstop::Error`](crate::Error)
 //!   whose [`is_circuit_open()`](crate::Error::is_circuit_open) is true and whose
 //!   [`next_probe_at()`](crate::Error::next_probe_at) says when the cooldown ends.
 //!   The cooldown has jitter and doubles after each failed probe, up to a maximum.
 //! - **`HalfOpen`**: after the cooldown, the next
-//!   [`probes`](CircuitBreakerBuilder::probes) calls go through as probes and the
+//!   [`probes`](CircuitBreakerPolicyBuilder::probes) calls go through as probes and the
 //!   others are refused. If every probe succeeds the breaker closes; if one fails
 //!   it opens again. Probe slots are reserved atomically, and a probe whose future
 //!   is dropped before it finishes gives its slot back.
@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backstop::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer};
+//! use backstop::circuit_breaker::{CircuitBreakerPolicy, CircuitBreakerLayer};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
@@ -58,7 +58,7 @@
 //!     *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
 //!     Ok::<_, std::io::Error>(res)
 //! });
-//! let breaker = CircuitBreaker::builder()
+//! let breaker = CircuitBreakerPolicy::builder()
 //!     .consecutive_failures(3)
 //!     .cooldown(Duration::from_secs(5))
 //!     .build()?;
@@ -92,7 +92,7 @@
 //! # What differs from other breakers
 //!
 //! tower has no circuit breaker. Compared with Polly, Finagle, Envoy's outlier
-//! detection and linkerd (see [`CircuitBreaker`] for the defaults against theirs):
+//! detection and linkerd (see [`CircuitBreakerPolicy`] for the defaults against theirs):
 //! the unit is a whole call after its retries rather than one request; a refusal
 //! says when the next probe is due; the cooldown has jitter so that clients that
 //! opened together do not probe together; a cancelled probe gives its slot back
@@ -111,7 +111,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-pub use config::{CircuitBreaker, CircuitBreakerBuilder};
+pub use config::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder};
 pub use error::CircuitOpen;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
@@ -126,20 +126,20 @@ use state::Core;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).
-pub struct CircuitBreakerService<S> {
+pub struct CircuitBreaker<S> {
     inner: S,
     shared: Arc<Shared>,
     cache: Cache<Core>,
 }
 
-impl<S> CircuitBreakerService<S> {
+impl<S> CircuitBreaker<S> {
     /// Wraps `inner` with breakers of its own (not shared with any layer).
-    pub fn new(inner: S, config: CircuitBreaker) -> Self {
-        CircuitBreakerService::from_shared(inner, CircuitBreakerLayer::new(config).shared)
+    pub fn new(inner: S, config: CircuitBreakerPolicy) -> Self {
+        CircuitBreaker::from_shared(inner, CircuitBreakerLayer::new(config).shared)
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        CircuitBreakerService {
+        CircuitBreaker {
             inner,
             shared,
             cache: Cache::new(),
@@ -162,9 +162,9 @@ impl<S> CircuitBreakerService<S> {
     }
 }
 
-impl<S: Clone> Clone for CircuitBreakerService<S> {
+impl<S: Clone> Clone for CircuitBreaker<S> {
     fn clone(&self) -> Self {
-        CircuitBreakerService {
+        CircuitBreaker {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             cache: self.cache.clone(),
@@ -172,16 +172,16 @@ impl<S: Clone> Clone for CircuitBreakerService<S> {
     }
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreakerService<S> {
+impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CircuitBreakerService")
+        f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)
             .field("config", &self.shared.config)
             .finish()
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for CircuitBreakerService<S>
+impl<S, B, RB> Service<Request<B>> for CircuitBreaker<S>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,

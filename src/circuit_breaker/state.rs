@@ -8,10 +8,10 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::CircuitBreaker;
+use super::CircuitBreakerPolicy;
 use crate::budget::window::{nanos, Ring};
 use crate::budget::Entry;
-use crate::policy::Breaker;
+use crate::policy::BreakerGate;
 
 /// The state of a circuit breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,7 +123,7 @@ const FAILURES_MASK: u64 = CALL - 1;
 
 /// The shared state of one breaker (one origin's, by default).
 pub(crate) struct Core {
-    pub(crate) config: Arc<CircuitBreaker>,
+    pub(crate) config: Arc<CircuitBreakerPolicy>,
     /// A name for logs: scheme, host and port.
     label: String,
     origin: Instant,
@@ -135,7 +135,7 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(config: Arc<CircuitBreaker>, label: String) -> Self {
+    pub(crate) fn new(config: Arc<CircuitBreakerPolicy>, label: String) -> Self {
         Core {
             window: Ring::new(config.window),
             config,
@@ -347,7 +347,7 @@ impl Core {
     }
 }
 
-impl Breaker for Core {
+impl BreakerGate for Core {
     /// Retries flow only while the breaker is closed: a half-open breaker's probe
     /// is one test of the upstream, not a sequence of attempts.
     fn allows_retry(&self) -> bool {
@@ -376,7 +376,7 @@ impl fmt::Debug for Core {
 mod tests {
     use super::*;
 
-    fn core(config: CircuitBreaker) -> Core {
+    fn core(config: CircuitBreakerPolicy) -> Core {
         Core::new(Arc::new(config), "test".to_owned())
     }
 
@@ -399,7 +399,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn trips_on_consecutive_failures_then_probes() {
         let b = core(
-            CircuitBreaker::builder()
+            CircuitBreakerPolicy::builder()
                 .consecutive_failures(3)
                 .jitter(0.0)
                 .cooldown(Duration::from_secs(1))

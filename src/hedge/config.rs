@@ -7,7 +7,7 @@ use http::Method;
 use super::estimate::{Adaptive, Estimators};
 use crate::policy::{InvalidConfig, RetryPolicy};
 
-/// Hedge at most this many extra copies per request.
+/// Hedges at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
 
 /// What to hedge and when: the hedge layer's configuration.
@@ -22,21 +22,21 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 /// | methods | the policy's idempotent methods (RFC 9110's: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) | a copy must be harmless to process twice; any request with an idempotency key is hedged too |
 /// | policy | [`RetryPolicy::default()`] | which failures leave the other copies running, and the least time worth starting a copy with |
 ///
-/// Clones share the latency estimates, so one `Hedge` given to several layers or
+/// Clones share the latency estimates, so one `HedgePolicy` given to several layers or
 /// services learns from all their requests.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use backstop::hedge::Hedge;
+/// use backstop::hedge::HedgePolicy;
 /// use http::Method;
 ///
 /// // A second copy of any idempotent request still unanswered after 50 ms.
-/// let fixed = Hedge::after(Duration::from_millis(50));
+/// let fixed = HedgePolicy::after(Duration::from_millis(50));
 ///
 /// // Up to two copies, each after the origin's p99, only for reads.
-/// let adaptive = Hedge::builder()
+/// let adaptive = HedgePolicy::builder()
 ///     .adaptive(Duration::from_millis(80))
 ///     .percentile(0.99)
 ///     .max_extra(2)
@@ -44,11 +44,11 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 ///     .build()?;
 ///
 /// // Hedging a POST without an idempotency key is refused.
-/// assert!(Hedge::builder().methods([Method::GET, Method::POST]).build().is_err());
+/// assert!(HedgePolicy::builder().methods([Method::GET, Method::POST]).build().is_err());
 /// # Ok::<(), backstop::policy::InvalidConfig>(())
 /// ```
 #[derive(Clone)]
-pub struct Hedge {
+pub struct HedgePolicy {
     pub(super) delay: Delay,
     pub(super) max_extra: u32,
     /// The methods hedged without a key; all idempotent.
@@ -73,22 +73,22 @@ fn default_adaptive(fallback: Duration) -> Adaptive {
     }
 }
 
-impl Default for Hedge {
+impl Default for HedgePolicy {
     /// The adaptive default: the origin's p95, 100 ms until it is known.
     fn default() -> Self {
-        Hedge::adaptive(DEFAULT_FALLBACK)
+        HedgePolicy::adaptive(DEFAULT_FALLBACK)
     }
 }
 
-impl Hedge {
+impl HedgePolicy {
     /// Hedges a request still unanswered after `delay`, with the other defaults.
     ///
     /// A zero delay sends every copy at once, doubling the load; the retry budget,
     /// when there is one, still limits it.
     pub fn after(delay: Duration) -> Self {
-        Hedge {
+        HedgePolicy {
             delay: Delay::Fixed(delay),
-            ..Hedge::default()
+            ..HedgePolicy::default()
         }
     }
 
@@ -96,7 +96,7 @@ impl Hedge {
     /// measured over the last 10 to 20 s; until an origin has 50 recent
     /// samples, after `fallback`.
     pub fn adaptive(fallback: Duration) -> Self {
-        Hedge {
+        HedgePolicy {
             delay: Delay::Adaptive(Arc::new(Estimators::new(default_adaptive(fallback)))),
             max_extra: 1,
             methods: None,
@@ -104,9 +104,9 @@ impl Hedge {
         }
     }
 
-    /// A builder starting from the [defaults](Hedge#impl-Default-for-Hedge).
-    pub fn builder() -> HedgeBuilder {
-        HedgeBuilder {
+    /// A builder starting from the [defaults](HedgePolicy#impl-Default-for-HedgePolicy).
+    pub fn builder() -> HedgePolicyBuilder {
+        HedgePolicyBuilder {
             delay: BuilderDelay::Adaptive(default_adaptive(DEFAULT_FALLBACK)),
             max_extra: 1,
             methods: None,
@@ -135,9 +135,9 @@ impl Hedge {
     }
 }
 
-impl fmt::Debug for Hedge {
+impl fmt::Debug for HedgePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Hedge");
+        let mut d = f.debug_struct("HedgePolicy");
         match &self.delay {
             Delay::Fixed(delay) => d.field("delay", delay),
             Delay::Adaptive(estimators) => d.field("delay", estimators),
@@ -154,12 +154,12 @@ enum BuilderDelay {
     Adaptive(Adaptive),
 }
 
-/// Builds a [`Hedge`], checking every setting.
+/// Builds a [`HedgePolicy`], checking every setting.
 ///
 /// Setters never fail; the first invalid value is reported by
-/// [`build`](HedgeBuilder::build).
+/// [`build`](HedgePolicyBuilder::build).
 #[derive(Clone, Debug)]
-pub struct HedgeBuilder {
+pub struct HedgePolicyBuilder {
     delay: BuilderDelay,
     max_extra: u32,
     methods: Option<Vec<Method>>,
@@ -169,7 +169,7 @@ pub struct HedgeBuilder {
     error: Option<InvalidConfig>,
 }
 
-impl HedgeBuilder {
+impl HedgePolicyBuilder {
     fn fail(&mut self, setting: &'static str, problem: String) {
         if self.error.is_none() {
             self.error = Some(InvalidConfig::new(setting, problem));
@@ -271,7 +271,7 @@ impl HedgeBuilder {
     }
 
     /// Replaces the methods hedged without an idempotency key (the
-    /// [policy](HedgeBuilder::policy)'s idempotent methods by default, RFC 9110's
+    /// [policy](HedgePolicyBuilder::policy)'s idempotent methods by default, RFC 9110's
     /// unless it says otherwise), for example to hedge only reads. Every method must
     /// be idempotent under the policy: a POST or PATCH is hedged only when it
     /// carries an idempotency key, whatever this says.
@@ -295,9 +295,9 @@ impl HedgeBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it: a number out
-    /// of range, a non-idempotent method in [`methods`](HedgeBuilder::methods),
+    /// of range, a non-idempotent method in [`methods`](HedgePolicyBuilder::methods),
     /// or too few `min_samples` for the percentile.
-    pub fn build(self) -> Result<Hedge, InvalidConfig> {
+    pub fn build(self) -> Result<HedgePolicy, InvalidConfig> {
         if let Some(err) = self.error {
             return Err(err);
         }
@@ -332,7 +332,7 @@ impl HedgeBuilder {
                 Delay::Adaptive(Arc::new(Estimators::new(a)))
             }
         };
-        Ok(Hedge {
+        Ok(HedgePolicy {
             delay,
             max_extra: self.max_extra,
             methods: self.methods.map(Arc::from),
@@ -347,31 +347,31 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused() {
-        let cases: Vec<(HedgeBuilder, &str)> = vec![
-            (Hedge::builder().max_extra(0), "max_extra"),
-            (Hedge::builder().max_extra(9), "max_extra"),
-            (Hedge::builder().percentile(0.2), "percentile"),
-            (Hedge::builder().percentile(1.0), "percentile"),
-            (Hedge::builder().percentile(f64::NAN), "percentile"),
-            (Hedge::builder().min_samples(0), "min_samples"),
-            (Hedge::builder().window(Duration::ZERO), "window"),
+        let cases: Vec<(HedgePolicyBuilder, &str)> = vec![
+            (HedgePolicy::builder().max_extra(0), "max_extra"),
+            (HedgePolicy::builder().max_extra(9), "max_extra"),
+            (HedgePolicy::builder().percentile(0.2), "percentile"),
+            (HedgePolicy::builder().percentile(1.0), "percentile"),
+            (HedgePolicy::builder().percentile(f64::NAN), "percentile"),
+            (HedgePolicy::builder().min_samples(0), "min_samples"),
+            (HedgePolicy::builder().window(Duration::ZERO), "window"),
             (
-                Hedge::builder()
+                HedgePolicy::builder()
                     .after(Duration::from_millis(5))
                     .percentile(0.9),
                 "percentile",
             ),
             (
-                Hedge::builder().percentile(0.99).min_samples(50),
+                HedgePolicy::builder().percentile(0.99).min_samples(50),
                 "min_samples",
             ),
-            (Hedge::builder().methods([Method::POST]), "methods"),
+            (HedgePolicy::builder().methods([Method::POST]), "methods"),
             (
-                Hedge::builder().methods([Method::GET, Method::PATCH]),
+                HedgePolicy::builder().methods([Method::GET, Method::PATCH]),
                 "methods",
             ),
             (
-                Hedge::builder().methods([Method::from_bytes(b"PURGE").unwrap()]),
+                HedgePolicy::builder().methods([Method::from_bytes(b"PURGE").unwrap()]),
                 "methods",
             ),
         ];
@@ -387,17 +387,20 @@ mod tests {
             .idempotent_methods([Method::GET])
             .build()
             .unwrap();
-        let hedge = Hedge::builder().policy(reads_only.clone()).build().unwrap();
+        let hedge = HedgePolicy::builder()
+            .policy(reads_only.clone())
+            .build()
+            .unwrap();
         assert!(hedge.hedges_method(&Method::GET));
         assert!(!hedge.hedges_method(&Method::PUT));
         // A list is checked against the policy, whichever was set last.
-        let err = Hedge::builder()
+        let err = HedgePolicy::builder()
             .methods([Method::PUT])
             .policy(reads_only)
             .build()
             .unwrap_err();
         assert_eq!(err.setting(), "methods");
-        assert!(Hedge::builder()
+        assert!(HedgePolicy::builder()
             .build()
             .unwrap()
             .hedges_method(&Method::PUT));
@@ -405,14 +408,17 @@ mod tests {
 
     #[test]
     fn defaults_hedge_idempotent_methods() {
-        let h = Hedge::default();
+        let h = HedgePolicy::default();
         assert_eq!(h.max_extra(), 1);
         for m in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE] {
             assert!(h.hedges_method(&m), "{m}");
         }
         assert!(!h.hedges_method(&Method::POST));
         assert!(!h.hedges_method(&Method::PATCH));
-        let reads = Hedge::builder().methods([Method::GET]).build().unwrap();
+        let reads = HedgePolicy::builder()
+            .methods([Method::GET])
+            .build()
+            .unwrap();
         assert!(!reads.hedges_method(&Method::PUT));
     }
 }

@@ -20,7 +20,7 @@ use crate::policy::{
 use crate::{BoxError, Error};
 
 pin_project! {
-    /// Response future of [`Hedging`](super::Hedging).
+    /// Response future of [`Hedge`](super::Hedge).
     ///
     /// A request that is not hedged is only its inner future; a hedged one also
     /// keeps, in one allocation, what it needs to send copies.
@@ -73,7 +73,7 @@ pin_project! {
         estimator: Option<Arc<Estimator>>,
         // How the original ended, once it did: its outcome and when.
         original: Option<(AttemptOutcome, Duration)>,
-        copies: Vec<Copy<S::Future>>,
+        copies: Vec<InFlight<S::Future>>,
         // A copy was due at least once: the record rides on the result.
         due: bool,
         // No further copy will be sent.
@@ -104,7 +104,7 @@ pin_project! {
 }
 
 /// One copy: its future while in flight, and how it ended.
-struct Copy<F> {
+struct InFlight<F> {
     future: Option<Pin<Box<F>>>,
     started: Duration,
     ended: Option<(AttemptOutcome, Duration)>,
@@ -314,7 +314,7 @@ where
         let future = this
             .service
             .call(Request::from_parts(this.parts.clone(), body));
-        this.copies.push(Copy {
+        this.copies.push(InFlight {
             future: Some(Box::pin(future)),
             started: this.started.elapsed(),
             ended: None,

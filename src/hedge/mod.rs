@@ -9,16 +9,16 @@
 //! 95th percentile of latency sends about 5 % more requests and cuts the tail by
 //! an order of magnitude (Dean and Barroso, *The Tail at Scale*, 2013).
 //!
-//! [`Hedging`] (applied by [`HedgeLayer`]) does this within one attempt:
+//! [`Hedge`] (applied by [`HedgeLayer`]) does this within one attempt:
 //!
-//! - **When**: after a delay that is fixed ([`Hedge::after`]) or adaptive
-//!   ([`Hedge::adaptive`]): a latency percentile (p95 by default) of the request's
+//! - **When**: after a delay that is fixed ([`HedgePolicy::after`]) or adaptive
+//!   ([`HedgePolicy::adaptive`]): a latency percentile (p95 by default) of the request's
 //!   origin (scheme and authority) over the last 10 to 20 seconds, with a fixed
 //!   fallback until the origin has enough samples. Up to
-//!   [`max_extra`](HedgeBuilder::max_extra) copies, each one delay after the one
+//!   [`max_extra`](HedgePolicyBuilder::max_extra) copies, each one delay after the one
 //!   before.
 //! - **What**: only a request whose method is idempotent, or that carries an
-//!   idempotency key (the [`IdempotencyKey`](crate::policy::IdempotencyKey)
+//!   idempotency key (the [`Keyed`](crate::policy::Keyed)
 //!   marker or the `idempotency-key` header), and whose body can be read twice at
 //!   once ([`HedgeBody`]). Any other request passes straight through, for the cost
 //!   of a check. A configuration that would hedge POST or PATCH without a key is
@@ -70,7 +70,7 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //!
-//! use backstop::hedge::{Hedge, HedgeLayer, Hedged};
+//! use backstop::hedge::{HedgePolicy, HedgeLayer, Hedged};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
@@ -91,7 +91,7 @@
 //! });
 //!
 //! let mut client = ServiceBuilder::new()
-//!     .layer(HedgeLayer::new(Hedge::after(Duration::from_millis(20))))
+//!     .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(20))))
 //!     .service(transport);
 //!
 //! let req = http::Request::get("http://example.com/").body(Full::default()).unwrap();
@@ -109,7 +109,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! use backstop::hedge::{Hedge, HedgeLayer};
+//! use backstop::hedge::{HedgePolicy, HedgeLayer};
 //! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
@@ -120,7 +120,7 @@
 //! # fn main() -> Result<(), backstop::policy::InvalidConfig> {
 //! let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
 //!     Client::builder(TokioExecutor::new()).build_http();
-//! let hedge = Hedge::builder()
+//! let hedge = HedgePolicy::builder()
 //!     .adaptive(Duration::from_millis(100)) // until the p95 is known
 //!     .max_extra(2)
 //!     .build()?;
@@ -169,7 +169,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 pub use body::HedgeBody;
-pub use config::{Hedge, HedgeBuilder};
+pub use config::{HedgePolicy, HedgePolicyBuilder};
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
 pub use record::{HedgeFailed, Hedged, NotHedged, Sent};
@@ -184,15 +184,15 @@ use crate::{BoxError, Error};
 /// Sends extra copies of a slow idempotent request and returns the first
 /// acceptable answer. See the [module docs](self).
 #[derive(Clone, Debug)]
-pub struct Hedging<S> {
+pub struct Hedge<S> {
     inner: S,
-    hedge: Hedge,
+    hedge: HedgePolicy,
 }
 
-impl<S> Hedging<S> {
+impl<S> Hedge<S> {
     /// Wraps `inner`, hedging as `hedge` says.
-    pub fn new(inner: S, hedge: Hedge) -> Self {
-        Hedging { inner, hedge }
+    pub fn new(inner: S, hedge: HedgePolicy) -> Self {
+        Hedge { inner, hedge }
     }
 
     /// The inner service.
@@ -245,7 +245,7 @@ impl<S> Hedging<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for Hedging<S>
+impl<S, B, RB> Service<Request<B>> for Hedge<S>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,

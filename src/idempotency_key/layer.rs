@@ -5,9 +5,9 @@ use http::header::{HeaderName, HeaderValue};
 use http::Method;
 use tower_layer::Layer;
 
-use super::{Config, IdempotencyKeys};
+use super::{Config, IdempotencyKey};
 
-/// Applies [`IdempotencyKeys`]: a fresh key on each POST and PATCH call that has
+/// Applies [`IdempotencyKey`]: a fresh key on each POST and PATCH call that has
 /// none, under `Idempotency-Key`. Place it outside the retry layer.
 ///
 /// # Examples
@@ -83,9 +83,9 @@ impl fmt::Debug for IdempotencyKeyLayer {
 }
 
 impl<S> Layer<S> for IdempotencyKeyLayer {
-    type Service = IdempotencyKeys<S>;
+    type Service = IdempotencyKey<S>;
 
-    fn layer(&self, inner: S) -> IdempotencyKeys<S> {
-        IdempotencyKeys::new(inner, self.config.clone())
+    fn layer(&self, inner: S) -> IdempotencyKey<S> {
+        IdempotencyKey::new(inner, self.config.clone())
     }
 }

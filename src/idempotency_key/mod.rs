@@ -7,7 +7,7 @@
 //! Stripe-style APIs). [`IdempotencyKeyLayer`] stamps a fresh key on every call
 //! that needs one, **once per call**: placed outside the retry layer, every attempt
 //! (and every hedge) of the call carries the same key. It also marks the request
-//! with [`policy::IdempotencyKey`](crate::policy::IdempotencyKey), so the retry
+//! with [`policy::Keyed`](crate::policy::Keyed), so the retry
 //! layer treats it like an idempotent request.
 //!
 //! # When to use keys
@@ -61,7 +61,7 @@ use tower_service::Service;
 pub use key::{new_key, new_key_string};
 pub use layer::IdempotencyKeyLayer;
 
-use crate::policy::IdempotencyKey;
+use crate::policy::Keyed;
 
 /// A key a caller gives for one call, put into its request's extensions: the layer
 /// sends it instead of a fresh one (a key already in the headers wins over both).
@@ -92,14 +92,14 @@ pub(crate) struct Config {
 /// Stamps an idempotency key on each call that needs one. See the [module
 /// docs](self).
 #[derive(Clone)]
-pub struct IdempotencyKeys<S> {
+pub struct IdempotencyKey<S> {
     inner: S,
     config: Arc<Config>,
 }
 
-impl<S> IdempotencyKeys<S> {
+impl<S> IdempotencyKey<S> {
     pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
-        IdempotencyKeys { inner, config }
+        IdempotencyKey { inner, config }
     }
 
     /// The inner service.
@@ -113,12 +113,12 @@ impl<S> IdempotencyKeys<S> {
     }
 }
 
-impl<S> std::fmt::Debug for IdempotencyKeys<S>
+impl<S> std::fmt::Debug for IdempotencyKey<S>
 where
     S: std::fmt::Debug,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdempotencyKeys")
+        f.debug_struct("IdempotencyKey")
             .field("inner", &self.inner)
             .field("header", &self.config.header)
             .field("methods", &self.config.methods)
@@ -126,7 +126,7 @@ where
     }
 }
 
-impl<S, B> Service<Request<B>> for IdempotencyKeys<S>
+impl<S, B> Service<Request<B>> for IdempotencyKey<S>
 where
     S: Service<Request<B>>,
 {
@@ -152,7 +152,7 @@ where
                 };
                 req.headers_mut().insert(config.header.clone(), key);
             }
-            req.extensions_mut().insert(IdempotencyKey);
+            req.extensions_mut().insert(Keyed);
         }
         self.inner.call(req)
     }

@@ -6,7 +6,7 @@ use std::io;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use super::{Progress, RetryPolicy, Unsafe};
+use super::{NoRetry, Progress, RetryPolicy};
 
 /// The header a server uses to say whether a request should be retried.
 pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
@@ -280,7 +280,7 @@ pub enum Classification {
     /// A failure that may be sent again, if the gates allow.
     Retryable(RetryReason),
     /// A failure that must not be sent again.
-    NotRetryable(Unsafe),
+    NotRetryable(NoRetry),
 }
 
 impl Classification {
@@ -377,14 +377,14 @@ pub(crate) fn ladder(
             }
             match should_retry {
                 Some(true) => return Classification::Retryable(RetryReason::ServerAsked),
-                Some(false) => return Classification::NotRetryable(Unsafe::ServerDeclined),
+                Some(false) => return Classification::NotRetryable(NoRetry::ServerDeclined),
                 None => {}
             }
             not_processed = status == StatusCode::TOO_EARLY;
         }
         Outcome::Error(kind) => match kind {
-            ErrorKind::Config => return Classification::NotRetryable(Unsafe::Permanent),
-            ErrorKind::BodyWrite => return Classification::NotRetryable(Unsafe::BodyFailed),
+            ErrorKind::Config => return Classification::NotRetryable(NoRetry::Permanent),
+            ErrorKind::BodyWrite => return Classification::NotRetryable(NoRetry::BodyFailed),
             _ => not_processed = kind.is_not_processed(),
         },
     }
@@ -404,7 +404,7 @@ pub(crate) fn ladder(
         (Outcome::Error(_), Some(p)) if p.proves_nothing_written() => {
             Classification::Retryable(RetryReason::NothingWritten)
         }
-        _ => Classification::NotRetryable(Unsafe::MaybeProcessed),
+        _ => Classification::NotRetryable(NoRetry::MaybeProcessed),
     }
 }
 
@@ -505,21 +505,21 @@ mod tests {
                 get.clone(),
                 Outcome::Error(K::Config),
                 None,
-                NotRetryable(Unsafe::Permanent),
+                NotRetryable(NoRetry::Permanent),
             ),
             (
                 "config POST nothing written",
                 post.clone(),
                 Outcome::Error(K::Config),
                 Some(progress(true, 0)),
-                NotRetryable(Unsafe::Permanent),
+                NotRetryable(NoRetry::Permanent),
             ),
             (
                 "body write GET",
                 get.clone(),
                 Outcome::Error(K::BodyWrite),
                 None,
-                NotRetryable(Unsafe::BodyFailed),
+                NotRetryable(NoRetry::BodyFailed),
             ),
             // 3. the server's word
             (
@@ -541,7 +541,7 @@ mod tests {
                 get.clone(),
                 resp(503, &no),
                 None,
-                NotRetryable(Unsafe::ServerDeclined),
+                NotRetryable(NoRetry::ServerDeclined),
             ),
             (
                 "503 x-should-retry: junk",
@@ -635,28 +635,28 @@ mod tests {
                 post.clone(),
                 resp(503, &plain),
                 None,
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "503 POST even with a clean record",
                 post.clone(),
                 resp(503, &plain),
                 Some(progress(true, 0)),
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "closed POST untracked",
                 post.clone(),
                 Outcome::Error(K::Closed),
                 None,
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "closed POST untracked record",
                 post.clone(),
                 Outcome::Error(K::Closed),
                 Some(progress(false, 0)),
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "closed POST tracked, nothing written",
@@ -670,7 +670,7 @@ mod tests {
                 post.clone(),
                 Outcome::Error(K::Closed),
                 Some(progress(true, 5)),
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "timeout PATCH tracked, nothing written",
@@ -684,14 +684,14 @@ mod tests {
                 patch.clone(),
                 Outcome::Error(K::Timeout),
                 None,
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
             (
                 "other POST untracked",
                 post.clone(),
                 Outcome::Error(K::Other),
                 None,
-                NotRetryable(Unsafe::MaybeProcessed),
+                NotRetryable(NoRetry::MaybeProcessed),
             ),
         ];
         for (name, (method, keyed), outcome, progress, want) in cases {

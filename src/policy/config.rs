@@ -162,7 +162,7 @@ impl RetryPolicy {
     }
 
     /// Whether a request counts as keyed: its method is not idempotent under this
-    /// policy, and it carries the [`IdempotencyKey`](super::IdempotencyKey) marker
+    /// policy, and it carries the [`Keyed`](super::Keyed) marker
     /// or the policy's idempotency-key header. (For an idempotent method the key
     /// changes nothing, so it is not looked for.)
     pub fn is_keyed(
@@ -174,7 +174,7 @@ impl RetryPolicy {
         !self.is_idempotent_method(method) && self.carries_key(headers, extensions)
     }
 
-    /// Whether a request carries the [`IdempotencyKey`](super::IdempotencyKey) marker
+    /// Whether a request carries the [`Keyed`](super::Keyed) marker
     /// or the policy's idempotency-key header, whatever its method.
     #[inline]
     pub(crate) fn carries_key(
@@ -182,8 +182,7 @@ impl RetryPolicy {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> bool {
-        extensions.get::<super::IdempotencyKey>().is_some()
-            || headers.contains_key(&self.idempotency_header)
+        extensions.get::<super::Keyed>().is_some() || headers.contains_key(&self.idempotency_header)
     }
 
     /// Whether the policy treats `method` as idempotent.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// The budget layer implements it; any other shared limit (a process-wide or
 /// distributed budget) can too. Implementations must be cheap and must not block:
 /// they run on the request path.
-pub trait Budget: Send + Sync + 'static {
+pub trait BudgetAccount: Send + Sync + 'static {
     /// Spends one extra attempt if the account allows it; `false` means the budget
     /// is spent and the extra attempt must not be sent.
     fn try_withdraw(&self) -> bool;
@@ -26,10 +26,10 @@ pub trait Budget: Send + Sync + 'static {
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU32, Ordering};
-/// use backstop::policy::{Budget, BudgetHandle};
+/// use backstop::policy::{BudgetAccount, BudgetHandle};
 ///
 /// struct Tokens(AtomicU32);
-/// impl Budget for Tokens {
+/// impl BudgetAccount for Tokens {
 ///     fn try_withdraw(&self) -> bool {
 ///         self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
 ///     }
@@ -42,11 +42,11 @@ pub trait Budget: Send + Sync + 'static {
 /// assert!(!handle.try_withdraw());
 /// ```
 #[derive(Clone)]
-pub struct BudgetHandle(Arc<dyn Budget>);
+pub struct BudgetHandle(Arc<dyn BudgetAccount>);
 
 impl BudgetHandle {
     /// Wraps a budget account.
-    pub fn new(budget: Arc<dyn Budget>) -> Self {
+    pub fn new(budget: Arc<dyn BudgetAccount>) -> Self {
         BudgetHandle(budget)
     }
 
@@ -69,7 +69,7 @@ impl fmt::Debug for BudgetHandle {
 
 /// An origin's circuit breaker, as the retry and hedge layers see it: they ask it
 /// before every extra attempt and after every wait.
-pub trait Breaker: Send + Sync + 'static {
+pub trait BreakerGate: Send + Sync + 'static {
     /// Whether an extra attempt may be sent now; `false` while the breaker refuses
     /// traffic to the origin.
     fn allows_retry(&self) -> bool;
@@ -81,10 +81,10 @@ pub trait Breaker: Send + Sync + 'static {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use backstop::policy::{Breaker, BreakerHandle};
+/// use backstop::policy::{BreakerGate, BreakerHandle};
 ///
 /// struct AlwaysOpen;
-/// impl Breaker for AlwaysOpen {
+/// impl BreakerGate for AlwaysOpen {
 ///     fn allows_retry(&self) -> bool { false }
 /// }
 ///
@@ -92,11 +92,11 @@ pub trait Breaker: Send + Sync + 'static {
 /// assert!(!handle.allows_retry());
 /// ```
 #[derive(Clone)]
-pub struct BreakerHandle(Arc<dyn Breaker>);
+pub struct BreakerHandle(Arc<dyn BreakerGate>);
 
 impl BreakerHandle {
     /// Wraps a breaker.
-    pub fn new(breaker: Arc<dyn Breaker>) -> Self {
+    pub fn new(breaker: Arc<dyn BreakerGate>) -> Self {
         BreakerHandle(breaker)
     }
 

@@ -35,7 +35,7 @@ impl fmt::Display for NotReplayable {
 /// Why a failed outcome may not be sent again however the gates stand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Unsafe {
+pub enum NoRetry {
     /// The same request would fail the same way (invalid request, configuration,
     /// TLS or name resolution).
     Permanent,
@@ -47,13 +47,13 @@ pub enum Unsafe {
     BodyFailed,
 }
 
-impl fmt::Display for Unsafe {
+impl fmt::Display for NoRetry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Unsafe::Permanent => "failure is permanent",
-            Unsafe::ServerDeclined => "server declined a retry",
-            Unsafe::MaybeProcessed => "request may have been processed",
-            Unsafe::BodyFailed => "request body failed",
+            NoRetry::Permanent => "failure is permanent",
+            NoRetry::ServerDeclined => "server declined a retry",
+            NoRetry::MaybeProcessed => "request may have been processed",
+            NoRetry::BodyFailed => "request body failed",
         })
     }
 }
@@ -66,7 +66,7 @@ pub enum StopReason {
     /// that is not retryable).
     Answered,
     /// The last outcome failed and may not be sent again.
-    NotRetryable(Unsafe),
+    NotRetryable(NoRetry),
     /// The policy's attempts were all used.
     AttemptsExhausted,
     /// The request body cannot be sent again.

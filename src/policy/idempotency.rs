@@ -32,13 +32,13 @@ pub fn is_idempotent(method: &Method) -> bool {
 /// # Examples
 ///
 /// ```
-/// use backstop::policy::IdempotencyKey;
+/// use backstop::policy::Keyed;
 ///
 /// let mut req = http::Request::post("http://example.com/charges")
 ///     .header("idempotency-key", "3f0c2f8e-6c7a-4b7e-9d55-2a1e0b6a7c11")
 ///     .body(())
 ///     .unwrap();
-/// req.extensions_mut().insert(IdempotencyKey);
+/// req.extensions_mut().insert(Keyed);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IdempotencyKey;
+pub struct Keyed;

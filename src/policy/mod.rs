@@ -24,9 +24,9 @@ pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
 pub(crate) use deadline::later;
 pub use deadline::Deadline;
-pub use handles::{Breaker, BreakerHandle, Budget, BudgetHandle};
-pub use history::{AttemptOutcome, AttemptRecord, History, NotReplayable, StopReason, Unsafe};
+pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
+pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
-pub use idempotency::{is_idempotent, IdempotencyKey};
+pub use idempotency::{is_idempotent, Keyed};
 pub use progress::{AttemptProgress, Progress};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};

@@ -4,18 +4,18 @@ use super::ProgressTracking;
 
 /// Applies [`ProgressTracking`] around a hyper-util legacy `Client`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ProgressLayer {
+pub struct ProgressTrackingLayer {
     _priv: (),
 }
 
-impl ProgressLayer {
+impl ProgressTrackingLayer {
     /// A progress-tracking layer.
     pub fn new() -> Self {
-        ProgressLayer { _priv: () }
+        ProgressTrackingLayer { _priv: () }
     }
 }
 
-impl<S> Layer<S> for ProgressLayer {
+impl<S> Layer<S> for ProgressTrackingLayer {
     type Service = ProgressTracking<S>;
 
     fn layer(&self, inner: S) -> ProgressTracking<S> {

@@ -26,7 +26,7 @@
 //! Directly around the hyper-util client, inside the retry layer:
 //!
 //! ```
-//! use backstop::progress::ProgressLayer;
+//! use backstop::progress::ProgressTrackingLayer;
 //! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
@@ -39,7 +39,7 @@
 //!     Client::builder(TokioExecutor::new()).build_http();
 //! let client = ServiceBuilder::new()
 //!     .layer(RetryLayer::new(RetryPolicy::default()))
-//!     .layer(ProgressLayer::new())
+//!     .layer(ProgressTrackingLayer::new())
 //!     .service(transport);
 //! # let _ = client;
 //! # }
@@ -64,7 +64,7 @@ use hyper_util::client::legacy::connect::capture_connection;
 use tower_service::Service;
 
 pub use future::ResponseFuture;
-pub use layer::ProgressLayer;
+pub use layer::ProgressTrackingLayer;
 
 use crate::policy::AttemptProgress;
 

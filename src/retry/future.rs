@@ -21,7 +21,7 @@ use crate::hedge::Hedged;
 use crate::policy::{
     classify_error, is_answer, ladder, later, should_retry, AttemptOutcome, AttemptProgress,
     AttemptRecord, BreakerHandle, BudgetHandle, Classification, Deadline, ErrorKind, History,
-    Outcome, Progress, RetryPolicy, StopReason, Unsafe,
+    NoRetry, Outcome, Progress, RetryPolicy, StopReason,
 };
 use crate::{BoxError, Error};
 
@@ -77,11 +77,11 @@ struct Call<S, B> {
     started: Option<Instant>,
     /// What only a call that is timed, fails or is hedged needs: allocated then,
     /// so the success path moves a smaller future and initialises less.
-    rare: Option<Box<Rare>>,
+    slow: Option<Box<SlowPath>>,
 }
 
 /// The part of a call's state that the success path does without.
-struct Rare {
+struct SlowPath {
     /// The attempt's timeout, the wait before the next attempt, or the drain's time
     /// limit: never two at once. `None` when there is nothing to time, so the
     /// success path without timeouts registers no timer.
@@ -100,9 +100,9 @@ struct Rare {
     last_error: Option<(ErrorKind, BoxError)>,
 }
 
-impl Rare {
+impl SlowPath {
     fn new(max_attempts: u32, deadline: Option<Instant>) -> Box<Self> {
-        Box::new(Rare {
+        Box::new(SlowPath {
             timer: None,
             deadline,
             timeout_is_deadline: false,
@@ -210,15 +210,15 @@ where
         // `Span::none()` is what the macro gives when nothing takes the span; a
         // disabled span kept for `tracing`'s `log` output is kept here too.
         let span = (!span.is_none()).then(|| Box::new(span));
-        let mut rare = timed.then(|| Rare::new(policy.max_attempts(), deadline));
-        let timeout = match (started, rare.as_deref_mut()) {
-            (Some(now), Some(rare)) => rare.attempt_timeout(&policy, now),
+        let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
+        let timeout = match (started, slow.as_deref_mut()) {
+            (Some(now), Some(slow)) => slow.attempt_timeout(&policy, now),
             _ => Ok(None),
         };
         let state = match timeout {
             Ok(timeout) => {
-                if let (Some(t), Some(rare)) = (timeout, rare.as_deref_mut()) {
-                    rare.timer = Some(Box::pin(sleep_until(t)));
+                if let (Some(t), Some(slow)) = (timeout, slow.as_deref_mut()) {
+                    slow.timer = Some(Box::pin(sleep_until(t)));
                 }
                 let future = {
                     let _entered = span.as_deref().map(Span::enter);
@@ -242,7 +242,7 @@ where
             state,
             call: Call {
                 idempotent,
-                rare,
+                slow,
                 service,
                 policy,
                 keyed,
@@ -258,10 +258,10 @@ where
 }
 
 impl<S, B> Call<S, B> {
-    /// See [`Rare::attempt_timeout`]; a call without a rare part has no deadline.
+    /// See [`SlowPath::attempt_timeout`]; a call without a slow part has no deadline.
     fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
-        match self.rare.as_deref_mut() {
-            Some(rare) => rare.attempt_timeout(&self.policy, now),
+        match self.slow.as_deref_mut() {
+            Some(slow) => slow.attempt_timeout(&self.policy, now),
             None => Ok(self.policy.attempt_timeout().map(|t| later(now, t))),
         }
     }
@@ -269,10 +269,10 @@ impl<S, B> Call<S, B> {
     /// Sets the timer to fire at `at`, or clears it.
     fn set_timer(&mut self, at: Option<Instant>) {
         match at {
-            Some(at) => self.rare().timer = Some(Box::pin(sleep_until(at))),
+            Some(at) => self.slow().timer = Some(Box::pin(sleep_until(at))),
             None => {
-                if let Some(rare) = self.rare.as_deref_mut() {
-                    rare.timer = None;
+                if let Some(slow) = self.slow.as_deref_mut() {
+                    slow.timer = None;
                 }
             }
         }
@@ -280,19 +280,19 @@ impl<S, B> Call<S, B> {
 
     /// Polls the timer; `None` when none is set.
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> Option<Poll<()>> {
-        let timer = self.rare.as_deref_mut()?.timer.as_mut()?;
+        let timer = self.slow.as_deref_mut()?.timer.as_mut()?;
         Some(timer.as_mut().poll(cx))
     }
 
-    /// The rare part of the state, allocated on first use.
-    fn rare(&mut self) -> &mut Rare {
+    /// The slow part of the state, allocated on first use.
+    fn slow(&mut self) -> &mut SlowPath {
         let max_attempts = self.policy.max_attempts();
-        self.rare
-            .get_or_insert_with(|| Rare::new(max_attempts, None))
+        self.slow
+            .get_or_insert_with(|| SlowPath::new(max_attempts, None))
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.rare.as_ref()?.deadline
+        self.slow.as_ref()?.deadline
     }
 
     /// Whether the ladder's last rung needs a progress record: no key, and a method
@@ -319,10 +319,10 @@ impl<S, B> Call<S, B> {
     ) {
         let started = *self.started.get_or_insert(now);
         let attempt = self.attempt;
-        let rare = self.rare();
+        let slow = self.slow();
         match hedged {
             Some(hedged) => {
-                let attempt_started = rare.attempt_started.unwrap_or(started);
+                let attempt_started = slow.attempt_started.unwrap_or(started);
                 let offset = attempt_started.saturating_duration_since(started);
                 let mut records = hedged.attempt_records(attempt, offset);
                 let returned = match hedged.winner() {
@@ -334,10 +334,10 @@ impl<S, B> Call<S, B> {
                     r.progress = progress;
                 }
                 for r in records {
-                    rare.history.push(r);
+                    slow.history.push(r);
                 }
             }
-            None => rare.history.push(AttemptRecord {
+            None => slow.history.push(AttemptRecord {
                 number: attempt,
                 outcome,
                 retry_after,
@@ -358,7 +358,7 @@ impl<S, B> Call<S, B> {
         B::Error: Into<BoxError>,
     {
         let attempt = self.attempt;
-        let sent = self.rare().history.len().max(attempt as usize);
+        let sent = self.slow().history.len().max(attempt as usize);
         let policy = &*self.policy;
         // Hedges a layer beneath sent count as attempts too.
         if sent >= policy.max_attempts() as usize {
@@ -387,7 +387,7 @@ impl<S, B> Call<S, B> {
             if !budget.try_withdraw() {
                 return Err(StopReason::Budget);
             }
-            self.rare().withdrawn = true;
+            self.slow().withdrawn = true;
         }
         Ok(wait)
     }
@@ -401,7 +401,7 @@ impl<S, B> Call<S, B> {
                 "retry skipped"
             );
         }
-        let history = &mut self.rare().history;
+        let history = &mut self.slow().history;
         history.stop(stop);
         mem::replace(history, History::new(0))
     }
@@ -434,7 +434,7 @@ impl<S, B> Call<S, B> {
         response: Option<Response<RB>>,
         reason: impl fmt::Display,
     ) -> Step<RB> {
-        if let Some(last) = self.rare().history.last_mut() {
+        if let Some(last) = self.slow().history.last_mut() {
             last.wait = Some(wait);
         }
         tracing::debug!(
@@ -452,7 +452,7 @@ impl<S, B> Call<S, B> {
     #[inline]
     fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
         let status = res.status();
-        let plain = self.rare.as_ref().map_or(true, |r| r.history.is_empty())
+        let plain = self.slow.as_ref().map_or(true, |r| r.history.is_empty())
             && is_answer(&self.policy, status, should_retry(res.headers()))
             && res.extensions().get::<Hedged>().is_none();
         if plain {
@@ -521,7 +521,7 @@ impl<S, B> Call<S, B> {
                 match class {
                     Classification::Retryable(reason) => match self.gates(None, now) {
                         Ok(wait) => {
-                            self.rare().last_error = Some((kind, err));
+                            self.slow().last_error = Some((kind, err));
                             self.scheduled(wait, None, reason)
                         }
                         Err(stop) => Step::Return(self.fail(kind, err, stop, true)),
@@ -530,7 +530,7 @@ impl<S, B> Call<S, B> {
                         // A body failure that is the replay body's own (an abandoned
                         // attempt's reader pushed it past the cap) says so.
                         let stop = match (why, self.body.as_ref().map(|b| b.replayable())) {
-                            (Unsafe::BodyFailed, Some(Err(not))) => {
+                            (NoRetry::BodyFailed, Some(Err(not))) => {
                                 StopReason::BodyNotReplayable(not)
                             }
                             _ => StopReason::NotRetryable(why),
@@ -541,7 +541,7 @@ impl<S, B> Call<S, B> {
                     Classification::Answer => Step::Return(self.fail(
                         kind,
                         err,
-                        StopReason::NotRetryable(Unsafe::Permanent),
+                        StopReason::NotRetryable(NoRetry::Permanent),
                         false,
                     )),
                 }
@@ -575,11 +575,11 @@ impl<S, B> Call<S, B> {
     /// already drained, an error that names its status.
     fn stopped<RB>(&mut self, stop: StopReason) -> CallResult<RB> {
         self.refund();
-        match self.rare().last_error.take() {
+        match self.slow().last_error.take() {
             Some((kind, err)) => self.fail(kind, err, stop, true),
             None => {
                 let status =
-                    self.rare()
+                    self.slow()
                         .history
                         .attempts()
                         .iter()
@@ -601,7 +601,7 @@ impl<S, B> Call<S, B> {
     /// Gives the budget back a retry it paid for that will not be sent.
     fn refund(&mut self) {
         if self
-            .rare
+            .slow
             .as_mut()
             .is_some_and(|r| mem::take(&mut r.withdrawn))
         {
@@ -666,7 +666,7 @@ where
                                 ready!(fired);
                                 let err: BoxError = Box::new(TimedOut {
                                     deadline: call
-                                        .rare
+                                        .slow
                                         .as_ref()
                                         .is_some_and(|r| r.timeout_is_deadline),
                                 });
@@ -689,7 +689,7 @@ where
                         Step::Wait { wait, response } => {
                             let now = Instant::now();
                             let resume_at = later(now, wait);
-                            call.rare().resume_at = Some(resume_at);
+                            call.slow().resume_at = Some(resume_at);
                             match response {
                                 Some(res) => {
                                     // Drain first, within its own limit and before the
@@ -735,7 +735,7 @@ where
                             }
                         }
                     }
-                    let resume_at = call.rare().resume_at.filter(|&t| t > Instant::now());
+                    let resume_at = call.slow().resume_at.filter(|&t| t > Instant::now());
                     call.set_timer(resume_at);
                     this.state.set(State::Waiting);
                 }
@@ -775,7 +775,7 @@ where
                         let result = call.fail::<RB>(
                             ErrorKind::Other,
                             e.into(),
-                            StopReason::NotRetryable(Unsafe::Permanent),
+                            StopReason::NotRetryable(NoRetry::Permanent),
                             false,
                         );
                         this.state.set(State::Done { error: None });
@@ -794,15 +794,15 @@ where
                         // The gates allowed another attempt, so the head is kept; it
                         // fails to read back only if a header value was made through
                         // http's unchecked constructor with bytes the checked one
-                        // refuses (see `head::Kept::parts`). The call then ends here.
+                        // refuses (see `head::HeadCopy::parts`). The call then ends here.
                         let result = call.stopped::<RB>(StopReason::AttemptsExhausted);
                         this.state.set(State::Done { error: None });
                         return Poll::Ready(result);
                     };
-                    let rare = call.rare();
-                    rare.last_error = None;
-                    rare.withdrawn = false;
-                    rare.attempt_started = Some(now);
+                    let slow = call.slow();
+                    slow.last_error = None;
+                    slow.withdrawn = false;
+                    slow.attempt_started = Some(now);
                     if let Some(span) = this.span.as_deref() {
                         span.record("http.request.resend_count", call.attempt - 1);
                     }

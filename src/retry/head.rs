@@ -26,11 +26,11 @@ pub(super) struct Head {
     method: Method,
     version: Version,
     extensions: Extensions,
-    kept: Kept,
+    kept: HeadCopy,
 }
 
 #[derive(Clone)]
-enum Kept {
+enum HeadCopy {
     /// The URI's text (when `uri` is `None`), then each header value as a record: a
     /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
     /// then the name's and the value's bytes.
@@ -83,7 +83,7 @@ fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
     (len <= FLAT_LIMIT).then_some(text)
 }
 
-impl Kept {
+impl HeadCopy {
     fn of(uri: &Uri, headers: &HeaderMap) -> Self {
         let text = uri_text(uri);
         // One pass, into a buffer most heads fit in: the allocator serves this size
@@ -100,7 +100,7 @@ impl Kept {
         let uri_len = buf.len();
         for (name, value) in headers {
             if buf.len() + record_len(name, value) > FLAT_LIMIT {
-                return Kept::Cloned(Box::new((uri.clone(), headers.clone())));
+                return HeadCopy::Cloned(Box::new((uri.clone(), headers.clone())));
             }
             let name = name.as_str().as_bytes();
             let value_bytes = value.as_bytes();
@@ -113,7 +113,7 @@ impl Kept {
             buf.extend_from_slice(name);
             buf.extend_from_slice(value_bytes);
         }
-        Kept::Flat {
+        HeadCopy::Flat {
             buf,
             uri: text.is_none().then(|| uri.clone()),
             uri_len,
@@ -125,8 +125,8 @@ impl Kept {
     /// which a head built through `http`'s checked constructors never gives.
     fn parts(self) -> Option<(Uri, HeaderMap)> {
         let (buf, uri, uri_len, values) = match self {
-            Kept::Cloned(head) => return Some(*head),
-            Kept::Flat {
+            HeadCopy::Cloned(head) => return Some(*head),
+            HeadCopy::Flat {
                 buf,
                 uri,
                 uri_len,
@@ -172,7 +172,7 @@ impl Head {
             method: req.method().clone(),
             version: req.version(),
             extensions: req.extensions().clone(),
-            kept: Kept::of(req.uri(), req.headers()),
+            kept: HeadCopy::of(req.uri(), req.headers()),
         }
     }
 
@@ -182,7 +182,7 @@ impl Head {
     }
 
     /// The request for a later attempt; `None` only if the head does not read back
-    /// (see [`Kept::parts`]).
+    /// (see [`HeadCopy::parts`]).
     pub(super) fn request<T>(self, body: T) -> Option<Request<T>> {
         let (uri, headers) = self.kept.parts()?;
         let mut req = Request::new(body);
@@ -223,10 +223,10 @@ mod tests {
         )
     }
 
-    fn flat(kept: &Kept) -> Option<bool> {
+    fn flat(kept: &HeadCopy) -> Option<bool> {
         match kept {
-            Kept::Flat { uri, .. } => Some(uri.is_none()),
-            Kept::Cloned(_) => None,
+            HeadCopy::Flat { uri, .. } => Some(uri.is_none()),
+            HeadCopy::Cloned(_) => None,
         }
     }
 
@@ -262,7 +262,7 @@ mod tests {
             "/",
         ] {
             let uri: Uri = text.parse().unwrap();
-            let kept = Kept::of(&uri, &HeaderMap::new());
+            let kept = HeadCopy::of(&uri, &HeaderMap::new());
             assert_eq!(flat(&kept), Some(true), "{text} is kept as text");
             let (back, _) = round_trip(&uri, &HeaderMap::new());
             assert_eq!(back, uri, "{text}");
@@ -279,7 +279,7 @@ mod tests {
         parts.authority = Some("a.test".parse().unwrap());
         parts.path_and_query = Some("*".parse().unwrap());
         let odd = Uri::from_parts(parts).unwrap();
-        let kept = Kept::of(&odd, &HeaderMap::new());
+        let kept = HeadCopy::of(&odd, &HeaderMap::new());
         assert_eq!(flat(&kept), Some(false));
         let (back, _) = round_trip(&odd, &HeaderMap::new());
         assert_eq!(uri_parts(&back), uri_parts(&odd));
@@ -316,7 +316,7 @@ mod tests {
         for builder in cases {
             let uri = builder.build().unwrap();
             assert_eq!(
-                flat(&Kept::of(&uri, &HeaderMap::new())),
+                flat(&HeadCopy::of(&uri, &HeaderMap::new())),
                 Some(false),
                 "{uri}"
             );
@@ -333,7 +333,7 @@ mod tests {
         // without its scheme this would read back as https://elsewhere.test/steal.
         let uri: Uri = "://https://elsewhere.test/steal".parse().unwrap();
         assert_eq!(uri.scheme_str(), Some(""));
-        assert_eq!(flat(&Kept::of(&uri, &HeaderMap::new())), Some(false));
+        assert_eq!(flat(&HeadCopy::of(&uri, &HeaderMap::new())), Some(false));
         let (back, _) = round_trip(&uri, &HeaderMap::new());
         assert_eq!(back, uri);
         assert_eq!(back.host(), uri.host());
@@ -345,13 +345,13 @@ mod tests {
         let uri = Uri::from_static("http://a.test/");
         let mut small = HeaderMap::new();
         small.insert("accept", HeaderValue::from_static("*/*"));
-        assert_eq!(flat(&Kept::of(&uri, &small)), Some(true));
-        assert_eq!(flat(&Kept::of(&uri, &HeaderMap::new())), Some(true));
+        assert_eq!(flat(&HeadCopy::of(&uri, &small)), Some(true));
+        assert_eq!(flat(&HeadCopy::of(&uri, &HeaderMap::new())), Some(true));
 
         let mut large = HeaderMap::new();
         let big = "x".repeat(FLAT_LIMIT);
         large.insert("cookie", HeaderValue::from_str(&big).unwrap());
-        assert_eq!(flat(&Kept::of(&uri, &large)), None);
+        assert_eq!(flat(&HeadCopy::of(&uri, &large)), None);
         let (back_uri, back) = round_trip(&uri, &large);
         assert_eq!(back, large);
         assert_eq!(back_uri, uri);
@@ -362,17 +362,17 @@ mod tests {
         let uri = Uri::from_static("/x");
         let mut map = HeaderMap::new();
         map.insert("accept", HeaderValue::from_static("*/*"));
-        let Kept::Flat {
+        let HeadCopy::Flat {
             buf,
             uri_len,
             values,
             ..
-        } = Kept::of(&uri, &map)
+        } = HeadCopy::of(&uri, &map)
         else {
             panic!("expected a flat head");
         };
         for cut in uri_len..buf.len() {
-            let damaged = Kept::Flat {
+            let damaged = HeadCopy::Flat {
                 buf: buf[..cut].to_vec(),
                 uri: None,
                 uri_len,
@@ -385,7 +385,7 @@ mod tests {
         }
         let mut bad = buf.clone();
         bad[uri_len + 9] = b'\n';
-        let bad = Kept::Flat {
+        let bad = HeadCopy::Flat {
             buf: bad,
             uri: None,
             uri_len,

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use backstop::policy::{Breaker, BreakerHandle, Budget, BudgetHandle};
+use backstop::policy::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 
 /// A budget of a fixed number of retries that counts the withdrawals it was asked
 /// for and takes refunds back.
@@ -37,7 +37,7 @@ impl Tokens {
     }
 }
 
-impl Budget for Tokens {
+impl BudgetAccount for Tokens {
     fn try_withdraw(&self) -> bool {
         self.asked.fetch_add(1, Ordering::SeqCst);
         self.left
@@ -77,7 +77,7 @@ impl Switch {
     }
 }
 
-impl Breaker for Switch {
+impl BreakerGate for Switch {
     fn allows_retry(&self) -> bool {
         !self.open.load(Ordering::SeqCst)
     }
