@@ -2,18 +2,16 @@
 //! The fault-injection kit, `backstop::test_util`, seen from a real hyper client: what
 //! each step does to the client and what the server records.
 
-mod support;
-
 use std::error::Error as StdError;
 use std::io;
 use std::time::{Duration, Instant};
 
+use crate::support::wire::{client, upstream, within_10s, BOTH};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use support::wire::{client, upstream, within_10s, BOTH};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type TestClient = Client<HttpConnector, Full<Bytes>>;

@@ -1,12 +1,12 @@
 //! The retry budget: exact accounting traces on tokio's paused clock, the sliding
 //! window, per-origin accounts, and the layer under the retry layer.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::mock::{status, Mock};
+use crate::support::requests::{call, head, paused};
 use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount, Partition};
 use backstop::policy::{BudgetHandle, History, StopReason};
 use backstop::{ReplayBody, RetryLayer, RetryPolicy};
@@ -14,8 +14,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use proptest::prelude::*;
-use support::mock::{status, Mock};
-use support::requests::{call, head, paused};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 

@@ -2,8 +2,6 @@
 //! cancellation and heavy concurrency, one outcome per call under the retry layer,
 //! and real loopback upstreams that die, recover, or fail beside a healthy one.
 
-mod support;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::support::mock::{status, status_with, Mock};
+use crate::support::requests::{call, get, head, paused};
 use backstop::circuit_breaker::{
     CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
 };
@@ -21,8 +21,6 @@ use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use proptest::prelude::*;
-use support::mock::{status, status_with, Mock};
-use support::requests::{call, get, head, paused};
 use tokio::sync::oneshot;
 use tokio::time::{advance, Instant};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};

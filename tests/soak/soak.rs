@@ -5,17 +5,15 @@
 //!
 //! `cargo test --all-features --test soak -- --nocapture` prints the counts.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::wire::{faulty_transport, full, Connect, FaultyConnector};
 use backstop::policy::{AttemptOutcome, AttemptRecord, ErrorKind, History};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::{ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use http::{Method, Request};
-use support::wire::{faulty_transport, full, Connect, FaultyConnector};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// A small seeded generator (xorshift64*), so the soak is the same on every run.

@@ -2,10 +2,11 @@
 //! The retry layer over real hyper-util clients and loopback upstreams, HTTP/1.1 and
 //! HTTP/2: what the server processed, not only what the client saw.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::wire::{
+    channel, empty, full, probed_channel, quick, transport, upstream, within_10s, Body, BOTH,
+};
 use backstop::policy::{History, NoRetry, NotReplayable, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::{RetryLayer, RetryPolicy};
@@ -13,9 +14,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use support::wire::{
-    channel, empty, full, probed_channel, quick, transport, upstream, within_10s, Body, BOTH,
-};
 use tower::{Layer, ServiceExt};
 
 async fn send(

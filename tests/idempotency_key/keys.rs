@@ -1,16 +1,14 @@
 //! The idempotency-key layer: one key per call, kept across every attempt.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::mock::{status, Mock};
 use backstop::idempotency_key::{CallKey, IdempotencyKeyLayer};
 use backstop::policy::Keyed;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::Full;
-use support::mock::{status, Mock};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 fn req(method: Method) -> Request<Full<Bytes>> {

@@ -1,8 +1,6 @@
 //! The hedge layer: its timing on tokio's paused clock over a scripted in-process
 //! transport, then cancellation over real loopback servers (HTTP/1.1 and HTTP/2).
 
-mod support;
-
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::support::gates::{Switch, Tokens};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History, Keyed};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
@@ -20,7 +19,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use support::gates::{Switch, Tokens};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 

@@ -2,20 +2,18 @@
 //! Safe re-sends for writes, over real loopback upstreams: the retry layer with
 //! `ProgressTrackingLayer` around a hyper-util client, asserting what the server processed.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::wire::{
+    channel, empty, faulty_transport, full, quick, transport, upstream, within_10s, Body, Connect,
+    FaultyConnector, BOTH,
+};
 use backstop::policy::{History, NoRetry, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::{IdempotencyKeyLayer, ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use support::wire::{
-    channel, empty, faulty_transport, full, quick, transport, upstream, within_10s, Body, Connect,
-    FaultyConnector, BOTH,
-};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// Retry + progress around a hyper-util client.

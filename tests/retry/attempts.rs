@@ -1,20 +1,18 @@
 //! The retry layer's attempt loop, gates and timing, on tokio's paused clock over a
-//! scripted in-process transport. Wire behaviour is in `tests/wire.rs`.
-
-mod support;
+//! scripted in-process transport. Wire behaviour is in `wire.rs`.
 
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::gates::{Switch, Tokens};
+use crate::support::mock::{status, status_with, Mock, Step};
 use backstop::policy::{Deadline, ErrorKind, History, NoRetry, NotReplayable, StopReason};
 use backstop::{OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use support::gates::{Switch, Tokens};
-use support::mock::{status, status_with, Mock, Step};
 use tower::{Layer, Service, ServiceExt};
 
 fn get() -> Request<Full<Bytes>> {

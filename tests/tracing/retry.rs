@@ -1,18 +1,14 @@
-//! The retry layer's tracing, in a test binary of its own: `tracing` caches per
-//! call site whether anyone listens, so a subscriber set for one test must not race
-//! with other tests' call sites in the same process.
-
-mod support;
+//! The retry layer's tracing.
 
 use std::io;
 use std::sync::Arc;
 
+use crate::support::mock::{status, status_with, Mock, Step};
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
-use support::mock::{status, status_with, Mock, Step};
 use tower::{Layer, Service, ServiceExt};
 
 /// A `tracing` writer that keeps everything in memory.

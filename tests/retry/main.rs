@@ -1,0 +1,7 @@
+//! Integration tests of `retry`, against real hyper servers on 127.0.0.1 where the wire matters.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod attempts;
+mod wire;

@@ -1,0 +1,6 @@
+//! Integration tests of `soak`, against real hyper servers on 127.0.0.1 where the wire matters.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod soak;
