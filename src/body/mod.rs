@@ -37,7 +37,7 @@ use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::policy::{AttemptProgress, NotReplayable};
+use crate::policy::{AttemptLog, NotReplayable};
 use crate::BoxError;
 
 #[cfg(test)]
@@ -71,7 +71,7 @@ pub struct OneShot;
 /// is kept.
 pub struct ReplayBody<B> {
     repr: Repr<B>,
-    progress: Option<AttemptProgress>,
+    progress: Option<AttemptLog>,
 }
 
 enum Repr<B> {
@@ -414,7 +414,7 @@ where
     fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
-        progress: Option<&AttemptProgress>,
+        progress: Option<&AttemptLog>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if self.done {
             return Poll::Ready(None);
@@ -554,7 +554,7 @@ where
     }
 }
 
-fn report_data(progress: Option<&AttemptProgress>, chunk: &Bytes, at_end: bool) {
+fn report_data(progress: Option<&AttemptLog>, chunk: &Bytes, at_end: bool) {
     if let Some(progress) = progress {
         progress.add_body_bytes(chunk.len() as u64);
         if at_end {
@@ -565,7 +565,7 @@ fn report_data(progress: Option<&AttemptProgress>, chunk: &Bytes, at_end: bool) 
     }
 }
 
-fn mark_complete(progress: Option<&AttemptProgress>) {
+fn mark_complete(progress: Option<&AttemptLog>) {
     if let Some(progress) = progress {
         progress.mark_body_complete();
     }
@@ -620,7 +620,7 @@ where
     }
 
     /// Sets the progress record this reader reports its body bytes into.
-    pub(crate) fn set_progress(&mut self, progress: Option<AttemptProgress>) {
+    pub(crate) fn set_progress(&mut self, progress: Option<AttemptLog>) {
         self.progress = progress;
     }
 }

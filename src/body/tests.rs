@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::sync::mpsc;
 
 use super::ReplayBody;
-use crate::policy::{AttemptProgress, NotReplayable};
+use crate::policy::{AttemptLog, NotReplayable};
 use crate::BoxError;
 
 // ---------------------------------------------------------------------------
@@ -269,7 +269,7 @@ async fn hyper_client_sends_every_reader() {
 
     let first = ReplayBody::new(Full::new(Bytes::from_static(b"hello world")), CAP);
     let second = first.replay();
-    let progress = AttemptProgress::new();
+    let progress = AttemptLog::new();
     let mut first = first;
     first.set_progress(Some(progress.clone()));
     for body in [first, second] {
@@ -759,7 +759,7 @@ async fn empty_body() {
 #[tokio::test]
 async fn empty_body_reports_completion_when_polled() {
     let mut body = ReplayBody::new(Empty::<Bytes>::new(), CAP);
-    let progress = AttemptProgress::new();
+    let progress = AttemptLog::new();
     body.set_progress(Some(progress.clone()));
     assert!(!progress.snapshot().anything_written());
     assert_eq!(next(&mut body).await, None);
@@ -915,7 +915,7 @@ async fn panicking_original_poisons_nothing() {
 #[tokio::test]
 async fn progress_reported_per_reader() {
     let mut first = ReplayBody::new(stream_with_trailers(&["abc", "de"], Some(trailers())), CAP);
-    let p1 = AttemptProgress::new();
+    let p1 = AttemptLog::new();
     first.set_progress(Some(p1.clone()));
     assert_eq!(next(&mut first).await, Some(d("abc")));
     let snap = p1.snapshot();
@@ -933,7 +933,7 @@ async fn progress_reported_per_reader() {
     // A replay has its own record, unset until set.
     let mut second = first.replay();
     assert_eq!(next(&mut second).await, Some(d("abc")));
-    let p2 = AttemptProgress::new();
+    let p2 = AttemptLog::new();
     second.set_progress(Some(p2.clone()));
     assert_eq!(next(&mut second).await, Some(d("de")));
     assert_eq!(p2.snapshot().body_bytes, 2);
@@ -955,7 +955,7 @@ async fn progress_reported_per_reader() {
 async fn progress_complete_on_none_end() {
     let (tx, body) = chan();
     let mut first = ReplayBody::new(body, CAP);
-    let p = AttemptProgress::new();
+    let p = AttemptLog::new();
     first.set_progress(Some(p.clone()));
     send(&tx, "xyz");
     assert_eq!(next(&mut first).await, Some(d("xyz")));
@@ -971,7 +971,7 @@ async fn progress_complete_on_none_end() {
 async fn progress_complete_at_last_data_frame_when_known() {
     // hyper stops polling once is_end_stream is true after a data frame.
     let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"hello")), CAP);
-    let p = AttemptProgress::new();
+    let p = AttemptLog::new();
     first.set_progress(Some(p.clone()));
     assert_eq!(next(&mut first).await, Some(d("hello")));
     assert!(first.is_end_stream());
@@ -979,7 +979,7 @@ async fn progress_complete_at_last_data_frame_when_known() {
     assert!(p.snapshot().body_complete);
 
     let mut second = first.replay();
-    let p2 = AttemptProgress::new();
+    let p2 = AttemptLog::new();
     second.set_progress(Some(p2.clone()));
     assert_eq!(next(&mut second).await, Some(d("hello")));
     assert!(p2.snapshot().body_complete);

@@ -178,7 +178,7 @@ use config::Delay;
 use future::Plan;
 
 use crate::body::OneShot;
-use crate::policy::AttemptProgress;
+use crate::policy::AttemptLog;
 use crate::{BoxError, Error};
 
 /// Sends extra copies of a slow idempotent request and returns the first
@@ -220,7 +220,7 @@ impl<S> Hedge<S> {
         }
         // The retry layer above leaves a progress record exactly on the attempts of a
         // request its own policy finds neither idempotent nor keyed: never hedged.
-        if ext.get::<AttemptProgress>().is_some() {
+        if ext.get::<AttemptLog>().is_some() {
             return None;
         }
         let body = req.body().hedge_handle()?;

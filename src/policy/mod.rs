@@ -28,5 +28,5 @@ pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};
-pub use progress::{AttemptProgress, Progress};
+pub use progress::{AttemptLog, Progress};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};

@@ -12,7 +12,7 @@ const HEAD_RECEIVED: u8 = 1 << 4;
 
 /// How far one attempt got onto the wire.
 ///
-/// The retry layer puts a fresh `AttemptProgress` into the extensions of each attempt
+/// The retry layer puts a fresh `AttemptLog` into the extensions of each attempt
 /// whose safety depends on it (a request that is neither idempotent nor keyed). The
 /// replay body counts the body bytes the transport took; a progress-tracking service
 /// around the transport fills in the rest. A handle is cheap to clone: every clone
@@ -21,15 +21,15 @@ const HEAD_RECEIVED: u8 = 1 << 4;
 /// # Examples
 ///
 /// ```
-/// use backstop::policy::AttemptProgress;
+/// use backstop::policy::AttemptLog;
 ///
-/// let progress = AttemptProgress::new();
+/// let progress = AttemptLog::new();
 /// assert!(!progress.snapshot().anything_written());
 /// progress.add_body_bytes(10);
 /// assert!(progress.snapshot().anything_written());
 /// ```
 #[derive(Clone, Default)]
-pub struct AttemptProgress {
+pub struct AttemptLog {
     inner: Arc<Inner>,
 }
 
@@ -39,7 +39,7 @@ struct Inner {
     body_bytes: AtomicU64,
 }
 
-impl AttemptProgress {
+impl AttemptLog {
     /// A record where nothing has happened yet.
     pub fn new() -> Self {
         Self::default()
@@ -97,13 +97,13 @@ impl AttemptProgress {
     }
 }
 
-impl fmt::Debug for AttemptProgress {
+impl fmt::Debug for AttemptLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.snapshot().fmt(f)
     }
 }
 
-/// A snapshot of an [`AttemptProgress`] record.
+/// A snapshot of an [`AttemptLog`] record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Progress {

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use hyper_util::client::legacy::connect::CaptureConnection;
 use pin_project_lite::pin_project;
 
-use crate::policy::AttemptProgress;
+use crate::policy::AttemptLog;
 
 pin_project! {
     /// Response future of [`ProgressTracking`](super::ProgressTracking).
@@ -16,13 +16,13 @@ pin_project! {
         // The attempt's record and the client's connection capture; `None` for a
         // request without a record, which passes straight through. The capture is
         // let go once it has shown a connection: nothing more is learnt from it.
-        tracking: Option<(AttemptProgress, Option<CaptureConnection>)>,
+        tracking: Option<(AttemptLog, Option<CaptureConnection>)>,
     }
 }
 
 impl<F> ResponseFuture<F> {
     #[inline]
-    pub(crate) fn new(inner: F, tracking: Option<(AttemptProgress, CaptureConnection)>) -> Self {
+    pub(crate) fn new(inner: F, tracking: Option<(AttemptLog, CaptureConnection)>) -> Self {
         ResponseFuture {
             inner,
             tracking: tracking.map(|(progress, capture)| (progress, Some(capture))),

@@ -19,7 +19,7 @@ use crate::body::{OneShot, ReplayBody, ReplaySource};
 use crate::error::TimedOut;
 use crate::hedge::Hedged;
 use crate::policy::{
-    classify_error, is_answer, ladder, later, should_retry, AttemptOutcome, AttemptProgress,
+    classify_error, is_answer, ladder, later, should_retry, AttemptOutcome, AttemptLog,
     AttemptRecord, BreakerHandle, BudgetHandle, Classification, Deadline, ErrorKind, History,
     NoRetry, Outcome, Progress, RetryPolicy, StopReason,
 };
@@ -71,7 +71,7 @@ struct Call<S, B> {
     template: Option<Head>,
     /// A handle on the shared replay state; `None` when the policy allows one attempt.
     body: Option<ReplaySource<B>>,
-    progress: Option<AttemptProgress>,
+    progress: Option<AttemptLog>,
     attempt: u32,
     /// When the call started; `None` until something needs it (see `new`).
     started: Option<Instant>,
@@ -197,7 +197,7 @@ where
         let template = retries.then(|| Head::of(&req));
         let body = retries.then(|| req.body().source());
         let progress = needs_progress.then(|| {
-            let p = AttemptProgress::new();
+            let p = AttemptLog::new();
             req.extensions_mut().insert(p.clone());
             req.body_mut().set_progress(Some(p.clone()));
             p
@@ -562,7 +562,7 @@ impl<S, B> Call<S, B> {
         let head = self.template.clone()?;
         let mut req = head.request(self.body.as_ref()?.replay())?;
         if self.needs_progress() {
-            let p = AttemptProgress::new();
+            let p = AttemptLog::new();
             req.extensions_mut().insert(p.clone());
             req.body_mut().set_progress(Some(p.clone()));
             self.progress = Some(p);
