@@ -381,7 +381,7 @@ where
             let res = client.oneshot(req).await;
             let copies = res
                 .ok()
-                .and_then(|res| res.extensions().get::<Hedged>().map(Hedged::copies))
+                .and_then(|res| Hedged::of(&res).map(Hedged::copies))
                 .unwrap_or(0);
             (t.elapsed(), copies)
         });

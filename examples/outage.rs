@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-use backstop::policy::BreakerHandle;
+use backstop::policy::CallContext;
 use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -159,7 +159,8 @@ impl Scenario {
                         // Right inside the breaker: a call admitted while the breaker
                         // is not closed is a probe.
                         .map_request(move |req: Request<Full<Bytes>>| {
-                            let handle = req.extensions().get::<BreakerHandle>();
+                            let handle =
+                                CallContext::of(req.extensions()).and_then(CallContext::breaker);
                             if handle.is_some_and(|h| !h.allows_retry()) {
                                 probes.0.lock().unwrap().push(Instant::now());
                             }

@@ -1,11 +1,16 @@
-//! The error a backstop layer returns, and its predicates.
+//! The error a backstop layer returns, and its predicates: the floor every other
+//! module stands on (it needs nothing but the `policy` vocabulary).
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::{ErrorKind, History, StopReason};
-use crate::BoxError;
+use tokio::time::Instant;
+
+use crate::policy::{AttemptLog, ErrorKind, History, StopReason};
+
+/// A type-erased error, as tower uses.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A failed call: the last attempt's failure, the attempt history, and why the
 /// sequence stopped.
@@ -42,6 +47,11 @@ struct Inner {
     refused: Option<StopReason>,
     /// The status of the last answer, when the call ended after its body was drained.
     status: Option<http::StatusCode>,
+    /// When the circuit breaker that refused the call lets a probe through.
+    next_probe_at: Option<Instant>,
+    /// The failed attempt's record, when a layer beneath the retry layer (a hedge
+    /// layer) filled one in.
+    attempt: Option<AttemptLog>,
 }
 
 impl Error {
@@ -54,15 +64,40 @@ impl Error {
                 retryable: false,
                 refused: None,
                 status: None,
+                next_probe_at: None,
+                attempt: None,
             }),
         }
     }
 
-    /// A call a layer refused before sending anything; `source` says why.
-    pub(crate) fn refused(reason: StopReason, source: BoxError) -> Self {
+    /// A call a layer refused before sending anything; `source` says why, and
+    /// `next_probe_at` when an open breaker lets a probe through.
+    pub(crate) fn refused(
+        reason: StopReason,
+        source: BoxError,
+        next_probe_at: Option<Instant>,
+    ) -> Self {
         let mut err = Error::new(ErrorKind::Other, Some(source));
         err.inner.refused = Some(reason);
+        err.inner.next_probe_at = next_probe_at;
         err
+    }
+
+    /// Attaches the failed attempt's record.
+    pub(crate) fn with_attempt(mut self, attempt: AttemptLog) -> Self {
+        self.inner.attempt = Some(attempt);
+        self
+    }
+
+    /// The failed attempt's record, when a layer beneath the retry layer filled
+    /// one in (a hedge layer's sends).
+    pub(crate) fn attempt_log(&self) -> Option<&AttemptLog> {
+        self.inner.attempt.as_ref()
+    }
+
+    /// The first backstop `Error` along `err`'s source chain.
+    pub(crate) fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
+        crate::policy::chain(err).find_map(|e| e.downcast_ref::<Error>())
     }
 
     /// The call ended on a gate after a failed answer whose body was already read and
@@ -159,12 +194,8 @@ impl Error {
     /// as soon as they succeed).
     ///
     /// See [`CircuitOpen`](crate::circuit_breaker::CircuitOpen).
-    pub fn next_probe_at(&self) -> Option<tokio::time::Instant> {
-        self.inner
-            .source
-            .as_deref()
-            .and_then(|s| s.downcast_ref::<crate::circuit_breaker::CircuitOpen>())
-            .and_then(crate::circuit_breaker::CircuitOpen::next_probe_at)
+    pub fn next_probe_at(&self) -> Option<Instant> {
+        self.inner.next_probe_at
     }
 
     /// Whether the server certainly did not process the request.
@@ -219,6 +250,18 @@ impl StdError for Error {
             .as_deref()
             .map(|e| e as &(dyn StdError + 'static))
     }
+}
+
+/// The kind of one of backstop's own errors, when `e` is one: this is where a
+/// backstop error is recognised along a source chain.
+pub(crate) fn recognise(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return Some(e.kind());
+    }
+    if e.is::<TimedOut>() {
+        return Some(ErrorKind::Timeout);
+    }
+    None
 }
 
 /// An attempt ran out of time (its own timeout, or the call's deadline).

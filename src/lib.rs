@@ -47,10 +47,14 @@
 //!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
 //! ```
 //!
-//! The shared vocabulary, including the handles those layers leave in the
-//! extensions ([`BudgetHandle`](policy::BudgetHandle),
-//! [`BreakerHandle`](policy::BreakerHandle)), is in [`policy`]; the retry layer
-//! already consults them when they are present.
+//! The layers share one value per call, the [`CallContext`](policy::CallContext)
+//! in the request's extensions: the outermost backstop layer puts it there and the
+//! others fill in their part (the idempotency mark, the origin's
+//! [`BreakerHandle`](policy::BreakerHandle) and [`BudgetHandle`](policy::BudgetHandle),
+//! the deadline, and the current attempt's [`AttemptLog`](policy::AttemptLog)). The
+//! retry layer copies that one value into each attempt. Its types, like the rest of
+//! the shared vocabulary, are in [`policy`]; a layer that finds no handle skips its
+//! check.
 //!
 //! # When is a request sent again?
 //!
@@ -121,16 +125,13 @@ pub mod retry;
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy, Partition};
 pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-pub use error::{Error, TimedOut};
+pub use error::{BoxError, Error, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer};
-
-/// A type-erased error, as tower uses.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]

@@ -37,8 +37,8 @@ use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
+use crate::error::BoxError;
 use crate::policy::{AttemptLog, NotReplayable};
-use crate::BoxError;
 
 #[cfg(test)]
 mod tests;

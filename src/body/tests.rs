@@ -14,8 +14,8 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::sync::mpsc;
 
 use super::ReplayBody;
+use crate::error::BoxError;
 use crate::policy::{AttemptLog, NotReplayable};
-use crate::BoxError;
 
 // ---------------------------------------------------------------------------
 // Helpers

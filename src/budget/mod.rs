@@ -179,8 +179,8 @@ where
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         let account = self.shared.accounts.get_for(&mut req, &mut self.cache);
         account.deposit();
-        req.extensions_mut()
-            .insert(crate::policy::BudgetHandle::new(account));
+        crate::policy::CallContext::of_mut(req.extensions_mut())
+            .set_budget(crate::policy::BudgetHandle::new(account));
         self.inner.call(req)
     }
 }

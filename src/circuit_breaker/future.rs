@@ -8,8 +8,8 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::state::{Core, Ticket};
+use crate::error::{BoxError, Error};
 use crate::policy::Outcome;
-use crate::{BoxError, Error};
 
 pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker).

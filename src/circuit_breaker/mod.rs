@@ -118,8 +118,8 @@ pub use layer::CircuitBreakerLayer;
 pub use state::State;
 
 use crate::budget::Cache;
-use crate::policy::{BreakerHandle, StopReason};
-use crate::{BoxError, Error};
+use crate::error::{BoxError, Error};
+use crate::policy::{BreakerHandle, CallContext, StopReason};
 use future::Permit;
 use layer::Shared;
 use state::Core;
@@ -201,14 +201,15 @@ where
         let breaker = self.shared.breakers.get_for(&mut req, &mut self.cache);
         match breaker.admit() {
             Ok(ticket) => {
-                req.extensions_mut()
-                    .insert(BreakerHandle::new(breaker.clone()));
+                CallContext::of_mut(req.extensions_mut())
+                    .set_breaker(BreakerHandle::new(breaker.clone()));
                 let future = self.inner.call(req);
                 ResponseFuture::called(future, Permit::new(breaker, ticket))
             }
             Err(next_probe_at) => ResponseFuture::refused(Error::refused(
                 StopReason::CircuitOpen,
                 Box::new(CircuitOpen::new(next_probe_at)),
+                next_probe_at,
             )),
         }
     }

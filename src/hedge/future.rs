@@ -12,12 +12,12 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 
 use super::estimate::Estimator;
-use super::{HedgeBody, HedgeFailed, Hedged, NotHedged, Sent};
+use super::HedgeBody;
+use crate::error::{BoxError, Error};
 use crate::policy::{
-    classify_error, ladder, later, AttemptOutcome, BreakerHandle, BudgetHandle, Classification,
-    Deadline, ErrorKind, Outcome, RetryPolicy,
+    classify_error, ladder, later, AttemptLog, AttemptOutcome, Classification, ErrorKind, Given,
+    Hedged, NotHedged, Outcome, RetryPolicy, Sent,
 };
-use crate::{BoxError, Error};
 
 pin_project! {
     /// Response future of [`Hedge`](super::Hedge).
@@ -257,17 +257,14 @@ where
             }
             *this.due = true;
             // The gates that cost nothing come first.
-            let ext = &this.parts.extensions;
+            let given = Given::new(&this.parts.extensions);
             let now = Instant::now();
-            let refused = if ext
-                .get::<Deadline>()
-                .is_some_and(|d| d.remaining(now) < this.policy.min_attempt_time())
+            let refused = if given
+                .deadline()
+                .is_some_and(|d| d.saturating_duration_since(now) < this.policy.min_attempt_time())
             {
                 Some(NotHedged::Deadline)
-            } else if ext
-                .get::<BreakerHandle>()
-                .is_some_and(|b| !b.allows_retry())
-            {
+            } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
                 Some(NotHedged::CircuitOpen)
             } else {
                 match this.body.hedge_copy() {
@@ -293,10 +290,8 @@ where
             }
         }
         let body = this.next_body.take();
-        if this
-            .parts
-            .extensions
-            .get::<BudgetHandle>()
+        if Given::new(&this.parts.extensions)
+            .budget()
             .is_some_and(|b| !b.try_withdraw())
         {
             refuse(this.stopped, this.not_sent, NotHedged::Budget);
@@ -389,20 +384,18 @@ where
             ended,
         });
     }
-    let hedged = Hedged {
+    let log = AttemptLog::new();
+    log.record_hedged(Hedged {
         sent,
         winner,
         not_sent: *this.not_sent,
-    };
+    });
     match result {
         Ok(mut res) => {
-            res.extensions_mut().insert(hedged);
+            res.extensions_mut().insert(log);
             Ok(res)
         }
-        Err((kind, err)) => Err(Error::new(
-            kind,
-            Some(Box::new(HedgeFailed::new(hedged, err))),
-        )),
+        Err((kind, err)) => Err(Error::wrap(kind, err).with_attempt(log)),
     }
 }
 

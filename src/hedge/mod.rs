@@ -37,9 +37,9 @@
 //!   time, the origin's [circuit breaker](crate::policy::BreakerHandle) must allow
 //!   an extra attempt, and the [retry budget](crate::policy::BudgetHandle) must
 //!   pay for it; the first refusal ends hedging for that request
-//!   ([`NotHedged`]). When a copy was due, a [`Hedged`] record of every send rides
-//!   on the response's extensions (or in the error's source chain, see
-//!   [`Hedged::find`]).
+//!   ([`NotHedged`]). When a copy was due, a [`Hedged`] record of every send is
+//!   part of the attempt's [record](crate::policy::AttemptLog), which rides on the
+//!   response's extensions ([`Hedged::of`]) or in the error ([`Hedged::find`]).
 //!
 //! A tracing event (debug level) tells each hedge sent, with its copy number and
 //! delay, and each hedge not sent, with the gate that refused it. Neither names a
@@ -97,7 +97,7 @@
 //! let req = http::Request::get("http://example.com/").body(Full::default()).unwrap();
 //! let res = client.ready().await?.call(req).await?;
 //! // The hedge answered; the stuck original was canceled.
-//! let hedged = res.extensions().get::<Hedged>().unwrap();
+//! let hedged = Hedged::of(&res).unwrap();
 //! assert_eq!(hedged.winner(), Some(1));
 //! assert_eq!(sends.load(Ordering::SeqCst), 2);
 //! # Ok(())
@@ -160,7 +160,6 @@ mod config;
 mod estimate;
 mod future;
 mod layer;
-mod record;
 
 use std::task::{Context, Poll};
 
@@ -168,18 +167,18 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
 
+pub use crate::policy::{Hedged, NotHedged, Sent};
 pub use body::HedgeBody;
 pub use config::{HedgePolicy, HedgePolicyBuilder};
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
-pub use record::{HedgeFailed, Hedged, NotHedged, Sent};
 
 use config::Delay;
 use future::Plan;
 
 use crate::body::OneShot;
-use crate::policy::AttemptLog;
-use crate::{BoxError, Error};
+use crate::error::{BoxError, Error};
+use crate::policy::Given;
 
 /// Sends extra copies of a slow idempotent request and returns the first
 /// acceptable answer. See the [module docs](self).
@@ -220,7 +219,7 @@ impl<S> Hedge<S> {
         }
         // The retry layer above leaves a progress record exactly on the attempts of a
         // request its own policy finds neither idempotent nor keyed: never hedged.
-        if ext.get::<AttemptLog>().is_some() {
+        if Given::new(ext).attempt().is_some() {
             return None;
         }
         let body = req.body().hedge_handle()?;

@@ -61,7 +61,7 @@ use tower_service::Service;
 pub use key::{new_key, new_key_string};
 pub use layer::IdempotencyKeyLayer;
 
-use crate::policy::Keyed;
+use crate::policy::CallContext;
 
 /// A key a caller gives for one call, put into its request's extensions: the layer
 /// sends it instead of a fresh one (a key already in the headers wins over both).
@@ -152,7 +152,7 @@ where
                 };
                 req.headers_mut().insert(config.header.clone(), key);
             }
-            req.extensions_mut().insert(Keyed);
+            CallContext::of_mut(req.extensions_mut()).mark_keyed();
         }
         self.inner.call(req)
     }

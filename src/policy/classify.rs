@@ -1,245 +1,13 @@
 //! The decision ladder: may this outcome be sent again?
 
-use std::error::Error as StdError;
 use std::fmt;
-use std::io;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use super::{NoRetry, Progress, RetryPolicy};
+use super::{ErrorKind, NoRetry, Progress, RetryPolicy};
 
 /// The header a server uses to say whether a request should be retried.
 pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
-
-/// What kind of failure an attempt ended with, read from the error's type and its
-/// source chain. It never holds a message, so it is safe to record and log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Connecting failed (refused, timed out, unreachable): nothing was sent.
-    Connect,
-    /// A local mistake or a setting the same request would hit again: an invalid
-    /// request or URI, an unsupported scheme or version, a TLS, certificate or name
-    /// resolution failure.
-    Config,
-    /// The transport canceled the request before it started.
-    Canceled,
-    /// An HTTP/2 server refused the stream (`REFUSED_STREAM`): not processed.
-    RefusedStream,
-    /// An HTTP/2 server's `GOAWAY` excluded the stream: not processed.
-    GoAway,
-    /// The attempt timed out.
-    Timeout,
-    /// The connection closed or was reset before a complete answer.
-    Closed,
-    /// The request body failed while it was being sent.
-    BodyWrite,
-    /// Any other failure.
-    Other,
-}
-
-impl ErrorKind {
-    /// A short `snake_case` name, for metrics labels.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ErrorKind::Connect => "connect",
-            ErrorKind::Config => "config",
-            ErrorKind::Canceled => "canceled",
-            ErrorKind::RefusedStream => "refused_stream",
-            ErrorKind::GoAway => "goaway",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Closed => "closed",
-            ErrorKind::BodyWrite => "body_write",
-            ErrorKind::Other => "other",
-        }
-    }
-
-    /// Whether the server certainly did not process the request.
-    pub fn is_not_processed(&self) -> bool {
-        matches!(
-            self,
-            ErrorKind::Connect | ErrorKind::Canceled | ErrorKind::RefusedStream | ErrorKind::GoAway
-        )
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Connect => "connect error",
-            ErrorKind::Config => "invalid request or configuration",
-            ErrorKind::Canceled => "canceled before sending",
-            ErrorKind::RefusedStream => "stream refused",
-            ErrorKind::GoAway => "stream refused by goaway",
-            ErrorKind::Timeout => "timed out",
-            ErrorKind::Closed => "connection closed",
-            ErrorKind::BodyWrite => "request body error",
-            ErrorKind::Other => "transport error",
-        })
-    }
-}
-
-/// Reads the kind of an attempt's error from its type and source chain.
-///
-/// It recognises backstop's own errors, hyper-util's legacy client errors, hyper
-/// and h2 errors (with the `hyper` feature), `std::io::Error` kinds, tokio's
-/// `Elapsed`, and `http`'s invalid-request errors. See the crate docs for the table.
-///
-/// # Examples
-///
-/// ```
-/// use std::io;
-/// use backstop::policy::{classify_error, ErrorKind};
-///
-/// let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
-/// assert_eq!(classify_error(&refused), ErrorKind::Connect);
-/// let reset = io::Error::from(io::ErrorKind::ConnectionReset);
-/// assert_eq!(classify_error(&reset), ErrorKind::Closed);
-/// ```
-pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorKind {
-    chain_kind(err).unwrap_or(ErrorKind::Other)
-}
-
-/// `err` and then each error along its source chain.
-pub(crate) fn chain<'a>(
-    err: &'a (dyn StdError + 'static),
-) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    std::iter::successors(Some(err), |&e| e.source())
-}
-
-/// The first recognised kind along `err`'s source chain.
-fn chain_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    chain(err).find_map(kind_of)
-}
-
-fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    if let Some(e) = e.downcast_ref::<crate::Error>() {
-        return Some(e.kind());
-    }
-    if e.is::<crate::TimedOut>() || e.is::<tokio::time::error::Elapsed>() {
-        return Some(ErrorKind::Timeout);
-    }
-    if let Some(e) = e.downcast_ref::<io::Error>() {
-        return Some(io_kind(e));
-    }
-    if e.is::<http::Error>()
-        || e.is::<http::uri::InvalidUri>()
-        || e.is::<http::uri::InvalidUriParts>()
-        || e.is::<http::header::InvalidHeaderValue>()
-        || e.is::<http::header::InvalidHeaderName>()
-        || e.is::<http::method::InvalidMethod>()
-    {
-        return Some(ErrorKind::Config);
-    }
-    #[cfg(feature = "hyper")]
-    if let Some(kind) = hyper_kind(e) {
-        return Some(kind);
-    }
-    None
-}
-
-fn io_kind(e: &io::Error) -> ErrorKind {
-    use io::ErrorKind as K;
-    // A custom io error may wrap a more telling one (h2 and TLS do this).
-    if let Some(kind) = e.get_ref().and_then(|inner| chain_kind(inner)) {
-        return kind;
-    }
-    match e.kind() {
-        K::ConnectionRefused => ErrorKind::Connect,
-        K::TimedOut | K::WouldBlock => ErrorKind::Timeout,
-        K::ConnectionReset
-        | K::ConnectionAborted
-        | K::BrokenPipe
-        | K::UnexpectedEof
-        | K::NotConnected => ErrorKind::Closed,
-        K::InvalidInput | K::Unsupported | K::PermissionDenied => ErrorKind::Config,
-        _ => ErrorKind::Other,
-    }
-}
-
-/// Whether an io error met while connecting is worth another try.
-#[cfg(feature = "hyper")]
-fn connect_is_transient(e: &(dyn StdError + 'static)) -> bool {
-    use io::ErrorKind as K;
-    let io = chain(e).skip(1).find_map(|e| e.downcast_ref::<io::Error>());
-    io.is_some_and(|io| {
-        matches!(
-            io.kind(),
-            K::ConnectionRefused
-                | K::ConnectionReset
-                | K::ConnectionAborted
-                | K::NotConnected
-                | K::TimedOut
-                | K::AddrNotAvailable
-                | K::Interrupted
-        )
-    })
-}
-
-#[cfg(feature = "hyper")]
-fn hyper_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-        if e.is_connect() {
-            return Some(if connect_is_transient(e) {
-                ErrorKind::Connect
-            } else {
-                ErrorKind::Config
-            });
-        }
-        // hyper-util's own refusals (unsupported method or version, a URI that is
-        // not absolute) carry no source; the others wrap a hyper error.
-        if e.source().is_none() {
-            return Some(ErrorKind::Config);
-        }
-        return None;
-    }
-    if let Some(e) = e.downcast_ref::<h2::Error>() {
-        return Some(h2_kind(e));
-    }
-    if let Some(he) = e.downcast_ref::<hyper::Error>() {
-        if he.is_canceled() {
-            return Some(ErrorKind::Canceled);
-        }
-        if he.is_user() {
-            // A user error with a cause is the request body's own failure.
-            return Some(if he.source().is_some() {
-                ErrorKind::BodyWrite
-            } else {
-                ErrorKind::Config
-            });
-        }
-        if he.is_timeout() {
-            return Some(ErrorKind::Timeout);
-        }
-        // An HTTP/2 or io cause tells more than hyper's own kind.
-        if let Some(kind) = he.source().and_then(chain_kind) {
-            return Some(kind);
-        }
-        if he.is_incomplete_message() || he.is_closed() || he.is_shutdown() {
-            return Some(ErrorKind::Closed);
-        }
-        return Some(ErrorKind::Other);
-    }
-    None
-}
-
-#[cfg(feature = "hyper")]
-fn h2_kind(e: &h2::Error) -> ErrorKind {
-    if e.is_remote() {
-        if e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-            return ErrorKind::RefusedStream;
-        }
-        if e.is_go_away() {
-            return ErrorKind::GoAway;
-        }
-    }
-    if e.is_io() {
-        if let Some(io) = e.get_io() {
-            return io_kind(io);
-        }
-    }
-    ErrorKind::Closed
-}
 
 /// Why a failed outcome may be sent again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,8 +209,11 @@ pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::classify_error;
     use crate::policy::RetryPolicy;
     use http::HeaderValue;
+    use std::error::Error as StdError;
+    use std::io;
 
     fn progress(tracked: bool, bytes: u64) -> Progress {
         Progress {

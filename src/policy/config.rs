@@ -182,7 +182,7 @@ impl RetryPolicy {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> bool {
-        extensions.get::<super::Keyed>().is_some() || headers.contains_key(&self.idempotency_header)
+        super::Given::new(extensions).keyed() || headers.contains_key(&self.idempotency_header)
     }
 
     /// Whether the policy treats `method` as idempotent.

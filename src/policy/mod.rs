@@ -8,23 +8,30 @@
 mod backoff;
 mod classify;
 mod config;
+mod context;
 mod deadline;
+mod error_kind;
 mod handles;
+mod hedged;
 mod history;
 mod idempotency;
 mod progress;
 mod retry_after;
-pub use classify::{
-    classify, classify_error, Classification, ErrorKind, Outcome, RequestFacts, RetryReason,
-};
+
+pub use classify::{classify, Classification, Outcome, RequestFacts, RetryReason};
+pub use error_kind::{classify_error, ErrorKind};
 
 pub use backoff::Backoff;
-pub(crate) use classify::{chain, is_answer, ladder, should_retry};
+pub(crate) use classify::{is_answer, ladder, should_retry};
 pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
+pub use context::CallContext;
+pub(crate) use context::Given;
 pub(crate) use deadline::later;
 pub use deadline::Deadline;
+pub(crate) use error_kind::chain;
 pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
+pub use hedged::{Hedged, NotHedged, Sent};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};

@@ -1,8 +1,11 @@
-//! The per-attempt write-progress record.
+//! The per-attempt record: how far an attempt got onto the wire, and what a hedge
+//! layer did with it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use super::Hedged;
 
 const TRACKED: u8 = 1;
 const CONNECTED: u8 = 1 << 1;
@@ -10,13 +13,18 @@ const WRITE_BEGAN: u8 = 1 << 2;
 const BODY_COMPLETE: u8 = 1 << 3;
 const HEAD_RECEIVED: u8 = 1 << 4;
 
-/// How far one attempt got onto the wire.
+/// The record of one attempt: how far it got onto the wire, and the sends of a
+/// hedge layer.
 ///
-/// The retry layer puts a fresh `AttemptLog` into the extensions of each attempt
-/// whose safety depends on it (a request that is neither idempotent nor keyed). The
-/// replay body counts the body bytes the transport took; a progress-tracking service
-/// around the transport fills in the rest. A handle is cheap to clone: every clone
-/// reports into the same record.
+/// The retry layer gives a fresh `AttemptLog` (through the
+/// [`CallContext`](super::CallContext)) to each attempt whose safety depends on it
+/// (a request that is neither idempotent nor keyed): the replay body counts the body
+/// bytes the transport took, and a progress-tracking service around the transport
+/// fills in the rest. A hedge layer records its sends in it
+/// ([`hedged`](AttemptLog::hedged)) and returns it with the attempt's outcome, on
+/// the response's extensions or in the [`Error`](crate::Error). The retry layer
+/// reads the record; it never names the layers that filled it in. A handle is cheap
+/// to clone: every clone reports into the same record.
 ///
 /// # Examples
 ///
@@ -37,6 +45,7 @@ pub struct AttemptLog {
 struct Inner {
     flags: AtomicU8,
     body_bytes: AtomicU64,
+    hedged: OnceLock<Hedged>,
 }
 
 impl AttemptLog {
@@ -81,6 +90,17 @@ impl AttemptLog {
             self.inner.body_bytes.fetch_add(n, Ordering::Release);
             self.set(WRITE_BEGAN);
         }
+    }
+
+    /// What a hedge layer did with the attempt, when a hedge was due.
+    pub fn hedged(&self) -> Option<&Hedged> {
+        self.inner.hedged.get()
+    }
+
+    /// Records what a hedge layer did with the attempt; only the first record is
+    /// kept.
+    pub fn record_hedged(&self, hedged: Hedged) {
+        let _ = self.inner.hedged.set(hedged);
     }
 
     /// What the record says now.

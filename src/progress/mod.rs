@@ -3,7 +3,7 @@
 //! A POST that never reached the server should be re-sent; one that the server may
 //! have processed must not be. [`ProgressTracking`] wraps a hyper-util legacy
 //! `Client` directly and fills in each attempt's
-//! [`AttemptLog`] record, which the retry
+//! [`AttemptLog`](crate::policy::AttemptLog) record, which the retry
 //! layer leaves in the extensions of every attempt whose safety depends on it (a
 //! request that is neither idempotent nor keyed):
 //!
@@ -48,7 +48,7 @@
 //! **It must wrap a hyper-util legacy `Client`.** The absence of a captured
 //! connection is read as "nothing written", which is true only of a transport that
 //! fills hyper-util's capture before writing. Another transport can report its own
-//! progress by filling the [`AttemptLog`]
+//! progress by filling the [`AttemptLog`](crate::policy::AttemptLog)
 //! record it finds in the request's extensions.
 //!
 //! Requests without a record (idempotent or keyed ones) pass straight through: the
@@ -66,7 +66,7 @@ use tower_service::Service;
 pub use future::ResponseFuture;
 pub use layer::ProgressTrackingLayer;
 
-use crate::policy::AttemptLog;
+use crate::policy::Given;
 
 /// Records how far each attempt got onto the wire. See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -131,9 +131,8 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let tracking = req
-            .extensions()
-            .get::<AttemptLog>()
+        let tracking = Given::new(req.extensions())
+            .attempt()
             .cloned()
             .map(|progress| {
                 progress.mark_tracked();

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
 
+use crate::policy::{CallContext, Given};
+
 /// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
 /// copied flat; larger ones are cloned.
 pub(super) const FLAT_LIMIT: usize = 4096;
@@ -25,7 +27,7 @@ const FLAT_GUESS: usize = 512;
 pub(super) struct Head {
     method: Method,
     version: Version,
-    extensions: Extensions,
+    extras: Extras,
     kept: HeadCopy,
 }
 
@@ -165,20 +167,57 @@ fn read_len(buf: &[u8], at: usize) -> Option<usize> {
     usize::try_from(u32::from_le_bytes(bytes)).ok()
 }
 
+/// The request's extensions, kept for later attempts: nothing when there are none,
+/// the call's context alone when that is all they hold (the usual backstop stack:
+/// a few reference counts instead of a cloned map), else a clone of them all.
+#[derive(Clone)]
+enum Extras {
+    None,
+    Context(CallContext),
+    All(Extensions),
+}
+
+impl Extras {
+    #[inline]
+    fn of(ext: &Extensions) -> Self {
+        match (ext.len(), CallContext::of(ext)) {
+            (0, _) => Extras::None,
+            (1, Some(context)) => Extras::Context(context.clone()),
+            _ => Extras::All(ext.clone()),
+        }
+    }
+
+    fn into_extensions(self) -> Extensions {
+        let mut ext = Extensions::new();
+        match self {
+            Extras::None => {}
+            Extras::Context(context) => {
+                ext.insert(context);
+            }
+            Extras::All(all) => ext = all,
+        }
+        ext
+    }
+}
+
 impl Head {
     #[inline]
     pub(super) fn of<T>(req: &Request<T>) -> Self {
         Head {
             method: req.method().clone(),
             version: req.version(),
-            extensions: req.extensions().clone(),
+            extras: Extras::of(req.extensions()),
             kept: HeadCopy::of(req.uri(), req.headers()),
         }
     }
 
-    /// A value a layer above put into the request's extensions.
-    pub(super) fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.extensions.get::<T>()
+    /// What the layers above gave the call, read as every layer reads it.
+    pub(super) fn given(&self) -> Given<'_> {
+        match &self.extras {
+            Extras::None => Given::none(),
+            Extras::Context(context) => Given::context(context),
+            Extras::All(ext) => Given::new(ext),
+        }
     }
 
     /// The request for a later attempt; `None` only if the head does not read back
@@ -190,7 +229,7 @@ impl Head {
         *req.uri_mut() = uri;
         *req.version_mut() = self.version;
         *req.headers_mut() = headers;
-        *req.extensions_mut() = self.extensions;
+        *req.extensions_mut() = self.extras.into_extensions();
         Some(req)
     }
 }

@@ -65,6 +65,7 @@
 //! head copy and little else: less than `tower::retry`'s request clone
 //! (`cargo bench --bench overhead`).
 
+mod call;
 mod future;
 mod head;
 mod layer;
@@ -84,8 +85,8 @@ pub use layer::RetryLayer;
 pub use route::{Route, Routes};
 
 use crate::body::ReplayBody;
+use crate::error::{BoxError, Error};
 use crate::policy::RetryPolicy;
-use crate::{BoxError, Error};
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
 /// docs](self).

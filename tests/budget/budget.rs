@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::mock::{status, Mock};
 use crate::support::requests::{call, head, paused};
 use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount, Partition};
-use backstop::policy::{BudgetHandle, History, StopReason};
+use backstop::policy::{CallContext, History, StopReason};
 use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -455,7 +455,9 @@ async fn a_custom_key_reads_the_head_and_the_request_goes_on_whole() {
             req.version(),
             req.headers().get("x-tenant").cloned(),
             req.extensions().get::<u32>().copied(),
-            req.extensions().get::<BudgetHandle>().is_some(),
+            CallContext::of(req.extensions())
+                .and_then(CallContext::budget)
+                .is_some(),
         ));
         async { Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default())) }
     }));
@@ -526,9 +528,8 @@ impl Service<Request<ReplayBody<Full<Bytes>>>> for HedgingTransport {
 
     fn call(&mut self, req: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
         self.attempts.fetch_add(1, Ordering::Relaxed);
-        let handle = req
-            .extensions()
-            .get::<BudgetHandle>()
+        let handle = CallContext::of(req.extensions())
+            .and_then(CallContext::budget)
             .expect("the budget layer's handle reaches every attempt");
         self.hedges.lock().unwrap().push(handle.try_withdraw());
         let mut res = Response::new(Full::default());
@@ -561,7 +562,9 @@ async fn the_layer_keeps_the_inner_error_and_response() {
     // The budget creates no failures: its error type is the inner one.
     let mut svc =
         BudgetLayer::default().layer(tower::service_fn(|req: Request<Full<Bytes>>| async move {
-            assert!(req.extensions().get::<BudgetHandle>().is_some());
+            assert!(CallContext::of(req.extensions())
+                .and_then(CallContext::budget)
+                .is_some());
             Err::<Response<Full<Bytes>>, _>(std::io::Error::other("down"))
         }));
     let err: std::io::Error = call(&mut svc, "http://a.test/").await.unwrap_err();

@@ -14,7 +14,7 @@ use crate::support::requests::{call, get, head, paused};
 use backstop::circuit_breaker::{
     CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
 };
-use backstop::policy::{BreakerHandle, StopReason};
+use backstop::policy::{BreakerHandle, CallContext, StopReason};
 use backstop::{Partition, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -356,7 +356,9 @@ async fn the_handle_allows_retries_only_while_closed() {
     let inner = {
         let seen = seen.clone();
         tower::service_fn(move |req: Request<Full<Bytes>>| {
-            let handle = req.extensions().get::<BreakerHandle>().cloned();
+            let handle = CallContext::of(req.extensions())
+                .and_then(CallContext::breaker)
+                .cloned();
             *seen.lock().unwrap() = handle;
             let code = statuses.lock().unwrap().remove(0);
             async move { Ok::<_, std::io::Error>(response(code)) }

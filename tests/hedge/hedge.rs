@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::support::gates::{Switch, Tokens};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
-use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History, Keyed};
+use backstop::policy::{AttemptOutcome, CallContext, Deadline, ErrorKind, History};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -173,7 +173,7 @@ where
                     .headers()
                     .get("idempotency-key")
                     .map(|v| v.to_str().unwrap().to_owned()),
-                marker: req.extensions().get::<Keyed>().is_some(),
+                marker: CallContext::of(req.extensions()).is_some_and(CallContext::is_keyed),
                 body: None,
                 fate: Fate::Running,
                 response: None,
@@ -260,9 +260,7 @@ async fn send_alone(
 }
 
 fn hedged<B>(res: &Response<B>) -> &Hedged {
-    res.extensions()
-        .get::<Hedged>()
-        .expect("a hedged record on the response")
+    Hedged::of(res).expect("a hedged record on the response")
 }
 
 // ---------------------------------------------------------------------------
@@ -315,7 +313,7 @@ async fn no_hedge_when_the_answer_comes_first() {
     // Nothing is left behind to fire later.
     tokio::time::sleep(ms(1_000)).await;
     assert_eq!(script.calls(), 1);
-    assert!(res.extensions().get::<Hedged>().is_none());
+    assert!(Hedged::of(&res).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -458,7 +456,7 @@ async fn a_failure_before_the_delay_is_returned_at_once() {
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(started.elapsed(), ms(20));
     assert_eq!(script.calls(), 1);
-    assert!(res.extensions().get::<Hedged>().is_none());
+    assert!(Hedged::of(&res).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -553,10 +551,7 @@ async fn feed(svc: &mut backstop::hedge::Hedge<Script>, script: &Script, latency
         .call(get())
         .await
         .unwrap();
-    assert!(
-        res.extensions().get::<Hedged>().is_none(),
-        "fed at {latency:?}"
-    );
+    assert!(Hedged::of(&res).is_none(), "fed at {latency:?}");
 }
 
 /// The delay the layer waits now: a GET that hangs, and when its copy went.
@@ -649,7 +644,7 @@ async fn a_post_without_a_key_is_never_hedged() {
     .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(script.calls(), 1);
-    assert!(res.extensions().get::<Hedged>().is_none());
+    assert!(Hedged::of(&res).is_none());
 
     // PATCH neither, nor a custom method.
     let script = Script::new([Step::Answer(ms(1_000), 200)]);
@@ -756,7 +751,7 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
-    assert!(res.extensions().get::<Hedged>().is_none());
+    assert!(Hedged::of(&res).is_none());
 
     let script = Script::new([Step::Answer(ms(300), 200)]);
     let mut req = get();
@@ -765,7 +760,7 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
         .await
         .unwrap();
     assert_eq!(script.calls(), 1);
-    assert!(res.extensions().get::<Hedged>().is_none());
+    assert!(Hedged::of(&res).is_none());
 }
 
 #[test]
@@ -1227,7 +1222,6 @@ fn types_are_what_tower_users_expect() {
     fn send_sync<T: Send + Sync + 'static>() {}
     fn clone<T: Clone>() {}
     fn send<T: Send>() {}
-    send_sync::<backstop::hedge::HedgeFailed>();
     send_sync::<Hedged>();
     send_sync::<HedgePolicy>();
     clone::<HedgeLayer>();

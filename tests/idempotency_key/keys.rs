@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::support::mock::{status, Mock};
 use backstop::idempotency_key::{CallKey, IdempotencyKeyLayer};
-use backstop::policy::Keyed;
+use backstop::policy::CallContext;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
@@ -33,7 +33,10 @@ async fn posts_and_patches_get_a_key_and_the_marker() {
         let seen = stamped(IdempotencyKeyLayer::new(), req(method.clone())).await;
         let key = seen.headers()["idempotency-key"].to_str().unwrap();
         assert_eq!(key.len(), 36, "{method}");
-        assert!(seen.extensions().get::<Keyed>().is_some(), "{method}");
+        assert!(
+            CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
+            "{method}"
+        );
     }
 }
 
@@ -42,7 +45,10 @@ async fn other_methods_are_left_alone() {
     for method in [Method::GET, Method::PUT, Method::DELETE] {
         let seen = stamped(IdempotencyKeyLayer::new(), req(method.clone())).await;
         assert!(!seen.headers().contains_key("idempotency-key"), "{method}");
-        assert!(seen.extensions().get::<Keyed>().is_none(), "{method}");
+        assert!(
+            !CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
+            "{method}"
+        );
     }
 }
 

@@ -679,3 +679,66 @@ async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
     assert_eq!(mock.calls(), 1);
     assert_eq!(tokens.left(), 1, "the unsent retry was refunded");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let mock = Mock::new([status(200)]);
+    let mut svc = RetryLayer::new(fast()).layer(mock.clone());
+    let mut future = Box::pin(svc.ready().await.unwrap().call(get()));
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(err)) => assert_eq!(err.attempts(), 0),
+        other => panic!("expected an error, got {:?}", other.map(|r| r.map(|_| ()))),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_by_its_deadline_sends_nothing() {
+    let mock = Mock::new([status(200)]);
+    let mut req = get();
+    req.extensions_mut()
+        .insert(Deadline::after(Duration::from_millis(1)));
+    let err = send(&mock, fast(), req).await.unwrap_err();
+    assert!(err.is_deadline());
+    assert_eq!(err.attempts(), 0);
+    assert_eq!(mock.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_gets_the_call_context_and_nothing_else_is_lost() {
+    // The context alone is copied into each attempt; other extensions are cloned.
+    #[derive(Clone)]
+    struct Mine(u32);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let transport = tower::service_fn(move |req: Request<backstop::ReplayBody<Full<Bytes>>>| {
+        let ctx = backstop::policy::CallContext::of(req.extensions());
+        log.lock().unwrap().push((
+            ctx.is_some_and(|c| c.is_keyed()),
+            req.extensions().get::<Mine>().map(|m| m.0),
+        ));
+        async move {
+            let mut res = http::Response::new(Full::<Bytes>::default());
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    let mut svc = RetryLayer::new(fast()).layer(transport);
+    for mine in [None, Some(7)] {
+        let mut req = post("x");
+        backstop::policy::CallContext::of_mut(req.extensions_mut()).mark_keyed();
+        if let Some(m) = mine {
+            req.extensions_mut().insert(Mine(m));
+        }
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(history(&res).len(), 3);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 6);
+    assert!(seen[..3].iter().all(|s| *s == (true, None)), "{seen:?}");
+    assert!(seen[3..].iter().all(|s| *s == (true, Some(7))), "{seen:?}");
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use backstop::policy::AttemptLog;
+use backstop::policy::CallContext;
 use backstop::{BoxError, ReplayBody};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -94,7 +94,9 @@ impl tower::Service<Request<ReplayBody<Full<Bytes>>>> for Mock {
         Box::pin(async move {
             let at = Instant::now();
             let method = req.method().clone();
-            let progress = req.extensions().get::<AttemptLog>().is_some();
+            let progress = CallContext::of(req.extensions())
+                .and_then(CallContext::attempt)
+                .is_some();
             let body = req.into_body().collect().await?.to_bytes();
             seen.lock().unwrap().push(Seen {
                 at,

@@ -1,9 +1,10 @@
+//! What a hedge layer did with one attempt: its sends.
+
 use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::{AttemptOutcome, AttemptRecord};
-use crate::BoxError;
+use super::{AttemptOutcome, AttemptRecord};
 
 /// Why a copy that was due was not sent. After such a refusal no further copy is
 /// sent for the request.
@@ -75,19 +76,20 @@ impl Sent {
 /// What the hedge layer did with one request: the sends, which one won, and why a
 /// due copy was not sent.
 ///
-/// It rides on the response's extensions, or inside the error's source chain
-/// (find it with [`Hedged::find`]), whenever a hedge was due: the request was still
-/// unanswered after the hedge delay. A request answered before that carries none,
+/// It is part of the attempt's record ([`AttemptLog::hedged`](super::AttemptLog::hedged)),
+/// which rides on the response's extensions ([`Hedged::of`]) or in the returned
+/// [`Error`](crate::Error) ([`Hedged::find`]) whenever a hedge was due: the request
+/// was still unanswered after the hedge delay. A request answered before that carries none,
 /// so the common path allocates nothing for it. Like the retry layer's
 /// [`History`](crate::policy::History), it names statuses and error kinds only.
 ///
 /// # Examples
 ///
 /// ```
-/// use backstop::hedge::Hedged;
+/// use backstop::policy::Hedged;
 ///
 /// fn report<B>(res: &http::Response<B>) {
-///     if let Some(hedged) = res.extensions().get::<Hedged>() {
+///     if let Some(hedged) = Hedged::of(res) {
 ///         println!("{hedged}");
 ///         println!("{} extra copies, winner: {:?}", hedged.copies(), hedged.winner());
 ///     }
@@ -95,9 +97,9 @@ impl Sent {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hedged {
-    pub(super) sent: Vec<Sent>,
-    pub(super) winner: Option<u32>,
-    pub(super) not_sent: Option<NotHedged>,
+    pub(crate) sent: Vec<Sent>,
+    pub(crate) winner: Option<u32>,
+    pub(crate) not_sent: Option<NotHedged>,
 }
 
 impl Hedged {
@@ -123,12 +125,15 @@ impl Hedged {
         self.not_sent
     }
 
-    /// The `Hedged` record in an error's source chain, when the hedge layer
-    /// returned the error after a hedge was due.
+    /// The `Hedged` record of a backstop [`Error`](crate::Error) in `err`'s source
+    /// chain, when a hedge layer returned the error after a hedge was due.
     pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Hedged> {
-        crate::policy::chain(err)
-            .find_map(|e| e.downcast_ref::<HedgeFailed>())
-            .map(|failed| &failed.hedged)
+        crate::Error::find(err)?.attempt_log()?.hedged()
+    }
+
+    /// The `Hedged` record on a response, when a hedge was due for it.
+    pub fn of<B>(res: &http::Response<B>) -> Option<&Hedged> {
+        res.extensions().get::<super::AttemptLog>()?.hedged()
     }
 
     /// The sends as attempt records, for a layer that keeps an attempt
@@ -176,49 +181,5 @@ impl fmt::Display for Hedged {
             Some(w) => write!(f, "returned: send {w}"),
             None => f.write_str("every send failed"),
         }
-    }
-}
-
-/// A hedged request failed: every send failed, or one failed in a way no copy
-/// could cure. The failure returned is the [`source`](StdError::source); the
-/// [record](HedgeFailed::hedged) says what each send did.
-///
-/// The hedge layer returns it inside a [`backstop::Error`](crate::Error) of the
-/// returned failure's kind, so a retry layer above classifies the failure as if
-/// no hedge had been sent.
-#[derive(Debug)]
-pub struct HedgeFailed {
-    hedged: Hedged,
-    source: BoxError,
-}
-
-impl HedgeFailed {
-    pub(super) fn new(hedged: Hedged, source: BoxError) -> Self {
-        HedgeFailed { hedged, source }
-    }
-
-    /// What the hedge layer did.
-    pub fn hedged(&self) -> &Hedged {
-        &self.hedged
-    }
-}
-
-impl fmt::Display for HedgeFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.hedged.sent.len();
-        write!(
-            f,
-            "hedged request failed ({n} sent{})",
-            match self.hedged.not_sent {
-                Some(why) => format!(", a copy not sent: {why}"),
-                None => String::new(),
-            }
-        )
-    }
-}
-
-impl StdError for HedgeFailed {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.source)
     }
 }

@@ -1,0 +1,244 @@
+//! The per-call context: what the outer layers of a stack give the inner ones.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::Extensions;
+use tokio::time::Instant;
+
+use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
+
+/// What the outer layers of a stack give the inner ones for one call, carried in
+/// the request's extensions as one value.
+///
+/// The outermost backstop layer that sees a call puts it there and every other
+/// layer fills in its part: the idempotency-key layer marks the call
+/// [keyed](CallContext::is_keyed), the circuit-breaker and budget layers leave
+/// their origin's [breaker](CallContext::breaker) and [budget
+/// account](CallContext::budget), the retry layer the call's
+/// [deadline](CallContext::deadline) and, on each attempt whose write safety
+/// depends on it, the attempt's [record](CallContext::attempt). One insert serves
+/// the whole stack, and the retry layer copies this one value into each attempt
+/// instead of cloning every extension.
+///
+/// Code of your own can fill it in too (a per-call budget, say). The handle types
+/// inserted into the extensions directly ([`BudgetHandle`], [`BreakerHandle`],
+/// [`Keyed`], [`Deadline`], [`AttemptLog`]) keep working: a layer reads the
+/// context first and then those.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::policy::{CallContext, Deadline};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let mut req = http::Request::post("http://example.com/orders").body(()).unwrap();
+/// let context = CallContext::of_mut(req.extensions_mut());
+/// context.mark_keyed();
+/// context.set_deadline(Deadline::after(Duration::from_secs(2)));
+///
+/// let context = CallContext::of(req.extensions()).unwrap();
+/// assert!(context.is_keyed());
+/// assert!(context.deadline().is_some());
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct CallContext {
+    budget: Option<BudgetHandle>,
+    breaker: Option<BreakerHandle>,
+    keyed: bool,
+    deadline: Option<Instant>,
+    route: Option<Arc<str>>,
+    attempt: Option<AttemptLog>,
+}
+
+impl CallContext {
+    /// The context in `extensions`, if a layer (or the caller) put one there.
+    #[inline]
+    pub fn of(extensions: &Extensions) -> Option<&CallContext> {
+        extensions.get::<CallContext>()
+    }
+
+    /// The context in `extensions`, put there empty if there is none yet.
+    #[inline]
+    pub fn of_mut(extensions: &mut Extensions) -> &mut CallContext {
+        extensions.get_or_insert_default::<CallContext>()
+    }
+
+    /// The retry budget account of the call's origin.
+    pub fn budget(&self) -> Option<&BudgetHandle> {
+        self.budget.as_ref()
+    }
+
+    /// Sets the retry budget account that retries and hedges spend from.
+    pub fn set_budget(&mut self, budget: BudgetHandle) {
+        self.budget = Some(budget);
+    }
+
+    /// The circuit breaker of the call's origin.
+    pub fn breaker(&self) -> Option<&BreakerHandle> {
+        self.breaker.as_ref()
+    }
+
+    /// Sets the circuit breaker that retries and hedges ask first.
+    pub fn set_breaker(&mut self, breaker: BreakerHandle) {
+        self.breaker = Some(breaker);
+    }
+
+    /// Whether the call carries an idempotency key (stamped by the
+    /// idempotency-key layer or by the caller), so repeating it is harmless.
+    pub fn is_keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Marks the call as carrying an idempotency key.
+    pub fn mark_keyed(&mut self) {
+        self.keyed = true;
+    }
+
+    /// The instant by which the whole call must end.
+    pub fn deadline(&self) -> Option<Deadline> {
+        self.deadline.map(Deadline::at)
+    }
+
+    /// Sets the call's deadline; an earlier one already set is kept.
+    pub fn set_deadline(&mut self, deadline: Deadline) {
+        let at = deadline.instant();
+        self.deadline = Some(self.deadline.map_or(at, |d| d.min(at)));
+    }
+
+    /// The name of the route the call matched, when a route table named it.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// Names the route the call matched (for the history and tracing).
+    pub fn set_route(&mut self, name: Arc<str>) {
+        self.route = Some(name);
+    }
+
+    /// The current attempt's record, when the retry layer keeps one for it.
+    pub fn attempt(&self) -> Option<&AttemptLog> {
+        self.attempt.as_ref()
+    }
+
+    /// Sets (or clears) the current attempt's record.
+    pub fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
+        self.attempt = attempt;
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("budget", &self.budget.is_some())
+            .field("breaker", &self.breaker.is_some())
+            .field("keyed", &self.keyed)
+            .field("deadline", &self.deadline)
+            .field("route", &self.route)
+            .field("attempt", &self.attempt.is_some())
+            .finish()
+    }
+}
+
+/// What a layer reads of a call: the context first, then the handle types
+/// inserted directly.
+pub(crate) struct Given<'a> {
+    extensions: Option<&'a Extensions>,
+    context: Option<&'a CallContext>,
+}
+
+impl<'a> Given<'a> {
+    #[inline]
+    pub(crate) fn new(extensions: &'a Extensions) -> Self {
+        Given {
+            extensions: Some(extensions),
+            context: CallContext::of(extensions),
+        }
+    }
+
+    /// Nothing given.
+    pub(crate) fn none() -> Self {
+        Given {
+            extensions: None,
+            context: None,
+        }
+    }
+
+    /// A context alone.
+    pub(crate) fn context(context: &'a CallContext) -> Self {
+        Given {
+            extensions: None,
+            context: Some(context),
+        }
+    }
+
+    fn get<T: Send + Sync + 'static>(&self) -> Option<&'a T> {
+        self.extensions?.get::<T>()
+    }
+
+    pub(crate) fn budget(&self) -> Option<&'a BudgetHandle> {
+        self.context
+            .and_then(CallContext::budget)
+            .or_else(|| self.get::<BudgetHandle>())
+    }
+
+    pub(crate) fn breaker(&self) -> Option<&'a BreakerHandle> {
+        self.context
+            .and_then(CallContext::breaker)
+            .or_else(|| self.get::<BreakerHandle>())
+    }
+
+    #[inline]
+    pub(crate) fn keyed(&self) -> bool {
+        self.context.is_some_and(CallContext::is_keyed) || self.get::<Keyed>().is_some()
+    }
+
+    #[inline]
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        let own = self.context.and_then(|c| c.deadline);
+        let given = self.get::<Deadline>().map(Deadline::instant);
+        match (own, given) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn attempt(&self) -> Option<&'a AttemptLog> {
+        self.context
+            .and_then(CallContext::attempt)
+            .or_else(|| self.get::<AttemptLog>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_inserted_directly_are_still_read() {
+        let mut ext = Extensions::new();
+        ext.insert(Keyed);
+        ext.insert(AttemptLog::new());
+        let given = Given::new(&ext);
+        assert!(given.keyed());
+        assert!(given.attempt().is_some());
+        assert!(given.budget().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earlier_deadline_wins() {
+        let now = Instant::now();
+        let mut ext = Extensions::new();
+        ext.insert(Deadline::at(now + std::time::Duration::from_secs(5)));
+        let ctx = CallContext::of_mut(&mut ext);
+        ctx.set_deadline(Deadline::at(now + std::time::Duration::from_secs(3)));
+        ctx.set_deadline(Deadline::at(now + std::time::Duration::from_secs(4)));
+        assert_eq!(
+            Given::new(&ext).deadline(),
+            Some(now + std::time::Duration::from_secs(3))
+        );
+    }
+}
