@@ -110,6 +110,28 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// `get_ref`, `get_mut` and `into_inner` for a middleware whose inner service is
+/// its `inner` field: written once for every layer.
+macro_rules! inner_accessors {
+    () => {
+        /// The inner service.
+        pub fn get_ref(&self) -> &S {
+            &self.inner
+        }
+
+        /// The inner service, mutably.
+        pub fn get_mut(&mut self) -> &mut S {
+            &mut self.inner
+        }
+
+        /// The inner service.
+        pub fn into_inner(self) -> S {
+            self.inner
+        }
+    };
+}
+pub(crate) use inner_accessors;
+
 pub mod body;
 pub mod budget;
 pub mod circuit_breaker;

@@ -146,20 +146,7 @@ impl<S> CircuitBreaker<S> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 }
 
 impl<S: Clone> Clone for CircuitBreaker<S> {

@@ -194,20 +194,7 @@ impl<S> Hedge<S> {
         Hedge { inner, hedge }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 
     /// What a hedged request needs, or `None` when it is not hedged.
     fn plan<B: HedgeBody>(&self, req: &Request<B>) -> Option<Plan<B>> {

@@ -102,15 +102,7 @@ impl<S> IdempotencyKey<S> {
         IdempotencyKey { inner, config }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 }
 
 impl<S> std::fmt::Debug for IdempotencyKey<S>

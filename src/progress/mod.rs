@@ -80,15 +80,7 @@ impl<S> ProgressTracking<S> {
         ProgressTracking { inner }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 }
 
 /// A transport that fills hyper-util's connection capture

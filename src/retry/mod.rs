@@ -111,20 +111,7 @@ impl<S> Retry<S> {
         Retry { inner, routes }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 }
 
 impl<S, B, RB> Service<Request<B>> for Retry<S>

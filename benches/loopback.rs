@@ -1,0 +1,330 @@
+//! What each stack costs over a real hyper-util client and a hyper server on
+//! 127.0.0.1, HTTP/1.1 and HTTP/2, 32 calls in flight.
+//!
+//! `cargo bench --bench loopback`
+//!
+//! The stacks (bare client, `tower::retry`, backstop's `RetryLayer`, and the whole
+//! backstop stack: key, breaker, budget, retry, progress) run interleaved in rounds,
+//! each round in a new order, so the machine's drift falls on all of them. Each line
+//! gives a stack's throughput and its p50 and p99 latency as a ratio to the bare
+//! client's in the same rounds:
+//!
+//! ```text
+//! loopback proto=h1 stack=backstop_stack throughput_ratio=0.95 p50_ratio=1.04 p99_ratio=1.06
+//! ```
+//!
+//! It also prints the size of each layer's response future over the client's.
+//! `LOOPBACK_CALLS` sets the calls per stack and round (default 4000), and
+//! `LOOPBACK_ROUNDS` the rounds (default 6).
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backstop::{
+    BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, IdempotencyKeyLayer,
+    ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
+};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tower::util::BoxCloneService;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+const CONCURRENCY: usize = 32;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Stack = BoxCloneService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+impl Proto {
+    fn name(self) -> &'static str {
+        match self {
+            Proto::H1 => "h1",
+            Proto::H2 => "h2",
+        }
+    }
+}
+
+async fn serve(proto: Proto) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let io = TokioIo::new(stream);
+            let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            });
+            tokio::spawn(async move {
+                let _ = match proto {
+                    Proto::H1 => {
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, svc)
+                            .await
+                    }
+                    Proto::H2 => {
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(io, svc)
+                            .await
+                    }
+                };
+            });
+        }
+    });
+    addr
+}
+
+fn client<B>(proto: Proto) -> Client<HttpConnector, B>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let mut builder = Client::builder(TokioExecutor::new());
+    if proto == Proto::H2 {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}
+
+/// Retries 5xx up to twice, cloning the request before each attempt.
+#[derive(Clone)]
+struct TowerPolicy(usize);
+
+impl<E> tower::retry::Policy<Request<Full<Bytes>>, Response<Incoming>, E> for TowerPolicy {
+    type Future = Ready<()>;
+
+    fn retry(
+        &mut self,
+        _: &mut Request<Full<Bytes>>,
+        result: &mut Result<Response<Incoming>, E>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(res) if res.status().is_server_error() && self.0 > 0 => {
+                self.0 -= 1;
+                Some(ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, req: &Request<Full<Bytes>>) -> Option<Request<Full<Bytes>>> {
+        Some(req.clone())
+    }
+}
+
+fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
+    let bare = client::<Full<Bytes>>(proto).map_err(BoxError::from);
+    let tower_retry = tower::retry::RetryLayer::new(TowerPolicy(2))
+        .layer(client::<Full<Bytes>>(proto))
+        .map_err(BoxError::from);
+    let backstop_retry = RetryLayer::new(RetryPolicy::default())
+        .layer(client::<ReplayBody<Full<Bytes>>>(proto))
+        .map_err(BoxError::from);
+    let backstop_stack = ServiceBuilder::new()
+        .map_err(BoxError::from)
+        .layer(IdempotencyKeyLayer::new())
+        .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
+        .layer(BudgetLayer::new(BudgetPolicy::default()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .layer(ProgressTrackingLayer::new())
+        .service(client::<ReplayBody<Full<Bytes>>>(proto));
+    vec![
+        ("bare", BoxCloneService::new(bare)),
+        ("tower_retry", BoxCloneService::new(tower_retry)),
+        ("backstop_retry", BoxCloneService::new(backstop_retry)),
+        ("backstop_stack", BoxCloneService::new(backstop_stack)),
+    ]
+}
+
+/// Sends `calls` requests through `svc`, `CONCURRENCY` at a time; the elapsed time
+/// and every call's latency.
+async fn run(svc: &Stack, uri: &http::Uri, calls: usize) -> (Duration, Vec<Duration>) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..CONCURRENCY {
+        let (svc, uri, next) = (svc.clone(), uri.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut svc = svc;
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < calls {
+                let req = Request::get(uri.clone())
+                    .header("accept", "text/plain")
+                    .body(Full::default())
+                    .unwrap();
+                let t = Instant::now();
+                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                let _ = res.into_body().collect().await.unwrap();
+                latencies.push(t.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::with_capacity(calls);
+    for w in workers {
+        all.extend(w.await.unwrap());
+    }
+    (started.elapsed(), all)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn future_sizes() {
+    fn size_of_call<S, R>(mut svc: S, req: R) -> usize
+    where
+        S: Service<R>,
+    {
+        // Built, measured and dropped without being polled.
+        std::mem::size_of_val(&svc.call(req))
+    }
+    let get = || {
+        Request::get("http://127.0.0.1:1/")
+            .body(Full::<Bytes>::default())
+            .unwrap()
+    };
+    let transport = client::<ReplayBody<Full<Bytes>>>(Proto::H1);
+    let replay = || get().map(|b| ReplayBody::new(b, 0));
+    let sizes = [
+        ("client", size_of_call(transport.clone(), replay())),
+        (
+            "progress",
+            size_of_call(
+                ProgressTrackingLayer::new().layer(transport.clone()),
+                replay(),
+            ),
+        ),
+        (
+            "hedge",
+            size_of_call(
+                backstop::HedgeLayer::new(backstop::HedgePolicy::default())
+                    .layer(transport.clone()),
+                replay(),
+            ),
+        ),
+        (
+            "retry",
+            size_of_call(
+                RetryLayer::new(RetryPolicy::default()).layer(transport.clone()),
+                get(),
+            ),
+        ),
+        (
+            "budget",
+            size_of_call(
+                BudgetLayer::new(BudgetPolicy::default())
+                    .layer(RetryLayer::new(RetryPolicy::default()).layer(transport.clone())),
+                get(),
+            ),
+        ),
+        (
+            "circuit_breaker",
+            size_of_call(
+                CircuitBreakerLayer::new(CircuitBreakerPolicy::default())
+                    .layer(RetryLayer::new(RetryPolicy::default()).layer(transport.clone())),
+                get(),
+            ),
+        ),
+        (
+            "tower_retry",
+            size_of_call(
+                tower::retry::RetryLayer::new(TowerPolicy(2))
+                    .layer(client::<Full<Bytes>>(Proto::H1)),
+                get(),
+            ),
+        ),
+    ];
+    for (layer, bytes) in sizes {
+        println!("future_size layer={layer} bytes={bytes}");
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let calls = env("LOOPBACK_CALLS", 4000);
+    let rounds = env("LOOPBACK_ROUNDS", 6);
+    rt.block_on(async {
+        future_sizes();
+        for proto in [Proto::H1, Proto::H2] {
+            let addr = serve(proto).await;
+            let uri: http::Uri = format!("http://{addr}/items/42").parse().unwrap();
+            let stacks = stacks(proto);
+            // Warm every stack's connections first.
+            for (_, svc) in &stacks {
+                run(svc, &uri, CONCURRENCY * 4).await;
+            }
+            let mut elapsed = vec![Duration::ZERO; stacks.len()];
+            let mut latencies: Vec<Vec<Duration>> = vec![Vec::new(); stacks.len()];
+            for round in 0..rounds {
+                for k in 0..stacks.len() {
+                    let i = (k + round) % stacks.len();
+                    let (took, lat) = run(&stacks[i].1, &uri, calls).await;
+                    elapsed[i] += took;
+                    latencies[i].extend(lat);
+                }
+            }
+            let stats: Vec<(f64, Duration, Duration)> = (0..stacks.len())
+                .map(|i| {
+                    latencies[i].sort();
+                    let throughput = (calls * rounds) as f64 / elapsed[i].as_secs_f64();
+                    (
+                        throughput,
+                        percentile(&latencies[i], 0.50),
+                        percentile(&latencies[i], 0.99),
+                    )
+                })
+                .collect();
+            let (bare_tp, bare_p50, bare_p99) = stats[0];
+            println!(
+                "loopback proto={} stack=bare throughput_rps={:.0} p50_us={:.1} p99_us={:.1}",
+                proto.name(),
+                bare_tp,
+                bare_p50.as_secs_f64() * 1e6,
+                bare_p99.as_secs_f64() * 1e6
+            );
+            for (i, (name, _)) in stacks.iter().enumerate().skip(1) {
+                let (tp, p50, p99) = stats[i];
+                println!(
+                    "loopback proto={} stack={} throughput_ratio={:.3} p50_ratio={:.3} p99_ratio={:.3}",
+                    proto.name(),
+                    name,
+                    tp / bare_tp,
+                    p50.as_secs_f64() / bare_p50.as_secs_f64(),
+                    p99.as_secs_f64() / bare_p99.as_secs_f64(),
+                );
+            }
+        }
+    });
+}
