@@ -104,7 +104,7 @@ where
 {
     /// Reads what the call needs from its request and prepares the first attempt,
     /// with its timeout (if any).
-    #[inline]
+    #[inline(always)]
     pub(super) fn start(service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Start<S, B> {
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
@@ -168,6 +168,7 @@ where
 
     /// Gives the attempt a fresh record when its write safety depends on one: no
     /// key, and a method that is not idempotent.
+    #[inline]
     fn track(&mut self, req: &mut Request<ReplayBody<B>>) {
         if self.keyed || self.idempotent {
             return;

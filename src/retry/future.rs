@@ -77,7 +77,7 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(
         service: S,
         policy: std::sync::Arc<RetryPolicy>,
@@ -126,7 +126,8 @@ where
         let mut this = self.project();
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
-        // Every way a call ends leaves this loop with its result, and only here.
+        // Every way a call ends leaves this loop with its result (the success path
+        // returns at once, from the same two lines), and only here.
         let ended: CallResult<RB> = loop {
             match this.state.as_mut().project() {
                 StateProj::Attempt { future, timeout } => {
@@ -134,7 +135,8 @@ where
                         Poll::Ready(Ok(res)) => {
                             if call.is_plain_answer(&res) {
                                 // The success path: nothing to record, nothing to wait.
-                                break Ok(res);
+                                this.state.set(State::Done);
+                                return Poll::Ready(Ok(res));
                             }
                             Ok(res)
                         }

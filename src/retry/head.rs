@@ -169,11 +169,12 @@ fn read_len(buf: &[u8], at: usize) -> Option<usize> {
 
 /// The request's extensions, kept for later attempts: nothing when there are none,
 /// the call's context alone when that is all they hold (the usual backstop stack:
-/// a few reference counts instead of a cloned map), else a clone of them all.
+/// one small box and a few reference counts instead of a cloned map, and boxed so
+/// the future stays small), else a clone of them all.
 #[derive(Clone)]
 enum Extras {
     None,
-    Context(CallContext),
+    Context(Box<CallContext>),
     All(Extensions),
 }
 
@@ -182,7 +183,7 @@ impl Extras {
     fn of(ext: &Extensions) -> Self {
         match (ext.len(), CallContext::of(ext)) {
             (0, _) => Extras::None,
-            (1, Some(context)) => Extras::Context(context.clone()),
+            (1, Some(context)) => Extras::Context(Box::new(context.clone())),
             _ => Extras::All(ext.clone()),
         }
     }
@@ -192,7 +193,7 @@ impl Extras {
         match self {
             Extras::None => {}
             Extras::Context(context) => {
-                ext.insert(context);
+                ext.insert(*context);
             }
             Extras::All(all) => ext = all,
         }
