@@ -198,66 +198,47 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn future_sizes() {
-    fn size_of_call<S, R>(mut svc: S, req: R) -> usize
-    where
-        S: Service<R>,
-    {
-        // Built, measured and dropped without being polled.
-        std::mem::size_of_val(&svc.call(req))
+    /// The size of `svc`'s response future for requests of type `R`.
+    fn size<S: Service<R>, R>(_: &S) -> usize {
+        std::mem::size_of::<S::Future>()
     }
-    let get = || {
-        Request::get("http://127.0.0.1:1/")
-            .body(Full::<Bytes>::default())
-            .unwrap()
-    };
+    type Plain = Request<Full<Bytes>>;
+    type Replay = Request<ReplayBody<Full<Bytes>>>;
     let transport = client::<ReplayBody<Full<Bytes>>>(Proto::H1);
-    let replay = || get().map(|b| ReplayBody::new(b, 0));
+    let retry = || RetryLayer::new(RetryPolicy::default()).layer(transport.clone());
     let sizes = [
-        ("client", size_of_call(transport.clone(), replay())),
+        ("client", size::<_, Replay>(&transport)),
         (
             "progress",
-            size_of_call(
-                ProgressTrackingLayer::new().layer(transport.clone()),
-                replay(),
-            ),
+            size::<_, Replay>(&ProgressTrackingLayer::new().layer(transport.clone())),
         ),
         (
             "hedge",
-            size_of_call(
-                backstop::HedgeLayer::new(backstop::HedgePolicy::default())
+            size::<_, Replay>(
+                &backstop::HedgeLayer::new(backstop::HedgePolicy::default())
                     .layer(transport.clone()),
-                replay(),
             ),
         ),
-        (
-            "retry",
-            size_of_call(
-                RetryLayer::new(RetryPolicy::default()).layer(transport.clone()),
-                get(),
-            ),
-        ),
+        ("retry", size::<_, Plain>(&retry())),
         (
             "budget",
-            size_of_call(
-                BudgetLayer::new(BudgetPolicy::default())
-                    .layer(RetryLayer::new(RetryPolicy::default()).layer(transport.clone())),
-                get(),
-            ),
+            size::<_, Plain>(&BudgetLayer::new(BudgetPolicy::default()).layer(retry())),
         ),
         (
             "circuit_breaker",
-            size_of_call(
-                CircuitBreakerLayer::new(CircuitBreakerPolicy::default())
-                    .layer(RetryLayer::new(RetryPolicy::default()).layer(transport.clone())),
-                get(),
+            size::<_, Plain>(
+                &CircuitBreakerLayer::new(CircuitBreakerPolicy::default()).layer(retry()),
             ),
         ),
         (
+            "idempotency_key",
+            size::<_, Plain>(&IdempotencyKeyLayer::new().layer(retry())),
+        ),
+        (
             "tower_retry",
-            size_of_call(
-                tower::retry::RetryLayer::new(TowerPolicy(2))
+            size::<_, Plain>(
+                &tower::retry::RetryLayer::new(TowerPolicy(2))
                     .layer(client::<Full<Bytes>>(Proto::H1)),
-                get(),
             ),
         ),
     ];
