@@ -285,7 +285,12 @@ where
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
                 *this.next_body = None;
-                refuse(this.parts, this.stopped, this.not_sent, NotHedged::Unavailable);
+                refuse(
+                    this.parts,
+                    this.stopped,
+                    this.not_sent,
+                    NotHedged::Unavailable,
+                );
                 return Poll::Pending;
             }
         }

@@ -416,4 +416,45 @@ mod tests {
             3
         );
     }
+
+    #[test]
+    fn choosing_leaves_the_name_and_hedging_in_the_context() {
+        let routes = Routes::new(RetryPolicy::default())
+            .route(
+                Route::path_prefix("/pay").named("payments"),
+                RetryPolicy::none(),
+            )
+            .route(
+                Route::path_prefix("/cat").named("catalog"),
+                RoutePolicy::new(RetryPolicy::default()).no_hedging(),
+            );
+        let mut pay = req(Method::GET, "http://h/pay/1");
+        assert_eq!(routes.choose(&mut pay, None).max_attempts(), 1);
+        let ctx = CallContext::of(pay.extensions()).unwrap();
+        assert_eq!(ctx.route(), Some("payments"));
+        assert!(ctx.hedge().unwrap().is_off());
+
+        // A name the caller gave is kept.
+        let mut cat = req(Method::GET, "http://h/cat/1");
+        CallContext::of_mut(cat.extensions_mut()).set_route("mine".into());
+        routes.choose(&mut cat, None);
+        let ctx = CallContext::of(cat.extensions()).unwrap();
+        assert_eq!(ctx.route(), Some("mine"));
+        assert!(ctx.hedge().unwrap().is_off());
+
+        // The default route, unnamed and hedged as the layer says, adds nothing.
+        let mut other = req(Method::GET, "http://h/other");
+        assert_eq!(routes.choose(&mut other, None).max_attempts(), 3);
+        assert!(CallContext::of(other.extensions()).is_none());
+        assert!(routes.route_for(&other).is_none());
+
+        // A given policy of one attempt is never hedged, whatever the route says.
+        let mut given = req(Method::GET, "http://h/other");
+        routes.choose(&mut given, Some(RetryPolicy::none()));
+        assert!(CallContext::of(given.extensions())
+            .unwrap()
+            .hedge()
+            .unwrap()
+            .is_off());
+    }
 }

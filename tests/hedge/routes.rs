@@ -87,7 +87,13 @@ async fn a_route_with_its_own_hedge_delay_hedges_at_that_delay() {
 async fn a_route_without_hedging_is_not_hedged_while_the_default_route_is() {
     let mock = Mock::new([Step::Slow(ms(1000), 200)]);
     let mut svc = stack(&mock);
-    let res = svc.ready().await.unwrap().call(get("/reports/q3")).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("/reports/q3"))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 1);
     assert!(Hedged::of(&res).is_none());
@@ -194,13 +200,16 @@ mod wire {
         within_10s(async {
             for protocol in BOTH {
                 // Slow, then a failure a retry would cure: neither hedged nor retried.
-                let up = upstream(
-                    protocol,
-                    vec![Reply::status(503).delay(ms(300)).into()],
-                )
-                .await;
-                let res = client(protocol).oneshot(get(&up, "/payments/1")).await.unwrap();
-                assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE, "{protocol:?}");
+                let up = upstream(protocol, vec![Reply::status(503).delay(ms(300)).into()]).await;
+                let res = client(protocol)
+                    .oneshot(get(&up, "/payments/1"))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    res.status(),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "{protocol:?}"
+                );
                 assert!(Hedged::of(&res).is_none(), "{protocol:?}");
                 assert_eq!(up.requests().len(), 1, "{protocol:?}");
             }
@@ -214,7 +223,10 @@ mod wire {
             for protocol in BOTH {
                 let up = upstream(protocol, vec![Reply::ok().delay(ms(5000)).into()]).await;
                 let started = Instant::now();
-                let res = client(protocol).oneshot(get(&up, "/catalog/1")).await.unwrap();
+                let res = client(protocol)
+                    .oneshot(get(&up, "/catalog/1"))
+                    .await
+                    .unwrap();
                 let took = started.elapsed();
                 assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
                 let hedged = Hedged::of(&res).expect("hedged");
@@ -249,7 +261,10 @@ mod wire {
                     ],
                 )
                 .await;
-                let res = svc(protocol).oneshot(get(&up, "/reports/q3")).await.unwrap();
+                let res = svc(protocol)
+                    .oneshot(get(&up, "/reports/q3"))
+                    .await
+                    .unwrap();
                 assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
                 assert!(Hedged::of(&res).is_none(), "{protocol:?}");
                 assert_eq!(up.requests().len(), 1, "{protocol:?}");
