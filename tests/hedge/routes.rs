@@ -201,10 +201,12 @@ mod wire {
             for protocol in BOTH {
                 // Slow, then a failure a retry would cure: neither hedged nor retried.
                 let up = upstream(protocol, vec![Reply::status(503).delay(ms(300)).into()]).await;
-                let res = client(protocol)
-                    .oneshot(get(&up, "/payments/1"))
-                    .await
-                    .unwrap();
+                // The layer's own delay (50 ms) would hedge it, were the route not sent once.
+                let svc = ServiceBuilder::new()
+                    .layer(RetryLayer::with_routes(table()))
+                    .layer(HedgeLayer::new(HedgePolicy::after(ms(50))))
+                    .service(transport(protocol));
+                let res = svc.oneshot(get(&up, "/payments/1")).await.unwrap();
                 assert_eq!(
                     res.status(),
                     StatusCode::SERVICE_UNAVAILABLE,
