@@ -56,6 +56,59 @@ pub struct HedgePolicy {
     pub(super) policy: Arc<RetryPolicy>,
 }
 
+/// Whether and how one call is hedged, when something above the hedge layer chose:
+/// a [route](crate::retry::RoutePolicy) of the retry layer, or the caller. It rides in
+/// the call's [`CallContext`](crate::policy::CallContext); a call with no choice there
+/// is hedged as the [`HedgeLayer`](super::HedgeLayer)'s own policy says.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::hedge::{HedgeChoice, HedgePolicy};
+/// use backstop::policy::CallContext;
+///
+/// let mut req = http::Request::get("http://example.com/search").body(()).unwrap();
+/// // This call only: hedge after 20 ms, whatever the layer's own delay.
+/// CallContext::of_mut(req.extensions_mut())
+///     .set_hedge(HedgeChoice::With(HedgePolicy::after(Duration::from_millis(20))));
+///
+/// let mut other = http::Request::get("http://example.com/report").body(()).unwrap();
+/// // This one is never hedged.
+/// CallContext::of_mut(other.extensions_mut()).set_hedge(HedgeChoice::Off);
+/// assert!(CallContext::of(other.extensions()).unwrap().hedge().unwrap().is_off());
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum HedgeChoice {
+    /// Never hedged: the request passes straight through the hedge layer.
+    Off,
+    /// Hedged as this policy says (its delay, copies, methods and ladder) instead of
+    /// the layer's own.
+    With(HedgePolicy),
+}
+
+impl HedgeChoice {
+    /// Whether the call is never hedged.
+    pub fn is_off(&self) -> bool {
+        matches!(self, HedgeChoice::Off)
+    }
+
+    /// The policy the call is hedged with, when it is hedged.
+    pub fn policy(&self) -> Option<&HedgePolicy> {
+        match self {
+            HedgeChoice::Off => None,
+            HedgeChoice::With(policy) => Some(policy),
+        }
+    }
+}
+
+impl From<HedgePolicy> for HedgeChoice {
+    fn from(policy: HedgePolicy) -> Self {
+        HedgeChoice::With(policy)
+    }
+}
+
 #[derive(Clone)]
 pub(super) enum Delay {
     Fixed(Duration),

@@ -276,7 +276,7 @@ where
                 }
             };
             if let Some(why) = refused {
-                refuse(this.stopped, this.not_sent, why);
+                refuse(this.parts, this.stopped, this.not_sent, why);
                 return Poll::Pending;
             }
         }
@@ -285,7 +285,12 @@ where
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
                 *this.next_body = None;
-                refuse(this.stopped, this.not_sent, NotHedged::Unavailable);
+                refuse(
+                    this.parts,
+                    this.stopped,
+                    this.not_sent,
+                    NotHedged::Unavailable,
+                );
                 return Poll::Pending;
             }
         }
@@ -294,7 +299,7 @@ where
             .budget()
             .is_some_and(|b| !b.try_withdraw())
         {
-            refuse(this.stopped, this.not_sent, NotHedged::Budget);
+            refuse(this.parts, this.stopped, this.not_sent, NotHedged::Budget);
             return Poll::Pending;
         }
         let Some(body) = body else {
@@ -304,6 +309,7 @@ where
         tracing::debug!(
             copy,
             delay_ms = this.delay.as_secs_f64() * 1e3,
+            route = Given::new(&this.parts.extensions).route().map(|r| &**r),
             "hedge sent"
         );
         let future = this
@@ -325,8 +331,9 @@ where
     }
 }
 
-fn refuse(stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {
-    tracing::debug!(gate = why.as_str(), "hedge not sent");
+fn refuse(parts: &Parts, stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {
+    let route = Given::new(&parts.extensions).route().map(|r| &**r);
+    tracing::debug!(gate = why.as_str(), route, "hedge not sent");
     *stopped = true;
     *not_sent = Some(why);
 }

@@ -53,9 +53,19 @@
 //! declared once, for `ReplayBody<B>`, as without hedging. A copy is made from the
 //! replay body only once the original body has ended with every chunk kept (an
 //! empty body always is), so a large upload still being sent when the hedge is due
-//! is not hedged. A [`OneShot`] body is never hedged either, and under a policy of
-//! one attempt ([`RetryPolicy::none()`](crate::RetryPolicy::none)) only a request
-//! with an empty body is: nothing else is kept.
+//! is not hedged. A [`OneShot`] body is never hedged either, nor is a call whose
+//! retry policy allows one attempt ([`RetryPolicy::none()`](crate::RetryPolicy::none)):
+//! "never retry" means the request is sent once.
+//!
+//! # Per route
+//!
+//! A gateway chooses hedging per route in the retry layer's route table
+//! ([`Routes`](crate::retry::Routes), with a [`RoutePolicy`](crate::retry::RoutePolicy)
+//! per route): the layer's own policy, another [`HedgePolicy`] (its own delay,
+//! copies and methods), or no hedging. The retry layer leaves the route's
+//! [`HedgeChoice`] in the call's [`CallContext`](crate::policy::CallContext), and
+//! this layer follows it; a caller can set one there too. The route's name, when it
+//! has one, is in this layer's tracing events as `route`.
 //!
 //! A failure the hedge layer returns is a [`backstop::Error`](crate::Error) of
 //! the failure's own kind, so the retry layer above classifies it as if no hedge
@@ -169,7 +179,7 @@ use tower_service::Service;
 
 pub use crate::policy::{Hedged, NotHedged, Sent};
 pub use body::HedgeBody;
-pub use config::{HedgePolicy, HedgePolicyBuilder};
+pub use config::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
 
@@ -198,15 +208,22 @@ impl<S> Hedge<S> {
 
     /// What a hedged request needs, or `None` when it is not hedged.
     fn plan<B: HedgeBody>(&self, req: &Request<B>) -> Option<Plan<B>> {
-        let hedge = &self.hedge;
         let ext = req.extensions();
+        let given = Given::new(ext);
+        // A choice above (a route of the retry layer, or the caller) replaces the
+        // layer's own policy for this call.
+        let hedge = match given.hedge() {
+            Some(HedgeChoice::Off) => return None,
+            Some(HedgeChoice::With(policy)) => policy,
+            None => &self.hedge,
+        };
         let keyed = hedge.policy.is_keyed(req.method(), req.headers(), ext);
         if !(keyed || hedge.hedges_method(req.method())) || ext.get::<OneShot>().is_some() {
             return None;
         }
         // The retry layer above leaves a progress record exactly on the attempts of a
         // request its own policy finds neither idempotent nor keyed: never hedged.
-        if Given::new(ext).attempt().is_some() {
+        if given.attempt().is_some() {
             return None;
         }
         let body = req.body().hedge_handle()?;

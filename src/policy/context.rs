@@ -7,6 +7,7 @@ use http::Extensions;
 use tokio::time::Instant;
 
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
+use crate::hedge::HedgeChoice;
 
 /// What the outer layers of a stack give the inner ones for one call, carried in
 /// the request's extensions as one value.
@@ -16,8 +17,9 @@ use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
 /// [keyed](CallContext::is_keyed), the circuit-breaker and budget layers leave
 /// their origin's [breaker](CallContext::breaker) and [budget
 /// account](CallContext::budget), the retry layer the call's
-/// [deadline](CallContext::deadline) and, on each attempt whose write safety
-/// depends on it, the attempt's [record](CallContext::attempt). One insert serves
+/// [deadline](CallContext::deadline), its route's [name](CallContext::route) and
+/// [hedging](CallContext::hedge) and, on each attempt whose write safety depends
+/// on it, the attempt's [record](CallContext::attempt). One insert serves
 /// the whole stack, and the retry layer copies this one value into each attempt
 /// instead of cloning every extension.
 ///
@@ -50,6 +52,7 @@ pub struct CallContext {
     keyed: bool,
     deadline: Option<Instant>,
     route: Option<Arc<str>>,
+    hedge: Option<HedgeChoice>,
     attempt: Option<AttemptLog>,
 }
 
@@ -118,6 +121,17 @@ impl CallContext {
         self.route = Some(name);
     }
 
+    /// Whether and how the call is hedged, when a route (or the caller) chose; a hedge
+    /// layer beneath follows it instead of its own policy.
+    pub fn hedge(&self) -> Option<&HedgeChoice> {
+        self.hedge.as_ref()
+    }
+
+    /// Chooses whether and how the call is hedged (see [`HedgeChoice`]).
+    pub fn set_hedge(&mut self, choice: HedgeChoice) {
+        self.hedge = Some(choice);
+    }
+
     /// The current attempt's record, when the retry layer keeps one for it.
     pub fn attempt(&self) -> Option<&AttemptLog> {
         self.attempt.as_ref()
@@ -137,6 +151,7 @@ impl fmt::Debug for CallContext {
             .field("keyed", &self.keyed)
             .field("deadline", &self.deadline)
             .field("route", &self.route)
+            .field("hedge", &self.hedge)
             .field("attempt", &self.attempt.is_some())
             .finish()
     }
@@ -203,6 +218,18 @@ impl<'a> Given<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The name of the route the call matched.
+    #[inline]
+    pub(crate) fn route(&self) -> Option<&'a Arc<str>> {
+        self.context.and_then(|c| c.route.as_ref())
+    }
+
+    /// The hedging a route or the caller chose.
+    #[inline]
+    pub(crate) fn hedge(&self) -> Option<&'a HedgeChoice> {
+        self.context.and_then(CallContext::hedge)
     }
 
     #[inline]

@@ -1,6 +1,7 @@
 //! Attempt history and the reasons a call stopped.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -177,11 +178,21 @@ pub struct AttemptRecord {
 /// attempt 2/3: 200 OK after 2.43s
 /// stopped: answered
 /// ```
+///
+/// A call that matched a [named route](crate::retry::Route::named) names it first,
+/// quoted and escaped:
+///
+/// ```text
+/// route: "catalog"
+/// attempt 1/3: 503 Service Unavailable after 0.02s, waited 0.01s
+/// ...
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct History {
     attempts: Vec<AttemptRecord>,
     max_attempts: u32,
     stop: Option<StopReason>,
+    route: Option<Arc<str>>,
 }
 
 impl History {
@@ -190,7 +201,17 @@ impl History {
             attempts: Vec::new(),
             max_attempts,
             stop: None,
+            route: None,
         }
+    }
+
+    pub(crate) fn set_route(&mut self, route: Option<Arc<str>>) {
+        self.route = route;
+    }
+
+    /// The name of the route the call matched, when the route was named.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
     }
 
     pub(crate) fn push(&mut self, record: AttemptRecord) {
@@ -254,6 +275,10 @@ impl History {
 
 impl fmt::Display for History {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(route) = &self.route {
+            // Quoted and escaped: a name cannot forge a line of its own.
+            writeln!(f, "route: {route:?}")?;
+        }
         for a in &self.attempts {
             write!(
                 f,

@@ -36,6 +36,8 @@ pub(super) struct Call<S, B> {
     /// The current attempt's record, kept when its write safety depends on it.
     log: Option<AttemptLog>,
     pub(super) attempt: u32,
+    /// The name of the route the call matched, for its history.
+    route: Option<Arc<str>>,
     /// When the call started; `None` until something needs it (see `start`).
     pub(super) started: Option<Instant>,
     /// What only a call that is timed, fails or is hedged needs: allocated then,
@@ -112,6 +114,7 @@ where
         // call's start is taken when its first attempt first waits (a transport
         // always does), so an answer that is ready at once reads no clock at all.
         let given_deadline = given.deadline();
+        let route = given.route().cloned();
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
             || policy.attempt_timeout().is_some();
@@ -151,6 +154,7 @@ where
             body: retries.then(|| req.body().source()),
             log: None,
             attempt: 1,
+            route,
             started,
             policy,
         };
@@ -468,8 +472,10 @@ impl<S, B> Call<S, B> {
                 "retry skipped"
             );
         }
+        let route = self.route.clone();
         let history = &mut self.slow().history;
         history.stop(stop);
+        history.set_route(route);
         mem::replace(history, History::new(0))
     }
 

@@ -17,7 +17,7 @@ use tracing::Span;
 use super::call::{Call, CallResult, Start, Step};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::policy::{ErrorKind, RetryPolicy, StopReason};
+use crate::policy::{CallContext, ErrorKind, RetryPolicy, StopReason};
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
@@ -87,10 +87,17 @@ where
             "backstop.retry",
             http.request.method = %req.method(),
             http.request.resend_count = tracing::field::Empty,
+            route = tracing::field::Empty,
         );
         // `Span::none()` is what the macro gives when nothing takes the span; a
         // disabled span kept for `tracing`'s `log` output is kept here too.
         let span = (!span.is_none()).then(|| Box::new(span));
+        if let Some(span) = span.as_deref() {
+            // The route's name, when the route table named it (a name, never a URL).
+            if let Some(route) = CallContext::of(req.extensions()).and_then(CallContext::route) {
+                span.record("route", route);
+            }
+        }
         // The first attempt goes to the service that was driven ready; the call keeps
         // it for the next ones, which drive its readiness themselves.
         let Start { mut call, first } = Call::start(service, policy, req);

@@ -44,7 +44,10 @@
 //! - Per call: a [`RetryPolicy`] or a [`Deadline`](crate::policy::Deadline) in the
 //!   request's extensions overrides the layer's for that call; a
 //!   [`OneShot`](crate::OneShot) marker forbids re-sending its body.
-//! - Per route: [`Routes`] maps path prefixes, methods and hosts to policies.
+//! - Per route: [`Routes`] maps path prefixes, methods and hosts to a
+//!   [`RoutePolicy`]: a retry policy and the route's hedging, which a
+//!   [`HedgeLayer`](crate::HedgeLayer) beneath follows. A route can be named; the
+//!   name is in the call's [`History`](crate::policy::History) and in tracing.
 //!
 //! # What differs from `tower::retry`
 //!
@@ -82,7 +85,7 @@ use tower_service::Service;
 
 pub use future::ResponseFuture;
 pub use layer::RetryLayer;
-pub use route::{Route, Routes};
+pub use route::{Route, RoutePolicy, Routes};
 
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
@@ -135,10 +138,10 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let policy = match req.extensions_mut().remove::<RetryPolicy>() {
-            Some(policy) => Arc::new(policy),
-            None => self.routes.policy_for(&req).clone(),
-        };
+        // The route gives the policy (unless the call brings its own), and leaves its
+        // name and hedging in the call's context for the layers beneath.
+        let given = req.extensions_mut().remove::<RetryPolicy>();
+        let policy = self.routes.choose(&mut req, given);
         // The inner service that was driven to readiness serves the first attempt;
         // later attempts drive the clone's readiness themselves.
         let clone = self.inner.clone();

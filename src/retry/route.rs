@@ -1,10 +1,11 @@
-//! Policies per route, for gateways.
+//! Policies per route, for gateways: one table for retries and hedging.
 
 use std::sync::Arc;
 
-use http::{Method, Request};
+use http::{Extensions, Method, Request};
 
-use crate::policy::RetryPolicy;
+use crate::hedge::{HedgeChoice, HedgePolicy};
+use crate::policy::{CallContext, InvalidConfig, RetryPolicy};
 
 /// Which requests a route covers: a path prefix, a method and a host, each
 /// optional; a request matches when it matches every part that is set.
@@ -19,15 +20,17 @@ use crate::policy::RetryPolicy;
 /// use backstop::retry::Route;
 /// use http::Method;
 ///
-/// let route = Route::path_prefix("/payments").method(Method::POST);
+/// let route = Route::path_prefix("/payments").method(Method::POST).named("payments");
 /// let req = http::Request::post("http://api.example.com/payments/42").body(()).unwrap();
 /// assert!(route.matches(&req));
+/// assert_eq!(route.name(), Some("payments"));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Route {
     path_prefix: Option<String>,
     method: Option<Method>,
     host: Option<String>,
+    name: Option<Arc<str>>,
 }
 
 impl Route {
@@ -73,6 +76,20 @@ impl Route {
         self
     }
 
+    /// Names the route, for the history, tracing and the call's context.
+    ///
+    /// The name is shown quoted and escaped wherever it is written, so any text is
+    /// safe; keep it short and free of request data.
+    pub fn named(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The route's name, if it was [named](Route::named).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// Whether `req` is covered by this route.
     pub fn matches<B>(&self, req: &Request<B>) -> bool {
         if let Some(m) = &self.method {
@@ -104,58 +121,238 @@ impl Route {
     }
 }
 
-/// Retry policies by route, in one place: the first route that matches a request
-/// gives its policy, else the default does.
+/// What a route does: its retry policy, and whether and how its calls are hedged.
 ///
-/// A policy in a request's extensions overrides both, for that call.
+/// | made with | retries | hedging (in a [`HedgeLayer`](crate::HedgeLayer) beneath) |
+/// |---|---|---|
+/// | [`RoutePolicy::new(retry)`](RoutePolicy::new), or a bare [`RetryPolicy`] | as `retry` says | as the hedge layer's own policy says |
+/// | [`.hedge(policy)`](RoutePolicy::hedge) | as `retry` says | as `policy` says: its own delay, copies and methods |
+/// | [`.no_hedging()`](RoutePolicy::no_hedging) | as `retry` says | never |
+/// | a `retry` that allows one attempt ([`RetryPolicy::none()`]) | never | never: a hedge would be a second send |
+///
+/// The last row holds for every call whose policy allows one attempt, a policy
+/// given in the request's extensions included: "never retry" means the request
+/// is sent once.
 ///
 /// # Examples
 ///
 /// ```
-/// use backstop::retry::{Route, Routes};
-/// use backstop::{RetryLayer, RetryPolicy};
+/// use std::time::Duration;
+/// use backstop::retry::RoutePolicy;
+/// use backstop::{HedgePolicy, RetryPolicy};
+///
+/// // Retried, and hedged after 40 ms instead of the hedge layer's own delay.
+/// let catalog = RoutePolicy::new(RetryPolicy::default())
+///     .hedge(HedgePolicy::after(Duration::from_millis(40)))?;
+/// assert!(catalog.hedging().unwrap().policy().is_some());
+///
+/// // Retried, never hedged.
+/// let reports = RoutePolicy::new(RetryPolicy::default()).no_hedging();
+/// assert!(reports.hedging().unwrap().is_off());
+///
+/// // Sent once: neither retried nor hedged, and asking for a hedge is refused.
+/// let payments = RoutePolicy::new(RetryPolicy::none());
+/// assert!(payments.hedging().unwrap().is_off());
+/// assert!(RoutePolicy::new(RetryPolicy::none())
+///     .hedge(HedgePolicy::after(Duration::from_millis(40)))
+///     .is_err());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RoutePolicy {
+    retry: Arc<RetryPolicy>,
+    /// `None`: as the hedge layer's own policy says.
+    hedge: Option<HedgeChoice>,
+}
+
+impl RoutePolicy {
+    /// Retries as `retry` says; hedging as the hedge layer's own policy says, unless
+    /// `retry` allows one attempt (then never).
+    pub fn new(retry: RetryPolicy) -> Self {
+        let hedge = (retry.max_attempts() <= 1).then_some(HedgeChoice::Off);
+        RoutePolicy {
+            retry: Arc::new(retry),
+            hedge,
+        }
+    }
+
+    /// Hedges the route's calls as `hedge` says, instead of the hedge layer's own
+    /// policy.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] (setting `hedge`) when the retry policy allows one
+    /// attempt: a hedge would send the request a second time.
+    pub fn hedge(mut self, hedge: HedgePolicy) -> Result<Self, InvalidConfig> {
+        if self.retry.max_attempts() <= 1 {
+            return Err(InvalidConfig::new(
+                "hedge",
+                "the route's retry policy allows one attempt, and a hedge would be a second; \
+                 allow more attempts or leave the route unhedged"
+                    .to_owned(),
+            ));
+        }
+        self.hedge = Some(HedgeChoice::With(hedge));
+        Ok(self)
+    }
+
+    /// Never hedges the route's calls, whatever the hedge layer's own policy says.
+    pub fn no_hedging(mut self) -> Self {
+        self.hedge = Some(HedgeChoice::Off);
+        self
+    }
+
+    /// The route's retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// The route's hedging; `None` when it is the hedge layer's own.
+    pub fn hedging(&self) -> Option<&HedgeChoice> {
+        self.hedge.as_ref()
+    }
+}
+
+impl From<RetryPolicy> for RoutePolicy {
+    /// [`RoutePolicy::new`].
+    fn from(retry: RetryPolicy) -> Self {
+        RoutePolicy::new(retry)
+    }
+}
+
+/// Policies by route, in one place: the first route that matches a request gives
+/// its retry policy and its hedging ([`RoutePolicy`]), else the default does.
+///
+/// The retry layer picks the route when a call starts. It runs the call under the
+/// route's retry policy, and leaves the route's name and hedging in the call's
+/// [`CallContext`], where a [`HedgeLayer`](crate::HedgeLayer) beneath reads them:
+/// the hedge layer needs no table of its own, and knows nothing of the retry layer.
+///
+/// A [`RetryPolicy`] in a request's extensions overrides the route's retry policy
+/// for that call (its name and hedging still apply, and a policy of one attempt
+/// still means no hedge); a name or a [`HedgeChoice`] already in the call's context
+/// is kept.
+///
+/// # Examples
+///
+/// A gateway's table: payments sent once, the catalog retried and hedged, orders
+/// (keyed POSTs) retried and never hedged, everything else as the layers say.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::retry::{Route, RoutePolicy, Routes};
+/// use backstop::{HedgeLayer, HedgePolicy, RetryLayer, RetryPolicy};
 /// use http::Method;
 ///
 /// let routes = Routes::new(RetryPolicy::default())
-///     // Never repeat payment captures, whatever their method.
-///     .route(Route::path_prefix("/payments/capture"), RetryPolicy::none())
-///     // Reads of the catalogue may try harder.
+///     // Never repeat a payment, whatever its method: no retry, no hedge.
+///     .route(Route::path_prefix("/payments").named("payments"), RetryPolicy::none())
+///     // Reads of the catalog try harder, and are hedged after 30 ms.
 ///     .route(
-///         Route::path_prefix("/catalogue").method(Method::GET),
-///         RetryPolicy::builder().max_attempts(5).build()?,
+///         Route::path_prefix("/catalog").method(Method::GET).named("catalog"),
+///         RoutePolicy::new(RetryPolicy::builder().max_attempts(4).build()?)
+///             .hedge(HedgePolicy::after(Duration::from_millis(30)))?,
+///     )
+///     // Orders carry an idempotency key: retried, never hedged.
+///     .route(
+///         Route::path_prefix("/orders").method(Method::POST).named("orders"),
+///         RoutePolicy::new(RetryPolicy::default()).no_hedging(),
 ///     );
-/// let layer = RetryLayer::with_routes(routes);
-/// # let _ = layer;
+///
+/// let req = http::Request::get("http://shop.test/catalog/42").body(()).unwrap();
+/// assert_eq!(routes.route_for(&req).and_then(|r| r.name()), Some("catalog"));
+/// assert_eq!(routes.policy_for(&req).max_attempts(), 4);
+///
+/// // The retry layer picks the route; the hedge layer beneath follows it.
+/// let stack = tower::ServiceBuilder::new()
+///     .layer(RetryLayer::with_routes(routes))
+///     .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(100))));
+/// # let _ = stack;
 /// # Ok::<(), backstop::policy::InvalidConfig>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Routes {
-    default: Arc<RetryPolicy>,
-    routes: Vec<(Route, Arc<RetryPolicy>)>,
+    default: RoutePolicy,
+    routes: Vec<(Route, RoutePolicy)>,
 }
 
 impl Routes {
-    /// Routes with `default` for every request no route covers.
-    pub fn new(default: RetryPolicy) -> Self {
+    /// Routes with `default` (a [`RetryPolicy`] or a [`RoutePolicy`]) for every
+    /// request no route covers.
+    pub fn new(default: impl Into<RoutePolicy>) -> Self {
         Routes {
-            default: Arc::new(default),
+            default: default.into(),
             routes: Vec::new(),
         }
     }
 
-    /// Adds a route; routes are tried in the order they were added.
-    pub fn route(mut self, route: Route, policy: RetryPolicy) -> Self {
-        self.routes.push((route, Arc::new(policy)));
+    /// Adds a route with its policy (a [`RetryPolicy`] or a [`RoutePolicy`]); routes
+    /// are tried in the order they were added.
+    pub fn route(mut self, route: Route, policy: impl Into<RoutePolicy>) -> Self {
+        self.routes.push((route, policy.into()));
         self
     }
 
-    /// The policy for `req`.
+    /// The first route that covers `req`; `None` when the default applies.
+    pub fn route_for<B>(&self, req: &Request<B>) -> Option<&Route> {
+        self.pick(req).0
+    }
+
+    /// The route policy for `req`: the first matching route's, or the default.
+    pub fn route_policy_for<B>(&self, req: &Request<B>) -> &RoutePolicy {
+        self.pick(req).1
+    }
+
+    /// The retry policy for `req`.
     #[inline]
     pub fn policy_for<B>(&self, req: &Request<B>) -> &Arc<RetryPolicy> {
+        &self.pick(req).1.retry
+    }
+
+    #[inline]
+    fn pick<B>(&self, req: &Request<B>) -> (Option<&Route>, &RoutePolicy) {
         self.routes
             .iter()
             .find(|(route, _)| route.matches(req))
-            .map_or(&self.default, |(_, policy)| policy)
+            .map_or((None, &self.default), |(route, policy)| {
+                (Some(route), policy)
+            })
+    }
+
+    /// Picks the route of a call: its retry policy (unless `given` overrides it),
+    /// with its name and hedging left in the call's context.
+    #[inline]
+    pub(crate) fn choose<B>(
+        &self,
+        req: &mut Request<B>,
+        given: Option<RetryPolicy>,
+    ) -> Arc<RetryPolicy> {
+        let (route, chosen) = self.pick(req);
+        let name = route.and_then(|r| r.name.as_ref());
+        let policy = given.map_or_else(|| chosen.retry.clone(), Arc::new);
+        // One attempt means one send, whatever the route says of hedging.
+        let hedge = match (policy.max_attempts() <= 1, &chosen.hedge) {
+            (true, _) => Some(HedgeChoice::Off),
+            (false, hedge) => hedge.clone(),
+        };
+        if name.is_some() || hedge.is_some() {
+            tell(req.extensions_mut(), name, hedge);
+        }
+        policy
+    }
+}
+
+/// Leaves a route's name and hedging in the call's context, keeping what the caller
+/// put there already (but a single attempt is never hedged).
+fn tell(ext: &mut Extensions, name: Option<&Arc<str>>, hedge: Option<HedgeChoice>) {
+    let context = CallContext::of_mut(ext);
+    if let Some(name) = name.filter(|_| context.route().is_none()) {
+        context.set_route(name.clone());
+    }
+    match hedge {
+        Some(HedgeChoice::Off) => context.set_hedge(HedgeChoice::Off),
+        Some(hedge) if context.hedge().is_none() => context.set_hedge(hedge),
+        _ => {}
     }
 }
 
@@ -218,5 +415,46 @@ mod tests {
                 .max_attempts(),
             3
         );
+    }
+
+    #[test]
+    fn choosing_leaves_the_name_and_hedging_in_the_context() {
+        let routes = Routes::new(RetryPolicy::default())
+            .route(
+                Route::path_prefix("/pay").named("payments"),
+                RetryPolicy::none(),
+            )
+            .route(
+                Route::path_prefix("/cat").named("catalog"),
+                RoutePolicy::new(RetryPolicy::default()).no_hedging(),
+            );
+        let mut pay = req(Method::GET, "http://h/pay/1");
+        assert_eq!(routes.choose(&mut pay, None).max_attempts(), 1);
+        let ctx = CallContext::of(pay.extensions()).unwrap();
+        assert_eq!(ctx.route(), Some("payments"));
+        assert!(ctx.hedge().unwrap().is_off());
+
+        // A name the caller gave is kept.
+        let mut cat = req(Method::GET, "http://h/cat/1");
+        CallContext::of_mut(cat.extensions_mut()).set_route("mine".into());
+        routes.choose(&mut cat, None);
+        let ctx = CallContext::of(cat.extensions()).unwrap();
+        assert_eq!(ctx.route(), Some("mine"));
+        assert!(ctx.hedge().unwrap().is_off());
+
+        // The default route, unnamed and hedged as the layer says, adds nothing.
+        let mut other = req(Method::GET, "http://h/other");
+        assert_eq!(routes.choose(&mut other, None).max_attempts(), 3);
+        assert!(CallContext::of(other.extensions()).is_none());
+        assert!(routes.route_for(&other).is_none());
+
+        // A given policy of one attempt is never hedged, whatever the route says.
+        let mut given = req(Method::GET, "http://h/other");
+        routes.choose(&mut given, Some(RetryPolicy::none()));
+        assert!(CallContext::of(given.extensions())
+            .unwrap()
+            .hedge()
+            .unwrap()
+            .is_off());
     }
 }

@@ -6,3 +6,28 @@
 mod support;
 
 mod retry;
+mod routes;
+
+use std::io;
+use std::sync::Arc;
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+pub(crate) struct Captured(pub(crate) Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}

@@ -1,36 +1,15 @@
 //! The retry layer's tracing.
 
 use std::io;
-use std::sync::Arc;
 
 use crate::support::mock::{status, status_with, Mock, Step};
+use crate::Captured;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
-
-/// A `tracing` writer that keeps everything in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
