@@ -97,6 +97,9 @@
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
 //!   and [`progress`], which reads hyper-util's connection capture.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
+//! - `reqwest-middleware`: [`reqwest`](mod@crate::reqwest), backstop as a
+//!   `reqwest-middleware` middleware (reqwest 0.13, reqwest-middleware 0.5), and
+//!   reqwest's native retry configured from a [`RetryPolicy`]; it turns on `hyper`.
 //!
 //! The other layers need nothing beyond the core dependencies, so they are always
 //! compiled.
@@ -120,6 +123,9 @@ pub mod policy;
 #[cfg(feature = "hyper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper")))]
 pub mod progress;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub mod reqwest;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
