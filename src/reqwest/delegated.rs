@@ -15,7 +15,9 @@ use crate::policy::{classify_error, ladder, Outcome, RetryPolicy};
 ///   the policy's retryable statuses and idempotent methods; a request reqwest
 ///   sent twice is one the ladder would re-send;
 /// - the scope: reqwest's policy applies to one host, as backstop's budget and
-///   breaker apply to one origin; reqwest's own budget (20 % extra load over
+///   breaker apply to one origin (the classifier checks the host too: reqwest's
+///   own scope check lets an out-of-scope request's first retry through); reqwest's
+///   own budget (20 % extra load over
 ///   10 s, the same numbers as [`BudgetPolicy::default`](crate::BudgetPolicy))
 ///   stays on (`.max_extra_load(ratio)` changes it, `.no_budget()` drops it).
 ///
@@ -52,13 +54,17 @@ use crate::policy::{classify_error, ladder, Outcome, RetryPolicy};
 /// ```
 pub fn native_retry<S>(host: S, policy: &RetryPolicy) -> reqwest::retry::Builder
 where
-    S: for<'a> PartialEq<&'a str> + Send + Sync + 'static,
+    S: for<'a> PartialEq<&'a str> + Clone + Send + Sync + 'static,
 {
     let classify = policy.clone();
+    let scope = host.clone();
     reqwest::retry::for_host(host)
         .max_retries_per_request(policy.max_attempts().saturating_sub(1))
         .classify_fn(move |rr| {
-            if should_resend(&classify, rr.method(), rr.status(), rr.error()) {
+            // reqwest checks the scope from the second retry on; the classifier
+            // checks it for the first too, so another host is never re-sent.
+            let in_scope = scope == rr.uri().host().unwrap_or("");
+            if in_scope && should_resend(&classify, rr.method(), rr.status(), rr.error()) {
                 rr.retryable()
             } else {
                 rr.success()

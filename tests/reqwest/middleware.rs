@@ -1,0 +1,401 @@
+//! `BackstopMiddleware` over the wire.
+
+use std::time::{Duration, Instant};
+
+use backstop::policy::{ErrorKind, History, NoRetry, NotReplayable, StopReason};
+use backstop::reqwest::{BackstopMiddleware, ErrorExt};
+use backstop::test_util::{Protocol, Reply, Step, Upstream};
+use backstop::{BudgetPolicy, CircuitBreakerPolicy, RetryPolicy};
+use reqwest_middleware::ClientBuilder;
+
+use crate::kit::{builder, client, quick, reqwest_client, streamed, upstream, url, RefuseFirst};
+use crate::support::wire::{within_10s, BOTH};
+
+fn history(res: &reqwest::Response) -> &History {
+    res.extensions().get::<History>().expect("a history after a retry")
+}
+
+#[tokio::test]
+async fn a_503_then_success_is_the_answer_reqwest_would_give() {
+    within_10s(async {
+        for protocol in BOTH {
+            let up = upstream(
+                protocol,
+                vec![Reply::status(503).into(), Reply::ok().header("x-answer", "yes").body("done").into()],
+            )
+            .await;
+            let target = url(&up, "/items?page=2");
+            let res = client(protocol, BackstopMiddleware::new(quick()))
+                .get(&target)
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(res.status(), 200, "{protocol:?}");
+            // What plain reqwest gives for the same request: URL, version, headers.
+            let plain = reqwest_client(protocol).get(&target).send().await.unwrap();
+            assert_eq!(res.url(), plain.url());
+            assert_eq!(res.url().as_str(), target);
+            assert_eq!(res.version(), plain.version());
+            assert_eq!(res.headers()["x-answer"], "yes");
+            let h = history(&res);
+            assert_eq!(h.len(), 2);
+            assert_eq!(h.stop_reason(), Some(StopReason::Answered));
+            assert_eq!(res.text().await.unwrap(), "done");
+            // Two attempts of the call, and plain reqwest's one request.
+            assert_eq!(up.requests().len(), 3);
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_first_answer_carries_no_history_and_keeps_its_url() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![]).await;
+        let target = url(&up, "/a/b?q=1");
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .get(&target)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.url().as_str(), target);
+        assert!(res.extensions().get::<History>().is_none());
+        assert_eq!(up.requests().len(), 1);
+    })
+    .await
+}
+
+/// Wall-clock bounds: reqwest's pool and connector run on tokio's clock too, and a
+/// paused clock would jump past the loopback I/O they wait for. The exact wait is
+/// read from the history; the elapsed time only bounds it.
+#[tokio::test]
+async fn retry_after_seconds_and_milliseconds_are_waited_exactly() {
+    within_10s(async {
+        for (header, value, wait) in [
+            ("retry-after", "1", Duration::from_secs(1)),
+            ("retry-after-ms", "150", Duration::from_millis(150)),
+        ] {
+            let up = upstream(
+                Protocol::Http1,
+                vec![Reply::status(503).header(header, value).into()],
+            )
+            .await;
+            let started = Instant::now();
+            let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+                .get(url(&up, "/"))
+                .send()
+                .await
+                .unwrap();
+            let took = started.elapsed();
+            assert_eq!(res.status(), 200);
+            assert_eq!(history(&res).attempts()[0].wait, Some(wait), "{header}");
+            assert!(took >= wait, "{header}: {took:?}");
+            assert!(took < wait + Duration::from_millis(900), "{header}: {took:?}");
+            assert_eq!(up.requests().len(), 2);
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_longer_hint_ends_the_call_with_the_hint_readable() {
+    within_10s(async {
+        let up = upstream(
+            Protocol::Http1,
+            vec![Reply::status(429).header("retry-after", "3600").into()],
+        )
+        .await;
+        let started = Instant::now();
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(res.status(), 429);
+        assert_eq!(up.requests().len(), 1);
+        let h = history(&res);
+        assert_eq!(h.retry_after(), Some(Duration::from_secs(3600)));
+        assert_eq!(h.stop_reason(), Some(StopReason::RetryAfterTooLong));
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_keyless_post_is_not_sent_again_once_its_body_was_written() {
+    within_10s(async {
+        for protocol in BOTH {
+            let up = upstream(protocol, vec![Step::CloseAfterBody]).await;
+            let err = client(protocol, BackstopMiddleware::new(quick()))
+                .post(url(&up, "/orders"))
+                .body("pay 10")
+                .send()
+                .await
+                .expect_err("the answer was lost");
+            assert_eq!(up.requests().len(), 1, "{protocol:?}");
+            assert!(up.requests()[0].processed());
+            let failed = err.backstop().expect("backstop's error");
+            assert_eq!(
+                failed.stop_reason(),
+                Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
+            );
+            assert!(!failed.is_retryable());
+            assert_eq!(failed.attempts(), 1);
+            // reqwest's own error is one step away, not under a second wrapper.
+            let reqwest_err = err.reqwest().expect("the attempt's reqwest error");
+            assert!(!reqwest_err.is_connect());
+            assert!(std::error::Error::source(failed).unwrap().is::<reqwest::Error>());
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_keyless_post_is_sent_again_after_a_refused_connection() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![]).await;
+        let resolver = RefuseFirst::default();
+        let inner = builder(Protocol::Http1)
+            .dns_resolver(resolver.clone())
+            .build()
+            .unwrap();
+        let client = ClientBuilder::new(inner)
+            .with(BackstopMiddleware::new(quick()))
+            .build();
+        let target = format!("http://upstream.test:{}/orders", up.addr().port());
+        let res = client
+            .post(&target)
+            .body("pay 10")
+            .send()
+            .await
+            .expect("sent again to the live address");
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.url().as_str(), target);
+        let h = history(&res);
+        assert_eq!(h.len(), 2);
+        assert_eq!(
+            h.attempts()[0].outcome,
+            backstop::policy::AttemptOutcome::Error(ErrorKind::Connect)
+        );
+        assert_eq!(up.requests().len(), 1);
+        assert_eq!(up.requests()[0].body, "pay 10");
+        assert_eq!(resolver.resolved.load(std::sync::atomic::Ordering::SeqCst), 2);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_refused_connection_reads_as_connect_through_the_middleware_error() {
+    within_10s(async {
+        // Nothing listens on 127.0.0.2 at this port: every attempt is refused.
+        let up = upstream(Protocol::Http1, vec![]).await;
+        let client = client(
+            Protocol::Http1,
+            BackstopMiddleware::new(RetryPolicy::none()),
+        );
+        let err = client
+            .get(format!("http://127.0.0.2:{}/", up.addr().port()))
+            .send()
+            .await
+            .expect_err("refused");
+        assert!(err.reqwest().is_some_and(reqwest::Error::is_connect));
+        let failed = err.backstop().unwrap();
+        assert_eq!(failed.kind(), ErrorKind::Connect);
+        assert!(failed.is_not_processed());
+        assert!(!failed.to_string().contains("127.0.0.2"));
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_keyed_post_is_sent_again_with_the_same_key() {
+    within_10s(async {
+        for protocol in BOTH {
+            let up = upstream(protocol, vec![Step::CloseAfterBody]).await;
+            let res = client(
+                protocol,
+                BackstopMiddleware::new(quick()).with_idempotency_keys(),
+            )
+            .post(url(&up, "/orders"))
+            .body("pay 10")
+            .send()
+            .await
+            .expect("re-sent under its key");
+            assert_eq!(res.status(), 200);
+            let seen = up.requests();
+            assert_eq!(seen.len(), 2, "{protocol:?}");
+            let key = seen[0].idempotency_key.clone().expect("a key");
+            assert_eq!(seen[1].idempotency_key.as_deref(), Some(key.as_str()));
+            assert_eq!(seen[1].body, "pay 10");
+            assert_eq!(history(&res).len(), 2);
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_streamed_body_is_replayed_byte_for_byte() {
+    within_10s(async {
+        for protocol in BOTH {
+            let up = upstream(protocol, vec![Step::CloseAfterBody]).await;
+            let res = client(protocol, BackstopMiddleware::new(quick()))
+                .put(url(&up, "/blob"))
+                .body(streamed(&[b"first chunk, ", b"second chunk, ", b"the end"]))
+                .send()
+                .await
+                .expect("replayed");
+            assert_eq!(res.status(), 200);
+            let seen = up.requests();
+            assert_eq!(seen.len(), 2, "{protocol:?}");
+            assert_eq!(seen[0].body, "first chunk, second chunk, the end");
+            assert_eq!(seen[1].body, seen[0].body);
+            assert!(seen[1].processed());
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stream_over_the_cap_is_sent_once_with_the_reason_recorded() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![Step::CloseAfterBody]).await;
+        let policy = RetryPolicy::builder()
+            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .replay_cap(8)
+            .build()
+            .unwrap();
+        let err = client(Protocol::Http1, BackstopMiddleware::new(policy))
+            .put(url(&up, "/blob"))
+            .body(streamed(&[b"0123456789", b"abcdefghij"]))
+            .send()
+            .await
+            .expect_err("not replayable");
+        assert_eq!(up.requests().len(), 1);
+        let failed = err.backstop().unwrap();
+        assert!(failed.is_retryable());
+        assert_eq!(
+            failed.stop_reason(),
+            Some(StopReason::BodyNotReplayable(NotReplayable::CapExceeded))
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_buffered_body_over_the_cap_is_still_sent_again() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![Step::CloseAfterBody]).await;
+        let policy = RetryPolicy::builder()
+            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .replay_cap(8)
+            .build()
+            .unwrap();
+        let body = "a buffered body longer than the cap";
+        let res = client(Protocol::Http1, BackstopMiddleware::new(policy))
+            .put(url(&up, "/blob"))
+            .body(body)
+            .send()
+            .await
+            .expect("re-sent");
+        assert_eq!(res.status(), 200);
+        let seen = up.requests();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[1].body, body);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_budget_holds_a_dead_upstream_to_1_25_requests_per_call() {
+    within_10s(async {
+        let up = Upstream::builder()
+            .protocol(Protocol::Http1)
+            .then(Reply::status(503))
+            .start()
+            .await
+            .unwrap();
+        let budget = BudgetPolicy::builder()
+            .ratio(0.2)
+            .min_per_second(0.0)
+            .build()
+            .unwrap();
+        let client = client(
+            Protocol::Http1,
+            BackstopMiddleware::new(quick()).with_budget(budget),
+        );
+        let calls = 100;
+        let mut stopped_by_budget = 0;
+        for _ in 0..calls {
+            let res = client.get(url(&up, "/")).send().await.unwrap();
+            assert_eq!(res.status(), 503);
+            if res.extensions().get::<History>().and_then(History::stop_reason)
+                == Some(StopReason::Budget)
+            {
+                stopped_by_budget += 1;
+            }
+        }
+        let sent = up.requests().len();
+        assert!(sent <= calls * 125 / 100, "{sent} upstream requests for {calls} calls");
+        assert!(sent > calls, "the budget allows some retries: {sent}");
+        assert!(stopped_by_budget > 0);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_open_breaker_refuses_without_touching_the_network_for_every_clone() {
+    within_10s(async {
+        let up = Upstream::builder()
+            .protocol(Protocol::Http1)
+            .then(Reply::status(503))
+            .start()
+            .await
+            .unwrap();
+        let breaker = CircuitBreakerPolicy::builder()
+            .consecutive_failures(2)
+            .cooldown(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let middleware = BackstopMiddleware::new(RetryPolicy::none()).with_circuit_breaker(breaker);
+        let first = client(Protocol::Http1, middleware.clone());
+        for _ in 0..2 {
+            assert_eq!(first.get(url(&up, "/")).send().await.unwrap().status(), 503);
+        }
+        let requests = up.requests().len();
+        let connections = up.connections();
+        // Another client with a clone of the middleware shares the breaker.
+        let second = client(Protocol::Http1, middleware.clone());
+        for client in [&first, &second] {
+            let err = client.get(url(&up, "/")).send().await.expect_err("refused");
+            let failed = err.backstop().expect("backstop's error");
+            assert!(failed.is_circuit_open());
+            assert!(failed.next_probe_at().is_some());
+            assert!(err.reqwest().is_none());
+        }
+        assert_eq!(up.requests().len(), requests);
+        assert_eq!(up.connections(), connections);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_hedged_get_answers_from_the_faster_send() {
+    within_10s(async {
+        let up = upstream(
+            Protocol::Http1,
+            vec![Reply::ok().body("slow").delay(Duration::from_secs(5)).into()],
+        )
+        .await;
+        let hedge = backstop::HedgePolicy::after(Duration::from_millis(50));
+        let started = Instant::now();
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()).with_hedge(hedge))
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(res.text().await.unwrap(), "");
+        assert_eq!(up.requests().len(), 2);
+    })
+    .await
+}
