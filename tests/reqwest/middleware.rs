@@ -399,3 +399,121 @@ async fn a_hedged_get_answers_from_the_faster_send() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_policy_given_with_the_call_overrides_the_middleware() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![Reply::status(503).into()]).await;
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .get(url(&up, "/"))
+            .with_extension(RetryPolicy::none())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(up.requests().len(), 1);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn two_middlewares_given_one_budget_layer_spend_from_one_account() {
+    within_10s(async {
+        let up = Upstream::builder()
+            .protocol(Protocol::Http1)
+            .then(Reply::status(503))
+            .start()
+            .await
+            .unwrap();
+        let budget = backstop::BudgetLayer::new(
+            BudgetPolicy::builder()
+                .ratio(0.0)
+                .min_per_second(0.1)
+                .window(std::time::Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        );
+        // A floor of one retry in the window, shared by both clients.
+        let a = client(
+            Protocol::Http1,
+            BackstopMiddleware::new(quick()).with_budget_layer(budget.clone()),
+        );
+        let b = client(
+            Protocol::Http1,
+            BackstopMiddleware::new(quick()).with_budget_layer(budget.clone()),
+        );
+        assert_eq!(a.get(url(&up, "/")).send().await.unwrap().status(), 503);
+        let after_a = up.requests().len();
+        let res = b.get(url(&up, "/")).send().await.unwrap();
+        assert_eq!(up.requests().len() - after_a, 1, "b finds the account spent");
+        assert_eq!(history_or_none(&res), Some(StopReason::Budget));
+        assert_eq!(after_a, 2);
+    })
+    .await
+}
+
+fn history_or_none(res: &reqwest::Response) -> Option<StopReason> {
+    res.extensions().get::<History>().and_then(History::stop_reason)
+}
+
+/// Marks each attempt in the chain's extensions, as a middleware after backstop's.
+struct CountAttempts;
+
+#[derive(Clone, Debug, PartialEq)]
+struct Attempted(u32);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for CountAttempts {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let seen = extensions.get::<Attempted>().map_or(0, |a| a.0);
+        extensions.insert(Attempted(seen + 1));
+        next.run(req, extensions).await
+    }
+}
+
+/// Reads the chain's extensions once the call is over, as a middleware before
+/// backstop's.
+struct ReadAfter(std::sync::Arc<std::sync::Mutex<Option<Attempted>>>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for ReadAfter {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let res = next.run(req, extensions).await;
+        *self.0.lock().unwrap() = extensions.get::<Attempted>().cloned();
+        res
+    }
+}
+
+#[tokio::test]
+async fn each_attempt_runs_the_rest_of_the_chain_with_its_own_extensions() {
+    within_10s(async {
+        let up = upstream(
+            Protocol::Http1,
+            vec![Reply::status(503).into(), Reply::status(503).into()],
+        )
+        .await;
+        let after = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let client = ClientBuilder::new(reqwest_client(Protocol::Http1))
+            .with(ReadAfter(after.clone()))
+            .with(BackstopMiddleware::new(quick()))
+            .with(CountAttempts)
+            .build();
+        let res = client.get(url(&up, "/")).send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(up.requests().len(), 3);
+        // Each attempt started from the call's extensions; the caller sees the
+        // answering attempt's.
+        assert_eq!(*after.lock().unwrap(), Some(Attempted(1)));
+    })
+    .await
+}
