@@ -143,6 +143,8 @@ pub use retry::{Retry, RetryLayer};
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
 
-#[cfg(doctest)]
+// The README's examples include the reqwest one, so they run with its feature (the
+// README's test command, `cargo test --all-features`, turns it on).
+#[cfg(all(doctest, feature = "reqwest-middleware"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
