@@ -107,7 +107,10 @@ fn body(streamed: bool) -> reqwest::Body {
     }
 }
 
-async fn run(client: &ClientWithMiddleware, rounds: usize) -> Result<Tally, Box<dyn std::error::Error>> {
+async fn run(
+    client: &ClientWithMiddleware,
+    rounds: usize,
+) -> Result<Tally, Box<dyn std::error::Error>> {
     let mut tally = Tally::default();
     for _ in 0..rounds {
         for fault in FAULTS {

@@ -91,6 +91,9 @@
 //! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
 //! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed; any method when [`progress`] proves nothing was written |
 //! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
+//! | (feature `reqwest-middleware`) `reqwest::Error` with `is_connect()`: refused, reset, timed out while connecting | `Connect` | any method |
+//! | `reqwest::Error` with `is_connect()` otherwise (DNS, TLS), or `is_builder()` | `Config` | never |
+//! | `reqwest::Error` with `is_timeout()` after connecting | `Timeout` | idempotent or keyed |
 //!
 //! # Feature flags
 //!

@@ -109,10 +109,30 @@ mod tests {
         let unavailable = Some(StatusCode::SERVICE_UNAVAILABLE);
         assert!(should_resend(&policy, &Method::GET, unavailable, None));
         assert!(!should_resend(&policy, &Method::POST, unavailable, None));
-        assert!(should_resend(&policy, &Method::GET, Some(StatusCode::TOO_EARLY), None));
-        assert!(should_resend(&policy, &Method::POST, Some(StatusCode::TOO_EARLY), None));
-        assert!(!should_resend(&policy, &Method::GET, Some(StatusCode::OK), None));
-        assert!(!should_resend(&policy, &Method::GET, Some(StatusCode::NOT_FOUND), None));
+        assert!(should_resend(
+            &policy,
+            &Method::GET,
+            Some(StatusCode::TOO_EARLY),
+            None
+        ));
+        assert!(should_resend(
+            &policy,
+            &Method::POST,
+            Some(StatusCode::TOO_EARLY),
+            None
+        ));
+        assert!(!should_resend(
+            &policy,
+            &Method::GET,
+            Some(StatusCode::OK),
+            None
+        ));
+        assert!(!should_resend(
+            &policy,
+            &Method::GET,
+            Some(StatusCode::NOT_FOUND),
+            None
+        ));
         assert!(should_resend(&policy, &Method::POST, None, Some(&refused)));
         assert!(should_resend(&policy, &Method::GET, None, Some(&reset)));
         assert!(!should_resend(&policy, &Method::POST, None, Some(&reset)));
@@ -124,6 +144,11 @@ mod tests {
         let policy = RetryPolicy::builder().retry_on(500).build().unwrap();
         let error = Some(StatusCode::INTERNAL_SERVER_ERROR);
         assert!(should_resend(&policy, &Method::PUT, error, None));
-        assert!(!should_resend(&RetryPolicy::default(), &Method::PUT, error, None));
+        assert!(!should_resend(
+            &RetryPolicy::default(),
+            &Method::PUT,
+            error,
+            None
+        ));
     }
 }

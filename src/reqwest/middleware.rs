@@ -162,7 +162,10 @@ impl BackstopMiddleware {
         let retry = Retry::from_routes(maybe(layers.hedge.as_ref(), send), layers.routes.clone());
         let mut stack = maybe(
             layers.key.as_ref(),
-            maybe(layers.breaker.as_ref(), maybe(layers.budget.as_ref(), retry)),
+            maybe(
+                layers.breaker.as_ref(),
+                maybe(layers.budget.as_ref(), retry),
+            ),
         );
         let result = match poll_fn(|cx| stack.poll_ready(cx)).await {
             Ok(()) => stack.call(req).await,

@@ -75,6 +75,11 @@
 //!   copy of the chain's extensions; the copy of the attempt that answered is
 //!   what the caller's extensions hold afterwards.
 //!
+//! - **reqwest's own retry.** A reqwest 0.13 client re-sends protocol NACKs (an
+//!   HTTP/2 `REFUSED_STREAM` or graceful `GOAWAY`) by itself, below the middleware,
+//!   where backstop's budget and history do not see them. Build the client with
+//!   `.retry(reqwest::retry::never())` to leave every attempt to backstop.
+//!
 //! # Write safety without a connection to look at
 //!
 //! reqwest hides its connections, so backstop cannot record how far an attempt got

@@ -81,15 +81,11 @@ impl<'a> Service<AttemptRequest> for SendNext<'a> {
                 reqwest::Request::try_from(req).map_err(|e| Error::from_inner(Box::new(e)))?;
             *req.url_mut() = call.url.clone();
             let mut extensions = call.extensions.clone();
-            let res = next
-                .run(req, &mut extensions)
-                .await
-                .map_err(from_chain)?;
+            let res = next.run(req, &mut extensions).await.map_err(from_chain)?;
             let url = res.url().clone();
             let mut res = AttemptResponse::from(res);
             res.extensions_mut().extend(url_extension(url));
-            res.extensions_mut()
-                .insert(AnsweredExtensions(extensions));
+            res.extensions_mut().insert(AnsweredExtensions(extensions));
             Ok(res)
         })
     }

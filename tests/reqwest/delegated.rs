@@ -67,7 +67,11 @@ async fn attempts_and_scope_are_translated() {
 
         // Another host is out of scope: never sent again.
         let up = upstream(Protocol::Http1, vec![Reply::status(503).into()]).await;
-        let res = native("api.example.com").get(url(&up, "/")).send().await.unwrap();
+        let res = native("api.example.com")
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), 503);
         assert_eq!(up.requests().len(), 1);
     })

@@ -12,7 +12,9 @@ use crate::kit::{builder, client, quick, reqwest_client, streamed, upstream, url
 use crate::support::wire::{within_10s, BOTH};
 
 fn history(res: &reqwest::Response) -> &History {
-    res.extensions().get::<History>().expect("a history after a retry")
+    res.extensions()
+        .get::<History>()
+        .expect("a history after a retry")
 }
 
 #[tokio::test]
@@ -21,7 +23,10 @@ async fn a_503_then_success_is_the_answer_reqwest_would_give() {
         for protocol in BOTH {
             let up = upstream(
                 protocol,
-                vec![Reply::status(503).into(), Reply::ok().header("x-answer", "yes").body("done").into()],
+                vec![
+                    Reply::status(503).into(),
+                    Reply::ok().header("x-answer", "yes").body("done").into(),
+                ],
             )
             .await;
             let target = url(&up, "/items?page=2");
@@ -90,7 +95,10 @@ async fn retry_after_seconds_and_milliseconds_are_waited_exactly() {
             assert_eq!(res.status(), 200);
             assert_eq!(history(&res).attempts()[0].wait, Some(wait), "{header}");
             assert!(took >= wait, "{header}: {took:?}");
-            assert!(took < wait + Duration::from_millis(900), "{header}: {took:?}");
+            assert!(
+                took < wait + Duration::from_millis(900),
+                "{header}: {took:?}"
+            );
             assert_eq!(up.requests().len(), 2);
         }
     })
@@ -144,7 +152,9 @@ async fn a_keyless_post_is_not_sent_again_once_its_body_was_written() {
             // reqwest's own error is one step away, not under a second wrapper.
             let reqwest_err = err.reqwest().expect("the attempt's reqwest error");
             assert!(!reqwest_err.is_connect());
-            assert!(std::error::Error::source(failed).unwrap().is::<reqwest::Error>());
+            assert!(std::error::Error::source(failed)
+                .unwrap()
+                .is::<reqwest::Error>());
         }
     })
     .await
@@ -179,7 +189,10 @@ async fn a_keyless_post_is_sent_again_after_a_refused_connection() {
         );
         assert_eq!(up.requests().len(), 1);
         assert_eq!(up.requests()[0].body, "pay 10");
-        assert_eq!(resolver.resolved.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(
+            resolver.resolved.load(std::sync::atomic::Ordering::SeqCst),
+            2
+        );
     })
     .await
 }
@@ -328,14 +341,20 @@ async fn the_budget_holds_a_dead_upstream_to_1_25_requests_per_call() {
         for _ in 0..calls {
             let res = client.get(url(&up, "/")).send().await.unwrap();
             assert_eq!(res.status(), 503);
-            if res.extensions().get::<History>().and_then(History::stop_reason)
+            if res
+                .extensions()
+                .get::<History>()
+                .and_then(History::stop_reason)
                 == Some(StopReason::Budget)
             {
                 stopped_by_budget += 1;
             }
         }
         let sent = up.requests().len();
-        assert!(sent <= calls * 125 / 100, "{sent} upstream requests for {calls} calls");
+        assert!(
+            sent <= calls * 125 / 100,
+            "{sent} upstream requests for {calls} calls"
+        );
         assert!(sent > calls, "the budget allows some retries: {sent}");
         assert!(stopped_by_budget > 0);
     })
@@ -383,16 +402,22 @@ async fn a_hedged_get_answers_from_the_faster_send() {
     within_10s(async {
         let up = upstream(
             Protocol::Http1,
-            vec![Reply::ok().body("slow").delay(Duration::from_secs(5)).into()],
+            vec![Reply::ok()
+                .body("slow")
+                .delay(Duration::from_secs(5))
+                .into()],
         )
         .await;
         let hedge = backstop::HedgePolicy::after(Duration::from_millis(50));
         let started = Instant::now();
-        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()).with_hedge(hedge))
-            .get(url(&up, "/"))
-            .send()
-            .await
-            .unwrap();
+        let res = client(
+            Protocol::Http1,
+            BackstopMiddleware::new(quick()).with_hedge(hedge),
+        )
+        .get(url(&up, "/"))
+        .send()
+        .await
+        .unwrap();
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(res.text().await.unwrap(), "");
         assert_eq!(up.requests().len(), 2);
@@ -445,7 +470,11 @@ async fn two_middlewares_given_one_budget_layer_spend_from_one_account() {
         assert_eq!(a.get(url(&up, "/")).send().await.unwrap().status(), 503);
         let after_a = up.requests().len();
         let res = b.get(url(&up, "/")).send().await.unwrap();
-        assert_eq!(up.requests().len() - after_a, 1, "b finds the account spent");
+        assert_eq!(
+            up.requests().len() - after_a,
+            1,
+            "b finds the account spent"
+        );
         assert_eq!(history_or_none(&res), Some(StopReason::Budget));
         assert_eq!(after_a, 2);
     })
@@ -453,7 +482,9 @@ async fn two_middlewares_given_one_budget_layer_spend_from_one_account() {
 }
 
 fn history_or_none(res: &reqwest::Response) -> Option<StopReason> {
-    res.extensions().get::<History>().and_then(History::stop_reason)
+    res.extensions()
+        .get::<History>()
+        .and_then(History::stop_reason)
 }
 
 /// Marks each attempt in the chain's extensions, as a middleware after backstop's.
