@@ -548,3 +548,98 @@ async fn each_attempt_runs_the_rest_of_the_chain_with_its_own_extensions() {
     })
     .await
 }
+
+#[tokio::test]
+async fn reqwest_timeouts_stay_reachable_and_a_timed_out_post_is_not_sent_again() {
+    within_10s(async {
+        let slow = || -> Step { Reply::ok().delay(Duration::from_secs(3)).into() };
+        // A GET: every attempt times out on reqwest's per-request timeout.
+        let up = upstream(Protocol::Http1, vec![slow(), slow(), slow()]).await;
+        let client = client(Protocol::Http1, BackstopMiddleware::new(quick()));
+        let err = client
+            .get(url(&up, "/"))
+            .timeout(Duration::from_millis(100))
+            .send()
+            .await
+            .expect_err("timed out");
+        assert!(err.reqwest().is_some_and(reqwest::Error::is_timeout));
+        let failed = err.backstop().unwrap();
+        assert!(failed.is_timeout());
+        assert_eq!(failed.kind(), ErrorKind::Timeout);
+        assert_eq!(failed.attempts(), 3);
+        assert_eq!(failed.stop_reason(), Some(StopReason::AttemptsExhausted));
+
+        // A keyless POST that timed out may have been processed: sent once.
+        let up = upstream(Protocol::Http1, vec![slow()]).await;
+        let err = client
+            .post(url(&up, "/orders"))
+            .body("pay 10")
+            .timeout(Duration::from_millis(100))
+            .send()
+            .await
+            .expect_err("timed out");
+        let failed = err.backstop().unwrap();
+        assert_eq!(
+            failed.stop_reason(),
+            Some(StopReason::NotRetryable(NoRetry::MaybeProcessed))
+        );
+        assert_eq!(up.requests().len(), 1);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_deadline_cuts_the_call() {
+    within_10s(async {
+        let up = Upstream::builder()
+            .protocol(Protocol::Http1)
+            .then(Reply::ok().delay(Duration::from_secs(3)))
+            .start()
+            .await
+            .unwrap();
+        let policy = RetryPolicy::builder()
+            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .attempt_timeout(Duration::from_millis(150))
+            .timeout(Duration::from_millis(400))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let err = client(Protocol::Http1, BackstopMiddleware::new(policy))
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .expect_err("deadline");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(400), "{took:?}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        let failed = err.backstop().unwrap();
+        assert!(failed.is_timeout());
+        assert!(failed.attempts() >= 2);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_answer_keeps_reqwest_s_own_extensions() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![Reply::status(503).into()]).await;
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .unwrap();
+        // reqwest reads the remote address from an extension of its response.
+        assert_eq!(res.remote_addr(), Some(up.addr()));
+        assert!(res.extensions().get::<History>().is_some());
+    })
+    .await
+}
+
+#[test]
+fn a_builder_error_is_never_curable() {
+    let err = reqwest::Client::new()
+        .get("http://[::1")
+        .build()
+        .expect_err("an invalid url");
+    assert_eq!(backstop::policy::classify_error(&err), ErrorKind::Config);
+}
