@@ -8,7 +8,7 @@ use http::Extensions;
 use reqwest_middleware::Next;
 use tower_service::Service;
 
-use super::send::{AnsweredExtensions, AttemptResponse, CallParts, SendNext};
+use super::send::{AnsweredExtensions, AttemptResponse, BodyKind, CallParts, SendNext};
 use super::stack::maybe;
 use crate::body::OneShot;
 use crate::budget::{BudgetLayer, BudgetPolicy};
@@ -145,6 +145,11 @@ impl BackstopMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let url = req.url().clone();
+        let body = match req.body() {
+            None => BodyKind::None,
+            Some(body) if body.as_bytes().is_some() => BodyKind::Buffered,
+            Some(_) => BodyKind::Streamed,
+        };
         // The request's own extensions (reqwest's per-request timeout among them)
         // come along and reach every attempt.
         let mut req = http::Request::<reqwest::Body>::try_from(req)?;
@@ -157,6 +162,7 @@ impl BackstopMiddleware {
             CallParts {
                 url,
                 extensions: extensions.clone(),
+                body,
             },
         );
         let retry = Retry::from_routes(maybe(layers.hedge.as_ref(), send), layers.routes.clone());

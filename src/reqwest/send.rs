@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Extensions;
+use http_body_util::BodyExt;
 use reqwest::{ResponseBuilderExt, Url};
 use reqwest_middleware::Next;
 use tower_service::Service;
@@ -30,6 +31,21 @@ pub(super) struct CallParts {
     /// The middleware chain's extensions as the call began; each attempt gets its
     /// own copy, so that two hedged sends never share one.
     pub(super) extensions: Extensions,
+    /// What the caller's request carried as its body.
+    pub(super) body: BodyKind,
+}
+
+/// The kind of body the caller's request carried, which each attempt's reqwest
+/// request carries again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BodyKind {
+    /// No body at all.
+    None,
+    /// Bytes in memory: each attempt gets them as a buffered body again (reqwest can
+    /// then follow a 307 or 308 with it, as it would without backstop).
+    Buffered,
+    /// A stream: each attempt streams the replay body.
+    Streamed,
 }
 
 /// The middleware chain's extensions after the attempt that answered, carried up on
@@ -74,12 +90,23 @@ impl<'a> Service<AttemptRequest> for SendNext<'a> {
         let next = self.next.clone();
         let call = self.call.clone();
         Box::pin(async move {
-            // The replay body streams the first attempt and replays the kept chunks
-            // for a later one; reqwest takes it as any `http_body::Body`.
-            let req = req.map(reqwest::Body::wrap);
-            let mut req =
-                reqwest::Request::try_from(req).map_err(|e| Error::from_inner(Box::new(e)))?;
+            let (parts, body) = req.into_parts();
+            let body = match call.body {
+                // The replay body streams the first attempt and replays the kept
+                // chunks for a later one; reqwest takes it as any `http_body::Body`.
+                BodyKind::Streamed => reqwest::Body::wrap(body),
+                // A buffered body's one chunk is ready at once, and is the caller's
+                // own `Bytes` (kept, not copied).
+                BodyKind::Buffered | BodyKind::None => {
+                    reqwest::Body::from(body.collect().await.map_err(Error::from_inner)?.to_bytes())
+                }
+            };
+            let mut req = reqwest::Request::try_from(http::Request::from_parts(parts, body))
+                .map_err(|e| Error::from_inner(Box::new(e)))?;
             *req.url_mut() = call.url.clone();
+            if call.body == BodyKind::None {
+                *req.body_mut() = None;
+            }
             let mut extensions = call.extensions.clone();
             let res = next.run(req, &mut extensions).await.map_err(from_chain)?;
             let url = res.url().clone();

@@ -639,3 +639,49 @@ fn a_builder_error_is_never_curable() {
         .expect_err("an invalid url");
     assert_eq!(backstop::policy::classify_error(&err), ErrorKind::Config);
 }
+
+#[tokio::test]
+async fn a_buffered_post_follows_a_307_with_its_body_as_plain_reqwest_does() {
+    within_10s(async {
+        let up = upstream(
+            Protocol::Http1,
+            vec![Reply::status(307).header("location", "/moved").into()],
+        )
+        .await;
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .post(url(&up, "/orders"))
+            .body("pay 10")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        // The URL after the redirect, as reqwest reports it.
+        assert_eq!(res.url().path(), "/moved");
+        let seen = up.requests();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[1].path, "/moved");
+        assert_eq!(seen[1].body, "pay 10");
+        // One attempt as backstop sees it: reqwest followed the redirect inside it.
+        assert!(res.extensions().get::<History>().is_none());
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_get_without_a_body_sends_none() {
+    within_10s(async {
+        let up = upstream(Protocol::Http1, vec![Reply::status(503).into()]).await;
+        let res = client(Protocol::Http1, BackstopMiddleware::new(quick()))
+            .get(url(&up, "/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        for seen in up.requests() {
+            assert!(seen.body.is_empty());
+            assert!(seen.headers.get("content-length").is_none());
+            assert!(seen.headers.get("transfer-encoding").is_none());
+        }
+    })
+    .await
+}
