@@ -51,7 +51,9 @@
 //! # Requests and responses
 //!
 //! - **Bodies.** A buffered body (bytes, a string, JSON) is re-sent whatever its
-//!   size: it is in memory already, and keeping it costs nothing. A streamed body
+//!   size: it is in memory already, and keeping it costs nothing. Each attempt
+//!   hands it to reqwest as a buffered body again, so reqwest still follows a 307
+//!   or 308 with it. A streamed body
 //!   (`Body::wrap_stream`, `Body::wrap`) goes through backstop's
 //!   [`ReplayBody`](crate::ReplayBody): the first attempt streams straight through
 //!   while its chunks are kept up to the policy's replay cap, and a retry replays
