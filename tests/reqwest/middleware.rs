@@ -685,3 +685,30 @@ async fn a_get_without_a_body_sends_none() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_keyless_post_refused_by_http2_is_sent_again() {
+    within_10s(async {
+        for (step, kind) in [
+            (Step::RefusedStream, ErrorKind::RefusedStream),
+            (Step::GoAway, ErrorKind::GoAway),
+        ] {
+            let up = upstream(Protocol::Http2, vec![step.clone()]).await;
+            let res = client(Protocol::Http2, BackstopMiddleware::new(quick()))
+                .post(url(&up, "/orders"))
+                .body("pay 10")
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{step:?}: {e}"));
+            assert_eq!(res.status(), 200, "{step:?}");
+            assert_eq!(
+                history(&res).attempts()[0].outcome,
+                backstop::policy::AttemptOutcome::Error(kind)
+            );
+            let seen = up.requests();
+            assert_eq!(seen.iter().filter(|r| r.processed()).count(), 1, "{step:?}");
+            assert_eq!(seen.last().unwrap().body, "pay 10");
+        }
+    })
+    .await
+}
