@@ -91,12 +91,18 @@
 //! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
 //! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed; any method when [`progress`] proves nothing was written |
 //! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
+//! | (feature `reqwest-middleware`) `reqwest::Error` with `is_connect()`: refused, reset, timed out while connecting | `Connect` | any method |
+//! | `reqwest::Error` with `is_connect()` otherwise (DNS, TLS), or `is_builder()` | `Config` | never |
+//! | `reqwest::Error` with `is_timeout()` after connecting | `Timeout` | idempotent or keyed |
 //!
 //! # Feature flags
 //!
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
 //!   and [`progress`], which reads hyper-util's connection capture.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
+//! - `reqwest-middleware`: [`reqwest`](mod@crate::reqwest), backstop as a
+//!   `reqwest-middleware` middleware (reqwest 0.13, reqwest-middleware 0.5), and
+//!   reqwest's native retry configured from a [`RetryPolicy`]; it turns on `hyper`.
 //!
 //! The other layers need nothing beyond the core dependencies, so they are always
 //! compiled.
@@ -142,6 +148,9 @@ pub mod policy;
 #[cfg(feature = "hyper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper")))]
 pub mod progress;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub mod reqwest;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
@@ -159,6 +168,8 @@ pub use retry::{Retry, RetryLayer};
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
 
-#[cfg(doctest)]
+// The README's examples include the reqwest one, so they run with its feature (the
+// README's test command, `cargo test --all-features`, turns it on).
+#[cfg(all(doctest, feature = "reqwest-middleware"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -110,6 +110,16 @@ impl RetryPolicy {
         self.max_attempts
     }
 
+    /// The same policy keeping up to `cap` body bytes: for a body already held in
+    /// memory whole (a reqwest buffered body), which costs nothing more to keep.
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) fn with_replay_cap(&self, cap: usize) -> Self {
+        RetryPolicy {
+            replay_cap: cap,
+            ..self.clone()
+        }
+    }
+
     /// The backoff between attempts.
     pub fn backoff(&self) -> Backoff {
         self.backoff

@@ -75,7 +75,8 @@ impl fmt::Display for ErrorKind {
 /// Reads the kind of an attempt's error from its type and source chain.
 ///
 /// It recognises backstop's own errors, hyper-util's legacy client errors, hyper
-/// and h2 errors (with the `hyper` feature), `std::io::Error` kinds, tokio's
+/// and h2 errors (with the `hyper` feature), reqwest errors (with the
+/// `reqwest-middleware` feature), `std::io::Error` kinds, tokio's
 /// `Elapsed`, and `http`'s invalid-request errors. See the crate docs for the table.
 ///
 /// # Examples
@@ -124,6 +125,10 @@ fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     {
         return Some(ErrorKind::Config);
     }
+    #[cfg(feature = "reqwest-middleware")]
+    if let Some(kind) = reqwest_kind(e) {
+        return Some(kind);
+    }
     #[cfg(feature = "hyper")]
     if let Some(kind) = hyper_kind(e) {
         return Some(kind);
@@ -151,7 +156,7 @@ fn io_kind(e: &io::Error) -> ErrorKind {
 }
 
 /// Whether an io error met while connecting is worth another try.
-#[cfg(feature = "hyper")]
+#[cfg(any(feature = "hyper", feature = "reqwest-middleware"))]
 fn connect_is_transient(e: &(dyn StdError + 'static)) -> bool {
     use io::ErrorKind as K;
     let io = chain(e).skip(1).find_map(|e| e.downcast_ref::<io::Error>());
@@ -167,6 +172,31 @@ fn connect_is_transient(e: &(dyn StdError + 'static)) -> bool {
                 | K::Interrupted
         )
     })
+}
+
+/// A reqwest error: reqwest hides the connection, so its own predicates say what
+/// phase failed. A connect-phase failure (refused, reset, timed out while
+/// connecting) was not processed; one that another try cannot cure (name
+/// resolution, TLS) is `Config`; a builder error is `Config`. Anything else is read
+/// further down the chain (hyper, h2, io), where the attempt's real cause sits.
+#[cfg(feature = "reqwest-middleware")]
+fn reqwest_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    let e = e.downcast_ref::<reqwest::Error>()?;
+    if e.is_builder() {
+        return Some(ErrorKind::Config);
+    }
+    if e.is_connect() {
+        // reqwest's own connect timeout is a `TimedOut` of its own, not an io error.
+        return Some(if e.is_timeout() || connect_is_transient(e) {
+            ErrorKind::Connect
+        } else {
+            ErrorKind::Config
+        });
+    }
+    if e.is_timeout() {
+        return Some(ErrorKind::Timeout);
+    }
+    None
 }
 
 #[cfg(feature = "hyper")]
