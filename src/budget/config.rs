@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
-use super::{OriginAccount, Partition};
+use super::OriginAccount;
+use crate::origin::Partition;
 use crate::policy::InvalidConfig;
 
 /// The largest ratio a budget accepts: a thousand retries per first attempt.
