@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::support::mock::{status, Mock};
 use crate::support::requests::{call, head, paused};
-use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount, Partition};
+use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount};
+use backstop::Partition;
 use backstop::policy::{BudgetHandle, History, StopReason};
 use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
