@@ -105,14 +105,14 @@ impl<'a> KeyRef<'a> {
         KeyRef::Origin(uri.scheme(), uri.authority())
     }
 
-    /// Whether `key` is this key. An origin compares its bytes first, which is
-    /// what a client sending to one origin again and again meets; then without
-    /// regard to ASCII case, as `Authority` and `Scheme` compare.
+    /// Whether `key` is this key. An origin's authority compares its bytes first,
+    /// which is what a client sending to one origin again and again meets; then
+    /// without regard to ASCII case, as `Authority` compares (and `Scheme`).
     pub(super) fn is(self, key: &Key) -> bool {
         match (self, key) {
             (KeyRef::Origin(scheme, authority), Key::Origin(s, a)) => {
                 let same_scheme = match (scheme, s) {
-                    (Some(x), Some(y)) => x.as_str() == y.as_str() || x == y,
+                    (Some(x), Some(y)) => x == y,
                     (None, None) => true,
                     _ => false,
                 };
@@ -163,11 +163,12 @@ impl<'a> KeyRef<'a> {
     }
 }
 
-/// The hash of a key: a few multiplications over eight bytes at a time, with
-/// every byte's `0x20` bit set so that spellings differing in ASCII case hash
-/// alike (other bytes that this folds together only share a bucket; the
-/// comparison tells them apart). The seed is random per registry, so the
-/// buckets of one process cannot be predicted from outside.
+/// The hash of a key: one multiplication per eight bytes (and one for the
+/// length and the scheme), with every byte's
+/// `0x20` bit set so that spellings differing in ASCII case hash alike (other
+/// bytes that this folds together only share a bucket; the comparison tells them
+/// apart). The seed is random per registry, so the buckets of one process cannot
+/// be predicted from outside.
 #[derive(Clone, Copy)]
 pub(super) struct Hasher {
     seed: u64,
@@ -185,6 +186,18 @@ fn mix(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn half(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&bytes[at..at + 4]);
+    u64::from(u32::from_le_bytes(w))
+}
+
 impl Hasher {
     pub(super) fn new() -> Self {
         Hasher {
@@ -192,31 +205,47 @@ impl Hasher {
         }
     }
 
+    /// Folds `bytes` into `h`. Words are read whole, the last one overlapping the
+    /// one before when the length is not a multiple of eight (the length is mixed
+    /// in, so equal bytes always hash alike).
     fn bytes(&self, h: u64, bytes: &[u8]) -> u64 {
-        let mut h = mix(h ^ bytes.len() as u64, K0);
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-            h = mix(h ^ (word | FOLD), K1 ^ self.seed);
+        let len = bytes.len();
+        // Every input passes through a multiplication before the next one is
+        // xored in, so that no difference in one can cancel a difference in another.
+        let mut h = mix(h ^ len as u64, K0 ^ self.seed);
+        if len >= 8 {
+            let mut at = 0;
+            while at + 8 < len {
+                h = mix(h ^ (word(bytes, at) | FOLD), K1 ^ self.seed);
+                at += 8;
+            }
+            return mix(h ^ (word(bytes, len - 8) | FOLD), K1 ^ self.seed);
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            h = mix(h ^ (u64::from_le_bytes(last) | FOLD), K1 ^ self.seed);
-        }
-        h
+        let w = if len >= 4 {
+            half(bytes, 0) | half(bytes, len - 4) << 32
+        } else if len > 0 {
+            u64::from(bytes[0]) | u64::from(bytes[len / 2]) << 8 | u64::from(bytes[len - 1]) << 16
+        } else {
+            0
+        };
+        mix(h ^ (w | FOLD), K1 ^ self.seed)
     }
 
     pub(super) fn hash(&self, key: KeyRef<'_>) -> u64 {
-        let h = self.seed;
         match key {
             KeyRef::Origin(scheme, authority) => {
-                let h = self.bytes(h, scheme.map_or(&b""[..], |s| s.as_str().as_bytes()));
+                // The standard schemes are told apart by a number (comparing them
+                // is comparing an enum); another scheme hashes its bytes.
+                let h = match scheme {
+                    None => mix(self.seed, K0),
+                    Some(s) if *s == Scheme::HTTP => mix(self.seed ^ 1, K0),
+                    Some(s) if *s == Scheme::HTTPS => mix(self.seed ^ 2, K0),
+                    Some(s) => self.bytes(self.seed ^ 3, s.as_str().as_bytes()),
+                };
                 let h = self.bytes(h, authority.map_or(&b""[..], |a| a.as_str().as_bytes()));
                 mix(h, K0)
             }
-            KeyRef::Custom(key) => mix(self.bytes(h ^ K1, key.as_bytes()), K0),
+            KeyRef::Custom(key) => mix(self.bytes(self.seed ^ K1, key.as_bytes()), K0),
         }
     }
 }
@@ -260,10 +289,33 @@ mod tests {
                 }
             }
         }
+        let other = [
+            uri("foo://a.test/"),
+            uri("FOO://a.test/"),
+            uri("bar://a.test/"),
+        ];
+        let keys = other.each_ref().map(KeyRef::origin);
+        assert!(keys[0].is(&keys[1].to_key()) && !keys[0].is(&keys[2].to_key()));
+        assert_eq!(hasher.hash(keys[0]), hasher.hash(keys[1]));
+        assert_ne!(hasher.hash(keys[0]), hasher.hash(keys[2]));
         let custom = KeyRef::Custom("http://a.test");
         let a = uri("http://a.test/");
         assert!(!custom.is(&KeyRef::origin(&a).to_key()));
         assert!(!KeyRef::Custom("A").is(&KeyRef::Custom("a").to_key()));
+    }
+
+    #[test]
+    fn twenty_thousand_similar_origins_hash_apart() {
+        let hasher = Hasher::new();
+        let mut seen = std::collections::HashSet::new();
+        for scheme in ["http", "https"] {
+            for port in ["", ":8080"] {
+                for i in 0..5_000 {
+                    let uri = uri(&format!("{scheme}://o{i}.test{port}/"));
+                    assert!(seen.insert(hasher.hash(KeyRef::origin(&uri))), "{uri}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -279,6 +331,24 @@ mod tests {
             hasher.hash(KeyRef::Custom("12345678")),
             hasher.hash(KeyRef::Custom("12345678\0"))
         );
+    }
+
+    #[test]
+    fn every_length_hashes_case_blind_and_every_byte_counts() {
+        let hasher = Hasher::new();
+        let hash = |s: &str| hasher.hash(KeyRef::Custom(s));
+        for len in 0..=40 {
+            let lower: String = (0..len)
+                .map(|i| (b'a' + (i * 7 % 26) as u8) as char)
+                .collect();
+            assert_eq!(hash(&lower), hash(&lower.to_ascii_uppercase()), "{lower}");
+            for i in 0..len {
+                let mut other = lower.clone().into_bytes();
+                other[i] = if other[i] == b'z' { b'y' } else { other[i] + 1 };
+                let other = String::from_utf8(other).unwrap();
+                assert_ne!(hash(&lower), hash(&other), "{lower} {other}");
+            }
+        }
     }
 
     #[test]

@@ -305,7 +305,11 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c));
         let mut req = http::Request::get("http://c.test/x").body(()).unwrap();
         assert!(Arc::ptr_eq(&a, &reg.get_for(&mut req)));
-        assert_eq!(req.uri(), "http://c.test/x", "the request is given back whole");
+        assert_eq!(
+            req.uri(),
+            "http://c.test/x",
+            "the request is given back whole"
+        );
     }
 
     #[test]
@@ -313,7 +317,9 @@ mod tests {
         let reg = registry(Partition::origin());
         let a = reg.get(&head("http://a.test/"));
         // Put b under a's hash, as a collision would.
-        let a_hash = reg.hasher.hash(KeyRef::origin(&"http://a.test/".parse().unwrap()));
+        let a_hash = reg
+            .hasher
+            .hash(KeyRef::origin(&"http://a.test/".parse().unwrap()));
         let b_uri: Uri = "http://b.test/".parse().unwrap();
         let b = Arc::new(Counter::new());
         {

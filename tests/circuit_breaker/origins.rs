@@ -112,8 +112,14 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     // new one takes two failures in a row to open.
     let mut svc = client.clone();
     for _ in 0..2 {
-        assert_eq!(call(&mut svc, "http://o0.test/").await.unwrap().status(), 503);
+        assert_eq!(
+            call(&mut svc, "http://o0.test/").await.unwrap().status(),
+            503
+        );
     }
-    assert!(call(&mut svc, "http://o0.test/").await.unwrap_err().is_circuit_open());
+    assert!(call(&mut svc, "http://o0.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
     assert_eq!(breakers.origins(), 1);
 }
