@@ -449,4 +449,42 @@ mod tests {
         assert_eq!(b.state(), State::Closed);
         assert!(b.allows_retry());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn last_use_is_the_latest_outcome_cooldown_end_or_probe() {
+        let b = core(
+            CircuitBreakerPolicy::builder()
+                .consecutive_failures(1)
+                .window(Duration::from_millis(100))
+                .jitter(0.0)
+                .cooldown(Duration::from_secs(1))
+                .max_cooldown(Duration::from_secs(4))
+                .build()
+                .unwrap(),
+        );
+        let ms = |ms| b.origin + Duration::from_millis(ms);
+        assert_eq!(b.keeps_for(), Duration::from_secs(4));
+        tokio::time::advance(Duration::from_millis(205)).await;
+        let t = b.admit().unwrap();
+        b.record(t, true);
+        // Opened at 205 ms: the cooldown's end is later than the outcome's slot end.
+        assert_eq!(b.last_used(), ms(1_205));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Refused calls cannot come after the cooldown's end without becoming probes.
+        assert_eq!(b.last_used(), ms(1_205));
+        let probe = b.admit().unwrap();
+        assert_eq!(b.last_used(), ms(5_205));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        b.release(probe);
+        assert_eq!((b.state(), b.last_used()), (State::HalfOpen, ms(5_505)));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let probe = b.admit().unwrap();
+        b.record(probe, false);
+        assert_eq!((b.state(), b.last_used()), (State::Closed, ms(5_805)));
+        // Closed outcomes are dated by the end of their window slot (10 ms).
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let t = b.admit().unwrap();
+        b.record(t, false);
+        assert_eq!(b.last_used(), ms(6_810));
+    }
 }
