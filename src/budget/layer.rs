@@ -45,7 +45,7 @@ impl BudgetLayer {
     }
 
     /// How many accounts the layer (with its clones and services) holds now,
-    /// after forgetting the idle ones: one per origin used within the budget's
+    /// after forgetting the idle ones: one per origin (or key) used within the budget's
     /// window, or whose handle a call still holds. With [`Partition::global`]
     /// it is always one.
     ///

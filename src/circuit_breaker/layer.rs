@@ -57,7 +57,7 @@ impl CircuitBreakerLayer {
     }
 
     /// How many breakers the layer (with its clones and services) holds now,
-    /// after forgetting the idle ones: one per origin used within the longer of
+    /// after forgetting the idle ones: one per origin (or key) used within the longer of
     /// the breaker's [`window`](CircuitBreakerPolicy::window) and its
     /// [`max_cooldown`](CircuitBreakerPolicy::max_cooldown) (an open breaker
     /// counts from the end of its cooldown), or that a call in flight holds. With
