@@ -101,6 +101,7 @@ pub(super) enum KeyRef<'a> {
 }
 
 impl<'a> KeyRef<'a> {
+    #[inline]
     pub(super) fn origin(uri: &'a Uri) -> Self {
         KeyRef::Origin(uri.scheme(), uri.authority())
     }
@@ -108,6 +109,7 @@ impl<'a> KeyRef<'a> {
     /// Whether `key` is this key. An origin's authority compares its bytes first,
     /// which is what a client sending to one origin again and again meets; then
     /// without regard to ASCII case, as `Authority` compares (and `Scheme`).
+    #[inline]
     pub(super) fn is(self, key: &Key) -> bool {
         match (self, key) {
             (KeyRef::Origin(scheme, authority), Key::Origin(s, a)) => {
@@ -208,6 +210,7 @@ impl Hasher {
     /// Folds `bytes` into `h`. Words are read whole, the last one overlapping the
     /// one before when the length is not a multiple of eight (the length is mixed
     /// in, so equal bytes always hash alike).
+    #[inline]
     fn bytes(&self, h: u64, bytes: &[u8]) -> u64 {
         let len = bytes.len();
         // Every input passes through a multiplication before the next one is
@@ -231,6 +234,7 @@ impl Hasher {
         mix(h ^ (w | FOLD), K1 ^ self.seed)
     }
 
+    #[inline]
     pub(super) fn hash(&self, key: KeyRef<'_>) -> u64 {
         match key {
             KeyRef::Origin(scheme, authority) => {

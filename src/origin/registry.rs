@@ -121,6 +121,7 @@ impl<T: Entry> Registry<T> {
     /// The entry of `req`'s call, created if it is new. Only a custom key reads
     /// the head as `Parts`; the request is lent to it field by field, so the
     /// usual partitions neither take the request apart nor move it.
+    #[inline]
     pub(crate) fn get_for<B>(&self, req: &mut Request<B>) -> Arc<T> {
         match &self.partition.0 {
             Kind::Origin => self.for_origin(req.uri()),
@@ -136,6 +137,7 @@ impl<T: Entry> Registry<T> {
     }
 
     /// The entry of `uri`'s origin, created if it is new.
+    #[inline]
     pub(crate) fn for_origin(&self, uri: &Uri) -> Arc<T> {
         self.lookup(KeyRef::origin(uri))
     }
@@ -148,6 +150,7 @@ impl<T: Entry> Registry<T> {
         }
     }
 
+    #[inline]
     fn lookup(&self, key: KeyRef<'_>) -> Arc<T> {
         let hash = self.hasher.hash(key);
         {
@@ -156,6 +159,14 @@ impl<T: Entry> Registry<T> {
                 return entry.clone();
             }
         }
+        self.insert(hash, key)
+    }
+
+    /// Creates the entry of a new key (unless another call just did), after
+    /// sweeping the map if it has doubled.
+    #[cold]
+    #[inline(never)]
+    fn insert(&self, hash: u64, key: KeyRef<'_>) -> Arc<T> {
         let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = map.find(hash, key) {
             return entry.clone();
@@ -186,6 +197,7 @@ impl<T: Entry> Registry<T> {
 }
 
 impl<T: Entry> Map<T> {
+    #[inline]
     fn find(&self, hash: u64, key: KeyRef<'_>) -> Option<&Arc<T>> {
         let slots = self.entries.get(&hash)?;
         slots.iter().find(|s| key.is(&s.key)).map(|s| &s.entry)
