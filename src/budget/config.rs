@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
-use super::OriginAccount;
-use crate::origin::Partition;
+use super::{OriginAccount, Partition};
 use crate::policy::InvalidConfig;
 
 /// The largest ratio a budget accepts: a thousand retries per first attempt.

@@ -95,6 +95,7 @@ pub use account::OriginAccount;
 pub use config::{BudgetPolicy, BudgetPolicyBuilder};
 pub use layer::BudgetLayer;
 
+use crate::origin::Partition;
 use layer::Shared;
 
 /// Counts each call as a first attempt in its origin's retry budget account and
