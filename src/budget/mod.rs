@@ -62,7 +62,7 @@
 //! # Accounts
 //!
 //! Each origin (scheme and authority) has its own account by default;
-//! [`Partition`](crate::Partition) sets one global account or accounts by a key of
+//! [`Partition`] sets one global account or accounts by a key of
 //! yours. Clones of a [`BudgetLayer`] and of its services share the accounts. A
 //! call finds its origin's account under a read lock, without allocating; only a
 //! new origin takes the write lock. Depositing is a clock read and two relaxed
