@@ -30,10 +30,9 @@ pub(crate) trait Entry: Send + Sync + 'static {
 /// There is one lookup: the key is hashed (without allocating), the map is
 /// read-locked, and the entries of that hash are compared with the call's key.
 /// Only a new key takes the write lock. The per-call work on an entry is done on
-/// its own atomics. Nothing caches entries in front of the map: most stacks clone
-/// the service for each call (the benchmarks do, as tower's `Buffer` and
-/// hyper-util's pool do), so a cache kept in a service clone would start empty
-/// every time.
+/// its own atomics. Nothing caches entries in front of the map: callers commonly
+/// clone the service for each call (`svc.clone().oneshot(req)`, as the benchmarks
+/// do), and a cache kept in a service clone would then start empty every time.
 ///
 /// Entries are forgotten once they have gone unused for longer than they keep
 /// for ([`Entry`]) and nothing outside the registry holds them (a call in flight
