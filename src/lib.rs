@@ -144,6 +144,7 @@ pub mod circuit_breaker;
 mod error;
 pub mod hedge;
 pub mod idempotency_key;
+mod origin;
 pub mod policy;
 #[cfg(feature = "hyper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper")))]
@@ -154,11 +155,12 @@ pub mod reqwest;
 pub mod retry;
 
 pub use body::{OneShot, ReplayBody};
-pub use budget::{BudgetLayer, BudgetPolicy, Partition};
+pub use budget::{BudgetLayer, BudgetPolicy};
 pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 pub use error::{BoxError, Error, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
+pub use origin::Partition;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;

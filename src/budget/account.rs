@@ -3,12 +3,12 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::partition::Entry;
-use super::window::Ring;
 use super::BudgetPolicy;
+use crate::origin::{Entry, Ring};
 use crate::policy::{BudgetAccount, BudgetHandle};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
@@ -23,6 +23,8 @@ pub(crate) struct Account {
     balance: AtomicI64,
     /// Units a first attempt deposits.
     deposit: i64,
+    /// How long an event counts.
+    window: Duration,
 }
 
 impl Account {
@@ -31,6 +33,7 @@ impl Account {
             ring: Ring::new(budget.window),
             balance: AtomicI64::new(budget.floor_units),
             deposit: budget.deposit_units,
+            window: budget.window,
         }
     }
 
@@ -90,10 +93,15 @@ impl BudgetAccount for Account {
 }
 
 impl Entry for Account {
-    fn is_idle(&self, now: Instant) -> bool {
-        // Once every slot has expired the balance is the floor again: a fresh
-        // account would be no different.
-        self.ring.is_expired(now)
+    /// Every deposit, withdrawal, refund and reading moves the window to its slot.
+    fn last_used(&self) -> Instant {
+        self.ring.last_used()
+    }
+
+    /// Once every slot has expired the balance is the floor again: a fresh
+    /// account would be no different.
+    fn keeps_for(&self) -> Duration {
+        self.window
     }
 }
 

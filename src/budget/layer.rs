@@ -5,8 +5,8 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::account::Account;
-use super::partition::{Cache, Registry};
 use super::{Budget, BudgetPolicy, OriginAccount};
+use crate::origin::Registry;
 
 /// Applies [`Budget`] to a service: counts each call as a first attempt in
 /// its origin's account and leaves the account's handle in the request
@@ -41,7 +41,38 @@ impl BudgetLayer {
     /// The account that a call with this request head spends from, created if it is
     /// new: for metrics ([`available`](OriginAccount::available)) and tests.
     pub fn account(&self, head: &Parts) -> OriginAccount {
-        OriginAccount(self.shared.accounts.get(head, &mut Cache::new()))
+        OriginAccount(self.shared.accounts.get(head))
+    }
+
+    /// How many accounts the layer (with its clones and services) holds now,
+    /// after forgetting the idle ones: one per origin (or key) used within the budget's
+    /// window, or whose handle a call still holds. With [`Partition::global`]
+    /// it is always one.
+    ///
+    /// Counting sweeps the accounts under a lock the calls share, so it suits a
+    /// metrics scrape, not every call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::{BudgetLayer, BudgetPolicy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let layer = BudgetLayer::new(BudgetPolicy::default());
+    /// let head = |uri| http::Request::get(uri).body(()).unwrap().into_parts().0;
+    /// layer.account(&head("http://a.test/")).deposit();
+    /// layer.account(&head("http://b.test/")).deposit();
+    /// assert_eq!(layer.origins(), 2);
+    /// // Unused for longer than the window (10 s by default), both are forgotten.
+    /// tokio::time::advance(Duration::from_secs(20)).await;
+    /// assert_eq!(layer.origins(), 0);
+    /// # }
+    /// ```
+    ///
+    /// [`Partition::global`]: crate::Partition::global
+    pub fn origins(&self) -> usize {
+        self.shared.accounts.len()
     }
 }
 

@@ -62,15 +62,15 @@
 //! # Accounts
 //!
 //! Each origin (scheme and authority) has its own account by default;
-//! [`Partition`] sets one global account or accounts by a key of yours. Clones of
-//! a [`BudgetLayer`] and of its services share the accounts. The per-call path
-//! takes no lock once an origin's account exists: each service clone remembers the
-//! last account it used, and falls back to a read-locked map when the origin
-//! changes. Depositing is a clock read and two relaxed atomic additions;
-//! withdrawing is one compare-and-swap on the account's balance, so concurrent callers can never
-//! spend the same retry twice. Accounts that are idle (nothing left in their
-//! window) are forgotten when the map grows, so a client meeting many origins does
-//! not grow without bound.
+//! [`Partition`] sets one global account or accounts by a key of
+//! yours. Clones of a [`BudgetLayer`] and of its services share the accounts. A
+//! call finds its origin's account under a read lock, without allocating; only a
+//! new origin takes the write lock. Depositing is a clock read and two relaxed
+//! atomic additions; withdrawing is one compare-and-swap on the account's balance,
+//! so concurrent callers can never spend the same retry twice. An account unused
+//! for a whole window (nothing left in it) is forgotten, so a client meeting many
+//! origins does not grow without bound; [`BudgetLayer::origins`] counts the
+//! accounts held.
 //!
 //! # What differs from tower's `TpsBudget`
 //!
@@ -84,8 +84,6 @@
 mod account;
 mod config;
 mod layer;
-mod partition;
-pub(crate) mod window;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -96,11 +94,8 @@ use tower_service::Service;
 pub use account::OriginAccount;
 pub use config::{BudgetPolicy, BudgetPolicyBuilder};
 pub use layer::BudgetLayer;
-pub use partition::Partition;
 
-pub(crate) use partition::{Cache, Entry, Registry};
-
-use account::Account;
+use crate::origin::Partition;
 use layer::Shared;
 
 /// Counts each call as a first attempt in its origin's retry budget account and
@@ -111,7 +106,6 @@ use layer::Shared;
 pub struct Budget<S> {
     inner: S,
     shared: Arc<Shared>,
-    cache: Cache<Account>,
 }
 
 impl<S> Budget<S> {
@@ -121,11 +115,7 @@ impl<S> Budget<S> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        Budget {
-            inner,
-            shared,
-            cache: Cache::new(),
-        }
+        Budget { inner, shared }
     }
 
     crate::inner_accessors!();
@@ -136,7 +126,6 @@ impl<S: Clone> Clone for Budget<S> {
         Budget {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
-            cache: self.cache.clone(),
         }
     }
 }
@@ -164,7 +153,7 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        let account = self.shared.accounts.get_for(&mut req, &mut self.cache);
+        let account = self.shared.accounts.get_for(&mut req);
         account.deposit();
         crate::policy::CallContext::of_mut(req.extensions_mut())
             .set_budget(crate::policy::BudgetHandle::new(account));

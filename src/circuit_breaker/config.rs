@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::budget::Partition;
+use crate::origin::Partition;
 use crate::policy::{ErrorKind, InvalidConfig, Outcome};
 
 type FailureFn = dyn Fn(Outcome<'_>) -> bool + Send + Sync;

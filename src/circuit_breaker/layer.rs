@@ -7,7 +7,7 @@ use tower_layer::Layer;
 
 use super::state::Core;
 use super::{CircuitBreaker, CircuitBreakerPolicy, State};
-use crate::budget::{Cache, Registry};
+use crate::origin::Registry;
 
 /// Applies [`CircuitBreaker`] to a service: refuses calls to an origin whose
 /// breaker is open, and records one outcome per call.
@@ -47,16 +47,45 @@ impl CircuitBreakerLayer {
     /// An open breaker whose cooldown has ended reads [`State::Open`] until a call
     /// arrives and becomes its probe.
     pub fn state(&self, head: &Parts) -> State {
-        self.shared.breakers.get(head, &mut Cache::new()).state()
+        self.shared.breakers.get(head).state()
     }
 
     /// When the breaker that a call with this request head goes through lets its
     /// next probe through; `None` unless it is open.
     pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.shared
-            .breakers
-            .get(head, &mut Cache::new())
-            .next_probe_at()
+        self.shared.breakers.get(head).next_probe_at()
+    }
+
+    /// How many breakers the layer (with its clones and services) holds now,
+    /// after forgetting the idle ones: one per origin (or key) used within the longer of
+    /// the breaker's [`window`](CircuitBreakerPolicy::window) and its
+    /// [`max_cooldown`](CircuitBreakerPolicy::max_cooldown) (an open breaker
+    /// counts from the end of its cooldown), or that a call in flight holds. With
+    /// [`Partition::global`] it is always one.
+    ///
+    /// Counting sweeps the breakers under a lock the calls share, so it suits a
+    /// metrics scrape, not every call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::{CircuitBreakerLayer, CircuitBreakerPolicy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let layer = CircuitBreakerLayer::new(CircuitBreakerPolicy::default());
+    /// let head = |uri| http::Request::get(uri).body(()).unwrap().into_parts().0;
+    /// layer.state(&head("http://a.test/"));
+    /// assert_eq!(layer.origins(), 1);
+    /// // Unused for longer than the window (30 s) and the longest cooldown (60 s).
+    /// tokio::time::advance(Duration::from_secs(90)).await;
+    /// assert_eq!(layer.origins(), 0);
+    /// # }
+    /// ```
+    ///
+    /// [`Partition::global`]: crate::Partition::global
+    pub fn origins(&self) -> usize {
+        self.shared.breakers.len()
     }
 }
 

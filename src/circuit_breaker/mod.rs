@@ -87,7 +87,11 @@
 //! [`CircuitBreakerLayer`] and of its services share the breakers. A breaker's
 //! state is one atomic word moved by compare-and-swap; while it is closed a call
 //! costs one atomic load on the way in and two relaxed atomic additions on the way
-//! out, and takes no lock once its origin's breaker exists.
+//! out, and finds its origin's breaker under a read lock, without allocating. A
+//! breaker unused for longer than its window and its longest cooldown is
+//! forgotten, even one that was open or whose last call failed, so a client
+//! meeting many origins does not grow without bound;
+//! [`CircuitBreakerLayer::origins`] counts the breakers held.
 //!
 //! # What differs from other breakers
 //!
@@ -117,19 +121,16 @@ pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 pub use state::State;
 
-use crate::budget::Cache;
 use crate::error::{BoxError, Error};
 use crate::policy::{BreakerHandle, CallContext, StopReason};
 use future::Permit;
 use layer::Shared;
-use state::Core;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).
 pub struct CircuitBreaker<S> {
     inner: S,
     shared: Arc<Shared>,
-    cache: Cache<Core>,
 }
 
 impl<S> CircuitBreaker<S> {
@@ -139,11 +140,7 @@ impl<S> CircuitBreaker<S> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        CircuitBreaker {
-            inner,
-            shared,
-            cache: Cache::new(),
-        }
+        CircuitBreaker { inner, shared }
     }
 
     crate::inner_accessors!();
@@ -154,7 +151,6 @@ impl<S: Clone> Clone for CircuitBreaker<S> {
         CircuitBreaker {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
-            cache: self.cache.clone(),
         }
     }
 }
@@ -185,7 +181,7 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let breaker = self.shared.breakers.get_for(&mut req, &mut self.cache);
+        let breaker = self.shared.breakers.get_for(&mut req);
         match breaker.admit() {
             Ok(ticket) => {
                 CallContext::of_mut(req.extensions_mut())

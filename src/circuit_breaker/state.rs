@@ -9,8 +9,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::CircuitBreakerPolicy;
-use crate::budget::window::{nanos, Ring};
-use crate::budget::Entry;
+use crate::origin::{nanos, Entry, Ring};
 use crate::policy::BreakerGate;
 
 /// The state of a circuit breaker.
@@ -132,6 +131,10 @@ pub(crate) struct Core {
     run: AtomicU32,
     /// Calls and failures while closed, per slot.
     window: Ring,
+    /// When (ms since the origin, rounded up) a probe was last admitted, recorded
+    /// or given back; closed calls are dated by the window, refused ones by the
+    /// end of the cooldown.
+    probed_ms: AtomicU64,
 }
 
 impl Core {
@@ -143,7 +146,14 @@ impl Core {
             origin: Instant::now(),
             word: AtomicU64::new(Word::closed(0).0),
             run: AtomicU32::new(0),
+            probed_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Dates a probe's admission, outcome or release.
+    fn probed(&self, now: Instant) {
+        let ms = self.nanos(now).div_ceil(1_000_000);
+        self.probed_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     fn load(&self) -> Word {
@@ -214,6 +224,7 @@ impl Core {
                     let gen = w.next_gen();
                     match self.cas(w, Word::half_open(gen, w.level(), 1, 0)) {
                         Ok(()) => {
+                            self.probed(now);
                             tracing::debug!(origin = %self.label, "circuit half-open");
                             return Ok(Ticket { gen, probe: true });
                         }
@@ -228,10 +239,11 @@ impl Core {
                     let next = Word::half_open(w.gen(), w.level(), in_flight + 1, succeeded);
                     match self.cas(w, next) {
                         Ok(()) => {
+                            self.probed(Instant::now());
                             return Ok(Ticket {
                                 gen: w.gen(),
                                 probe: true,
-                            })
+                            });
                         }
                         Err(actual) => w = actual,
                     }
@@ -288,14 +300,14 @@ impl Core {
 
     fn record_probe(&self, gen: u32, failed: bool) {
         let mut w = self.load();
-        let mut now = None;
+        let now = Instant::now();
+        self.probed(now);
         let mut until = None;
         loop {
             if w.kind() != HALF_OPEN || w.gen() != gen || w.in_flight() == 0 {
                 return;
             }
             let next = if failed {
-                let now = *now.get_or_insert_with(Instant::now);
                 let level = (w.level() + 1).min(LEVEL_MAX);
                 let until = *until.get_or_insert_with(|| self.cooldown_end(now, level));
                 Word::open(w.next_gen(), level, until)
@@ -333,6 +345,7 @@ impl Core {
         if !ticket.probe {
             return;
         }
+        self.probed(Instant::now());
         let mut w = self.load();
         loop {
             if w.kind() != HALF_OPEN || w.gen() != ticket.gen || w.in_flight() == 0 {
@@ -356,10 +369,24 @@ impl BreakerGate for Core {
 }
 
 impl Entry for Core {
-    fn is_idle(&self, now: Instant) -> bool {
-        self.load().kind() == CLOSED
-            && self.run.load(Ordering::Relaxed) == 0
-            && self.window.is_expired(now)
+    /// The latest of: the last outcome counted while closed, the end of the
+    /// cooldown while open (a call after it would have become a probe and changed
+    /// the state), and the last probe's admission, outcome or release.
+    fn last_used(&self) -> Instant {
+        let w = self.load();
+        let mut ms = self.probed_ms.load(Ordering::Relaxed);
+        if w.kind() == OPEN {
+            ms = ms.max(w.until_ms());
+        }
+        self.instant_of_ms(ms).max(self.window.last_used())
+    }
+
+    /// A closed breaker's counts last a window; an open one's failed probes
+    /// lengthen its next cooldown up to the longest. Past both, whatever failed
+    /// last (a run of failures, an open breaker nobody called again) no longer
+    /// says anything about the upstream, and a fresh breaker starts closed.
+    fn keeps_for(&self) -> Duration {
+        self.config.window.max(self.config.max_cooldown)
     }
 }
 
@@ -421,5 +448,43 @@ mod tests {
         b.record(probe, false);
         assert_eq!(b.state(), State::Closed);
         assert!(b.allows_retry());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn last_use_is_the_latest_outcome_cooldown_end_or_probe() {
+        let b = core(
+            CircuitBreakerPolicy::builder()
+                .consecutive_failures(1)
+                .window(Duration::from_millis(100))
+                .jitter(0.0)
+                .cooldown(Duration::from_secs(1))
+                .max_cooldown(Duration::from_secs(4))
+                .build()
+                .unwrap(),
+        );
+        let ms = |ms| b.origin + Duration::from_millis(ms);
+        assert_eq!(b.keeps_for(), Duration::from_secs(4));
+        tokio::time::advance(Duration::from_millis(205)).await;
+        let t = b.admit().unwrap();
+        b.record(t, true);
+        // Opened at 205 ms: the cooldown's end is later than the outcome's slot end.
+        assert_eq!(b.last_used(), ms(1_205));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Refused calls cannot come after the cooldown's end without becoming probes.
+        assert_eq!(b.last_used(), ms(1_205));
+        let probe = b.admit().unwrap();
+        assert_eq!(b.last_used(), ms(5_205));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        b.release(probe);
+        assert_eq!((b.state(), b.last_used()), (State::HalfOpen, ms(5_505)));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let probe = b.admit().unwrap();
+        b.record(probe, false);
+        assert_eq!((b.state(), b.last_used()), (State::Closed, ms(5_805)));
+        // Closed outcomes are dated by the end of their window slot (10 ms).
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let t = b.admit().unwrap();
+        b.record(t, false);
+        assert_eq!(b.last_used(), ms(6_810));
     }
 }

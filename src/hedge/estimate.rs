@@ -8,8 +8,8 @@
 //! at a rotation) and cached in an atomic, so reading the delay is one load.
 //!
 //! Estimators are found through the same per-origin registry as the budget
-//! accounts and the circuit breakers: a per-thread cache first, then a shared map
-//! that forgets idle origins.
+//! accounts and the circuit breakers, which forgets an estimator unused for two
+//! windows.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -19,7 +19,7 @@ use std::time::Duration;
 use http::Uri;
 use tokio::time::Instant;
 
-use crate::budget::{Entry, Partition, Registry};
+use crate::origin::{Entry, Partition, Registry};
 
 /// Linear sub-buckets per power of two: 16, so a bucket is at most 6.25 % wide.
 const SUB_BITS: u32 = 4;
@@ -246,8 +246,7 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// The estimators of one hedge configuration, one per origin, in the registry the
-/// budget and breaker layers use: a per-thread cache in front of a shared map that
-/// forgets idle origins.
+/// budget and breaker layers use.
 pub(super) struct Estimators {
     settings: Adaptive,
     origins: Registry<Estimator>,
@@ -268,14 +267,16 @@ impl Estimators {
 }
 
 impl Entry for Estimator {
-    /// Idle once it holds no sample, or none for two windows: a fresh one would give
-    /// the same delay.
-    fn is_idle(&self, now: Instant) -> bool {
-        self.is_stale(self.us_at(now))
-            || self
-                .windows
-                .iter()
-                .all(|w| w.total.load(Ordering::Relaxed) == 0)
+    /// The end of the window the last sample fell in (every sample rotates the
+    /// windows up to its own), or the end of the first window when none came.
+    fn last_used(&self) -> Instant {
+        self.base + Duration::from_micros(self.next_rotation.load(Ordering::Relaxed))
+    }
+
+    /// One window past the last sample's, the estimator is stale: a fresh one
+    /// would give the same delay.
+    fn keeps_for(&self) -> Duration {
+        self.settings.window
     }
 }
 
@@ -377,5 +378,27 @@ mod tests {
         let b = all.get(&uri("https://a.test/x"));
         assert!(Arc::ptr_eq(&a, &a2));
         assert!(!Arc::ptr_eq(&a, &b));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn estimators_are_forgotten_two_windows_after_their_last_sample() {
+        let all = Estimators::new(settings());
+        let uri = |uri: &str| uri.parse::<Uri>().unwrap();
+        all.get(&uri("http://a.test/"))
+            .record(Duration::from_millis(1));
+        drop(all.get(&uri("http://b.test/")));
+        tokio::time::advance(Duration::from_secs(15)).await;
+        // a.test's sample rotates it into the second window.
+        all.get(&uri("http://a.test/"))
+            .record(Duration::from_millis(1));
+        assert_eq!(all.origins.len(), 2);
+        // b.test never had a sample: forgotten once its first window is a window old.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(all.origins.len(), 1);
+        // a.test's last sample fell in the window ending at 20 s: stale at 30 s.
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert_eq!(all.origins.len(), 1);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(all.origins.len(), 0);
     }
 }

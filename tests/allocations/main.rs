@@ -105,3 +105,54 @@ fn a_head_over_the_flat_limit_is_cloned_and_still_answered() {
         "bare {bare_count}, retry {retry_count}"
     );
 }
+
+/// Allocations made by sending a GET of `uri` (built beforehand) through `svc` and
+/// dropping the response.
+fn allocations_of_a_call_to<S>(svc: &mut S, uri: &str) -> usize
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(noop_waker_ref());
+    let req = Request::get(uri).body(Full::default()).unwrap();
+    let before = ALLOCATIONS.with(Cell::get);
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let fut = pin!(svc.call(req));
+    match fut.poll(&mut cx) {
+        Poll::Ready(res) => drop(res.unwrap()),
+        Poll::Pending => panic!("the answer is ready at once"),
+    }
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn finding_an_origins_breaker_and_account_allocates_nothing() {
+    use backstop::{
+        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, Partition,
+    };
+
+    let stack = |partition: Partition| {
+        let breaker = CircuitBreakerPolicy::builder()
+            .partition(partition.clone())
+            .build()
+            .unwrap();
+        let budget = BudgetPolicy::builder()
+            .partition(partition)
+            .build()
+            .unwrap();
+        CircuitBreakerLayer::new(breaker)
+            .layer(BudgetLayer::new(budget).layer(tower::service_fn(ok::<Full<Bytes>>)))
+    };
+    // One entry for every call, so no lookup at all; and one entry per origin,
+    // found in the registry once the first call made it.
+    let mut global = stack(Partition::global());
+    let mut per_origin = stack(Partition::origin());
+    allocations_of_a_call_to(&mut global, "http://example.test/");
+    assert!(allocations_of_a_call_to(&mut per_origin, "http://example.test/") > 0);
+
+    let global_count = allocations_of_a_call_to(&mut global, "http://example.test/x");
+    for uri in ["http://example.test/x", "HTTP://EXAMPLE.Test/y?q"] {
+        let count = allocations_of_a_call_to(&mut per_origin, uri);
+        assert_eq!(count, global_count, "{uri}");
+    }
+}

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::support::mock::{status, Mock};
 use crate::support::requests::{call, head, paused};
-use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount, Partition};
+use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount};
 use backstop::policy::{CallContext, History, StopReason};
+use backstop::Partition;
 use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};

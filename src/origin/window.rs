@@ -1,4 +1,4 @@
-//! A sliding time window of counters, shared by the budget and the breaker.
+//! A sliding time window of counters, shared by the budget accounts and the breakers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How many slots a window is cut into: events expire a slot at a time.
-pub(crate) const SLOTS: u64 = 10;
+const SLOTS: u64 = 10;
 
 /// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years).
 pub(crate) fn nanos(d: Duration) -> u64 {
@@ -95,8 +95,18 @@ impl Ring {
     }
 
     /// Whether every event has left the window by `now`.
+    #[cfg(test)]
     pub(crate) fn is_expired(&self, now: Instant) -> bool {
         self.slot_of(now) >= self.head.load(Ordering::Acquire).saturating_add(SLOTS)
+    }
+
+    /// The end of the slot the window was last used in (an event added, or the
+    /// slots read): no later than a slot after the last use. A window unused for
+    /// one `window` since then holds nothing any more.
+    pub(crate) fn last_used(&self) -> Instant {
+        let head = self.head.load(Ordering::Acquire);
+        let end = head.saturating_add(1).saturating_mul(self.slot_nanos);
+        self.origin + Duration::from_nanos(end)
     }
 }
 
@@ -133,8 +143,11 @@ mod tests {
             tokio::time::advance(Duration::from_millis(100)).await;
         }
         assert!(!ring.is_expired(Instant::now()));
+        let last = ring.last_used();
+        assert_eq!(last, ring.origin + Duration::from_secs(1));
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert!(ring.is_expired(Instant::now()));
+        assert_eq!(ring.last_used(), last, "reading the state is not a use");
         let mut seen = None;
         ring.current(Instant::now(), |e| seen = Some(e));
         assert_eq!(seen, Some(10));

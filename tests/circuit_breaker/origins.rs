@@ -1,0 +1,127 @@
+//! Bounded memory: the budget's and the breaker's per-origin entries are forgotten
+//! once unused, whatever state they were left in.
+
+use std::time::Duration;
+
+use crate::support::requests::call;
+use backstop::policy::CallContext;
+use backstop::{BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tokio::sync::oneshot;
+use tokio::time::advance;
+use tower::Layer;
+
+const ORIGINS: usize = 10_000;
+
+/// Every tenth origin answers 503, the others 200.
+fn answer(host: &str) -> u16 {
+    let index = host.strip_prefix('o').and_then(|h| h.strip_suffix(".test"));
+    match index.and_then(|i| i.parse::<usize>().ok()) {
+        Some(i) if i % 10 == 0 => 503,
+        _ => 200,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
+    let breakers = CircuitBreakerLayer::new(
+        CircuitBreakerPolicy::builder()
+            .consecutive_failures(2)
+            .cooldown(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    );
+    let budgets = BudgetLayer::new(BudgetPolicy::default());
+    let (release, released) = oneshot::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
+    let upstream = tower::service_fn(move |req: Request<Full<Bytes>>| {
+        assert!(CallContext::of(req.extensions())
+            .and_then(CallContext::budget)
+            .is_some());
+        let host = req.uri().host().unwrap_or_default().to_owned();
+        let wait = (host == "slow.test").then(|| released.lock().unwrap().take().unwrap());
+        async move {
+            if let Some(wait) = wait {
+                wait.await.ok();
+            }
+            // Held until the answer, as a retry layer holds the budget's handle.
+            drop(req);
+            let mut res = Response::new(Full::<Bytes>::default());
+            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    let client = breakers.layer(budgets.layer(upstream));
+
+    // A call that stays in flight through the idle time holds its entries.
+    let mut slow = client.clone();
+    let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
+    tokio::task::yield_now().await;
+
+    let (mut failed_once, mut opened) = (0, 0);
+    for i in 0..ORIGINS {
+        let uri = format!("http://o{i}.test/");
+        let mut svc = client.clone();
+        let res = call(&mut svc, &uri).await.unwrap();
+        if res.status() == 503 {
+            failed_once += 1;
+            if i % 20 == 0 {
+                // A second failure in a row opens the breaker, which refuses the third.
+                assert_eq!(call(&mut svc, &uri).await.unwrap().status(), 503);
+                assert!(call(&mut svc, &uri).await.unwrap_err().is_circuit_open());
+                opened += 1;
+            }
+        }
+    }
+    assert_eq!((failed_once, opened), (1_000, 500));
+    assert_eq!(budgets.origins(), ORIGINS + 1);
+    assert_eq!(breakers.origins(), ORIGINS + 1);
+
+    // Past the budget's window (10 s) only the call in flight holds an account; the
+    // breakers last for their longest cooldown (60 s by default).
+    advance(Duration::from_secs(20)).await;
+    assert_eq!(budgets.origins(), 1);
+    assert_eq!(breakers.origins(), ORIGINS + 1);
+
+    // Idle for longer than every limit: only the call in flight is left, open
+    // breakers and breakers whose last call failed included.
+    advance(Duration::from_secs(100)).await;
+    assert_eq!(budgets.origins(), 1);
+    assert_eq!(breakers.origins(), 1);
+
+    release.send(()).unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(1), in_flight)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // The account's last use was the call's deposit, long ago; the breaker just
+    // counted the call's outcome.
+    assert_eq!(budgets.origins(), 0);
+    assert_eq!(breakers.origins(), 1);
+    // Its use is dated to the end of its window slot (a tenth of the 30 s window),
+    // and it is kept for the longest cooldown (60 s) after.
+    advance(Duration::from_secs(62)).await;
+    assert_eq!(breakers.origins(), 1);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!((budgets.origins(), breakers.origins()), (0, 0));
+
+    // A forgotten breaker starts afresh, closed: o0's old breaker, past its
+    // cooldown, would have let one probe through and reopened when it failed; the
+    // new one takes two failures in a row to open.
+    let mut svc = client.clone();
+    for _ in 0..2 {
+        assert_eq!(
+            call(&mut svc, "http://o0.test/").await.unwrap().status(),
+            503
+        );
+    }
+    assert!(call(&mut svc, "http://o0.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
+    assert_eq!(breakers.origins(), 1);
+}
