@@ -1125,6 +1125,7 @@ fn dropped_reader_leaves_the_waiting_list() {
         match &body.repr {
             super::Repr::Empty => 0,
             super::Repr::Shared(r) => r.wakers.lock().len(),
+            super::Repr::Direct(_) => 0,
         }
     }
     let (tx, body) = chan();

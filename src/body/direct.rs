@@ -1,0 +1,410 @@
+//! A body read straight through: one reader, no shared state, no lock per frame.
+//!
+//! A body that no reader will replay (one-shot, a cap of 0, or one that announced a
+//! size over the cap) does not need the shared chunks, the fan-out waker or a lock
+//! per frame. Its one reader owns the original and polls it with the caller's own
+//! waker, and keeps only what `replayable` and the progress record need to answer
+//! exactly as the shared path would.
+//!
+//! Two things can still ask for more, both from `&self`:
+//!
+//! * a replay (`ReplayBody::replay`, or the source of a body that is still
+//!   replayable): the original moves into a new shared state, resumed where this
+//!   reader stands, and this reader becomes a reader of it at its next poll;
+//! * the source of a body that can no longer be replayed: it only needs to answer
+//!   `replayable`, so it gets a [`Watch`] this reader updates when the answer
+//!   changes (a body error outranks the other reasons).
+//!
+//! The original sits in a `Mutex` so that those two can take it from `&self`; the
+//! reader itself reaches it through `Mutex::get_mut`, which takes no lock.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+
+use super::reader::Reader;
+use super::shared::{hint_plus, lock_shared, stopped, Failure, ReplayError, Shared, Watch};
+use super::{mark_complete, report_data};
+use crate::policy::{AttemptLog, NotReplayable};
+use crate::BoxError;
+
+pub(super) struct Direct<B> {
+    /// What only this reader's poll and a replay from `&self` touch.
+    slot: Mutex<Slot<B>>,
+    /// A replay moved the original into `slot.shared`: answers come from there.
+    moved: AtomicBool,
+    /// Whether a new reader could replay the whole body.
+    status: Result<(), NotReplayable>,
+    /// The original failed.
+    failed: Option<Failure>,
+    /// The original yielded its end, or said after a poll that it is at its end.
+    ended: bool,
+    /// A call into the original began and never returned: it panicked.
+    in_original: bool,
+    /// This reader yielded the trailers.
+    trailers_done: bool,
+    /// This reader yielded its end.
+    done: bool,
+}
+
+struct Slot<B> {
+    /// The original body; `None` once it ended, failed, or moved to `shared`.
+    original: Option<Pin<Box<B>>>,
+    /// Non-empty data chunks pulled from the original.
+    pulled_chunks: usize,
+    /// Bytes pulled from the original.
+    pulled_bytes: u64,
+    /// Trailers pulled while nothing was lost (a body with no data bytes), for a
+    /// later replay.
+    trailers: Option<Box<HeaderMap>>,
+    /// Trailers were pulled but not kept.
+    trailers_lost: bool,
+    /// The shared state the original moved to.
+    shared: Option<Arc<Mutex<Shared<B>>>>,
+    /// A source that answers `replayable` for this body.
+    watch: Option<Arc<Watch>>,
+}
+
+impl<B> Direct<B> {
+    pub(super) fn new(body: B, status: Result<(), NotReplayable>) -> Self {
+        Direct {
+            slot: Mutex::new(Slot {
+                original: Some(Box::pin(body)),
+                pulled_chunks: 0,
+                pulled_bytes: 0,
+                trailers: None,
+                trailers_lost: false,
+                shared: None,
+                watch: None,
+            }),
+            moved: AtomicBool::new(false),
+            status,
+            failed: None,
+            ended: false,
+            in_original: false,
+            trailers_done: false,
+            done: false,
+        }
+    }
+
+    fn lock_slot(&self) -> MutexGuard<'_, Slot<B>> {
+        // Poisoned only by the original's `size_hint` panicking; `share` and the
+        // next poll see to that.
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The shared state, once a replay moved the original there.
+    fn moved_to(&self) -> Option<Arc<Mutex<Shared<B>>>> {
+        if !self.moved.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock_slot().shared.clone()
+    }
+
+    fn set_status(&mut self, why: NotReplayable) {
+        let status = stopped(self.status, why);
+        if status != self.status {
+            self.status = status;
+            if let Some(watch) = &slot_mut(&mut self.slot).watch {
+                watch.set(status);
+            }
+        }
+    }
+
+    fn fail(&mut self, failure: Failure) {
+        if self.failed.is_none() {
+            self.failed = Some(failure);
+        }
+        self.set_status(NotReplayable::BodyError);
+        if failure == Failure::Error {
+            slot_mut(&mut self.slot).original = None;
+        }
+        // A panicked body is not dropped here (its `Drop` may panic again); it goes
+        // with this reader.
+    }
+
+    fn finish(&mut self) {
+        self.ended = true;
+        slot_mut(&mut self.slot).original = None;
+    }
+
+    /// The shared state of this body, made now (the original moves there) unless a
+    /// replay made it already.
+    pub(super) fn share(&self) -> Arc<Mutex<Shared<B>>> {
+        let poisoned = self.slot.is_poisoned();
+        let mut slot = self.lock_slot();
+        if let Some(shared) = &slot.shared {
+            return Arc::clone(shared);
+        }
+        // A cap of 0 (or a status that keeps nothing) is what brought the body here.
+        let mut shared = Shared::new(slot.original.take(), 0, self.status);
+        shared.pulled_chunks = slot.pulled_chunks;
+        shared.pulled_bytes = slot.pulled_bytes;
+        shared.trailers = slot.trailers.take().map(|t| *t);
+        shared.trailers_lost = slot.trailers_lost;
+        shared.ended = self.ended;
+        shared.failed = self.failed;
+        shared.watch = slot.watch.clone();
+        if poisoned || self.in_original {
+            shared.fail(Failure::Panicked);
+        }
+        let shared = Arc::new(Mutex::new(shared));
+        slot.shared = Some(Arc::clone(&shared));
+        self.moved.store(true, Ordering::Release);
+        shared
+    }
+
+    /// A handle that answers whether this body can be replayed, for a body that
+    /// cannot be replayed any more.
+    pub(super) fn watch(&self) -> Arc<Watch> {
+        let mut slot = self.lock_slot();
+        let status = self.status_now();
+        Arc::clone(slot.watch.get_or_insert_with(|| Watch::new(status)))
+    }
+
+    /// This reader as a reader of the shared state, once a replay moved the
+    /// original there.
+    pub(super) fn take_moved(&mut self) -> Option<Reader<B>> {
+        if !*self.moved.get_mut() {
+            return None;
+        }
+        let slot = slot_mut(&mut self.slot);
+        let shared = slot.shared.take()?;
+        Some(Reader::resume(
+            shared,
+            slot.pulled_chunks,
+            slot.pulled_bytes,
+            self.trailers_done,
+            self.done,
+        ))
+    }
+
+    /// The original panicked in a call that did not return, and no poll saw to
+    /// it yet.
+    fn panicked(&self) -> bool {
+        self.in_original || self.slot.is_poisoned()
+    }
+
+    /// `status`, with a panic no poll saw yet counted in.
+    fn status_now(&self) -> Result<(), NotReplayable> {
+        if self.panicked() {
+            stopped(self.status, NotReplayable::BodyError)
+        } else {
+            self.status
+        }
+    }
+
+    pub(super) fn replayable(&self) -> Result<(), NotReplayable> {
+        match self.moved_to() {
+            Some(shared) => lock_shared(&shared).status,
+            None => self.status_now(),
+        }
+    }
+
+    pub(super) fn is_fully_kept(&self) -> bool {
+        match self.moved_to() {
+            Some(shared) => lock_shared(&shared).is_fully_kept(),
+            None => self.ended && self.status_now().is_ok(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn has_moved(&self) -> bool {
+        self.moved.load(Ordering::Acquire)
+    }
+}
+
+fn slot_mut<B>(slot: &mut Mutex<Slot<B>>) -> &mut Slot<B> {
+    slot.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<B> Direct<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    pub(super) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+        progress: Option<&AttemptLog>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.slot.is_poisoned() {
+            // The original's `size_hint` panicked.
+            self.slot.clear_poison();
+            self.in_original = true;
+        }
+        if self.in_original {
+            // The original panicked in our last call into it: it is in an unknown
+            // state, so stop using it.
+            self.in_original = false;
+            self.fail(Failure::Panicked);
+        }
+        if self.ended {
+            self.done = true;
+            mark_complete(progress);
+            return Poll::Ready(None);
+        }
+        if let Some(failure) = self.failed {
+            return Poll::Ready(Some(Err(ReplayError::from(failure).into())));
+        }
+        let Some(original) = slot_mut(&mut self.slot).original.as_mut() else {
+            // Not reachable: an original neither ended nor failed is present.
+            // Treat it as ended rather than panic.
+            self.finish();
+            self.done = true;
+            mark_complete(progress);
+            return Poll::Ready(None);
+        };
+        self.in_original = true;
+        let polled = original.as_mut().poll_frame(cx);
+        self.in_original = false;
+        let polled = match polled {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(polled) => polled,
+        };
+        match polled {
+            None => {
+                self.finish();
+                self.done = true;
+                mark_complete(progress);
+                Poll::Ready(None)
+            }
+            Some(Err(err)) => {
+                self.fail(Failure::Error);
+                Poll::Ready(Some(Err(err.into())))
+            }
+            Some(Ok(frame)) => {
+                self.in_original = true;
+                let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
+                self.in_original = false;
+                match frame.into_data() {
+                    Ok(chunk) => {
+                        if !chunk.is_empty() {
+                            let slot = slot_mut(&mut self.slot);
+                            slot.pulled_chunks = slot.pulled_chunks.saturating_add(1);
+                            slot.pulled_bytes =
+                                slot.pulled_bytes.saturating_add(chunk.len() as u64);
+                            // Nothing is kept here: a data byte is past the cap.
+                            self.set_status(NotReplayable::CapExceeded);
+                        }
+                        let at_end = self.check_original_end();
+                        report_data(progress, &chunk, at_end);
+                        Poll::Ready(Some(Ok(Frame::data(chunk))))
+                    }
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => {
+                            let keeping = self.status.is_ok();
+                            let slot = slot_mut(&mut self.slot);
+                            if keeping {
+                                slot.trailers = Some(Box::new(trailers.clone()));
+                            } else {
+                                slot.trailers_lost = true;
+                            }
+                            self.finish();
+                            self.trailers_done = true;
+                            self.done = true;
+                            mark_complete(progress);
+                            Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                        }
+                        // A kind of frame http-body does not have today: pass it on.
+                        Err(frame) => Poll::Ready(Some(Ok(frame))),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Marks the original ended if it says it is at its end; whether it is.
+    fn check_original_end(&mut self) -> bool {
+        let slot = slot_mut(&mut self.slot);
+        if let Some(original) = &slot.original {
+            self.in_original = true;
+            let end = original.is_end_stream();
+            self.in_original = false;
+            if end {
+                self.finish();
+            }
+        }
+        self.ended
+    }
+
+    pub(super) fn is_end_stream(&self) -> bool {
+        if self.done {
+            return true;
+        }
+        match self.moved_to() {
+            Some(shared) => {
+                let pos = self.lock_slot().pulled_chunks;
+                lock_shared(&shared).at_end(pos, self.trailers_done)
+            }
+            // Asked of the original after each data frame: between polls the
+            // answer only errs on the side of `false`, which the trait allows.
+            None => self.ended && !self.panicked(),
+        }
+    }
+
+    pub(super) fn size_hint(&self) -> SizeHint {
+        if self.done {
+            return SizeHint::with_exact(0);
+        }
+        let slot = self.lock_slot();
+        if let Some(shared) = &slot.shared {
+            let shared = lock_shared(shared);
+            let behind = shared.pulled_bytes.saturating_sub(slot.pulled_bytes);
+            if shared.ended {
+                return SizeHint::with_exact(behind);
+            }
+            return match (&shared.original, shared.failed) {
+                (Some(original), None) => hint_plus(behind, &original.size_hint()),
+                _ => hint_plus(behind, &SizeHint::new()),
+            };
+        }
+        if self.ended {
+            return SizeHint::with_exact(0);
+        }
+        if self.panicked() {
+            return SizeHint::new();
+        }
+        match (&slot.original, self.failed) {
+            (Some(original), None) => original.size_hint(),
+            _ => SizeHint::new(),
+        }
+    }
+}
+
+impl<B> Drop for Direct<B> {
+    fn drop(&mut self) {
+        // A reader dropped while its original's panic unwinds: a source watching
+        // this body hears of the failure, as it would from the shared state.
+        if self.panicked() {
+            let status = self.status_now();
+            if let Some(watch) = &slot_mut(&mut self.slot).watch {
+                watch.set(status);
+            }
+        }
+    }
+}
+
+impl<B> fmt::Debug for Direct<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Direct")
+            .field("done", &self.done)
+            .field("ended", &self.ended)
+            .field("failed", &self.failed)
+            .field("replayable", &self.status)
+            .field("moved", &self.moved.load(Ordering::Relaxed))
+            .finish()
+    }
+}
