@@ -72,10 +72,15 @@ struct Slot<B> {
 }
 
 impl<B> Direct<B> {
-    pub(super) fn new(body: B, status: Result<(), NotReplayable>) -> Self {
+    pub(super) fn new(body: B, status: Result<(), NotReplayable>) -> Self
+    where
+        B: Body,
+    {
+        // Asked once here, then after each data frame.
+        let ended = body.is_end_stream();
         Direct {
             slot: Mutex::new(Slot {
-                original: Some(Box::pin(body)),
+                original: (!ended).then(|| Box::pin(body)),
                 pulled_chunks: 0,
                 pulled_bytes: 0,
                 trailers: None,
@@ -86,7 +91,7 @@ impl<B> Direct<B> {
             moved: AtomicBool::new(false),
             status,
             failed: None,
-            ended: false,
+            ended,
             in_original: false,
             trailers_done: false,
             done: false,

@@ -174,6 +174,14 @@ where
         })
     }
 
+    /// The first reader of `body` through the shared state whatever the cap: what
+    /// the direct path is compared with.
+    #[cfg(test)]
+    fn through_shared(body: B, cap: usize, status: Result<(), NotReplayable>) -> Self {
+        let shared = Shared::new(Some(Box::pin(body)), cap, status);
+        ReplayBody::from_repr(Repr::Shared(Reader::new(Arc::new(Mutex::new(shared)))))
+    }
+
     /// Sets the progress record this reader reports its body bytes into.
     pub(crate) fn set_progress(&mut self, progress: Option<AttemptLog>) {
         self.progress = progress;
@@ -184,6 +192,14 @@ where
 /// nothing for an empty body. It is smaller than a reader, which the retry layer's
 /// response future carries through every attempt.
 pub(crate) struct ReplaySource<B>(Source<B>);
+
+impl<B> ReplaySource<B> {
+    /// A source that holds only an answer, no shared state.
+    #[cfg(test)]
+    fn is_watch(&self) -> bool {
+        matches!(self.0, Source::Watch(_))
+    }
+}
 
 enum Source<B> {
     /// The body was empty.
@@ -262,6 +278,15 @@ impl<B> ReplayBody<B> {
     #[cfg(test)]
     fn is_empty_repr(&self) -> bool {
         matches!(self.repr, Repr::Empty)
+    }
+
+    /// Readers waiting on the original (0 off the shared path).
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        match &self.repr {
+            Repr::Shared(reader) => reader.wakers.lock().len(),
+            _ => 0,
+        }
     }
 
     /// Read straight through, and not moved into a shared state.
