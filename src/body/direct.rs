@@ -29,22 +29,29 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
 use super::reader::Reader;
-use super::shared::{hint_plus, lock_shared, stopped, Failure, ReplayError, Shared, Watch};
+use super::shared::{hint_plus, lock_shared, stopped, Failure, ReplayError, Shared};
 use super::{mark_complete, report_data};
 use crate::policy::{AttemptLog, NotReplayable};
 use crate::BoxError;
 
 pub(super) struct Direct<B> {
-    /// What only this reader's poll and a replay from `&self` touch.
+    /// What a replay from `&self` takes or makes; this reader reaches it through
+    /// `Mutex::get_mut`, without a lock.
     slot: Mutex<Slot<B>>,
-    /// A replay moved the original into `slot.shared`: answers come from there.
+    /// Bytes pulled from the original.
+    pulled_bytes: u64,
+    /// A replay moved the original into `slot.link`: answers come from there.
     moved: AtomicBool,
     /// Whether a new reader could replay the whole body.
     status: Result<(), NotReplayable>,
     /// The original failed.
     failed: Option<Failure>,
-    /// The original yielded its end, or said after a poll that it is at its end.
+    /// A non-empty data chunk was pulled (and not kept: nothing is kept here).
+    pulled_data: bool,
+    /// The original yielded its end, or said it is at its end.
     ended: bool,
+    /// Trailers were pulled but not kept.
+    trailers_lost: bool,
     /// A call into the original began and never returned: it panicked.
     in_original: bool,
     /// This reader yielded the trailers.
@@ -54,21 +61,12 @@ pub(super) struct Direct<B> {
 }
 
 struct Slot<B> {
-    /// The original body; `None` once it ended, failed, or moved to `shared`.
+    /// The original body; `None` once it ended, failed, or moved to `link`.
     original: Option<Pin<Box<B>>>,
-    /// Non-empty data chunks pulled from the original.
-    pulled_chunks: usize,
-    /// Bytes pulled from the original.
-    pulled_bytes: u64,
-    /// Trailers pulled while nothing was lost (a body with no data bytes), for a
-    /// later replay.
-    trailers: Option<Box<HeaderMap>>,
-    /// Trailers were pulled but not kept.
-    trailers_lost: bool,
-    /// The shared state the original moved to.
-    shared: Option<Arc<Mutex<Shared<B>>>>,
-    /// A source that answers `replayable` for this body.
-    watch: Option<Arc<Watch>>,
+    /// The shared state of this body, once a source or a replay asked for one:
+    /// before `moved`, only its status is kept up to date (a source of a body
+    /// that cannot be replayed needs nothing else); after, it holds the original.
+    link: Option<Arc<Mutex<Shared<B>>>>,
 }
 
 impl<B> Direct<B> {
@@ -81,17 +79,15 @@ impl<B> Direct<B> {
         Direct {
             slot: Mutex::new(Slot {
                 original: (!ended).then(|| Box::pin(body)),
-                pulled_chunks: 0,
-                pulled_bytes: 0,
-                trailers: None,
-                trailers_lost: false,
-                shared: None,
-                watch: None,
+                link: None,
             }),
+            pulled_bytes: 0,
             moved: AtomicBool::new(false),
             status,
             failed: None,
+            pulled_data: false,
             ended,
+            trailers_lost: false,
             in_original: false,
             trailers_done: false,
             done: false,
@@ -111,15 +107,20 @@ impl<B> Direct<B> {
         if !self.moved.load(Ordering::Acquire) {
             return None;
         }
-        self.lock_slot().shared.clone()
+        self.lock_slot().link.clone()
+    }
+
+    /// The position a reader of the shared state takes for this one.
+    fn pos(&self) -> usize {
+        usize::from(self.pulled_data)
     }
 
     fn set_status(&mut self, why: NotReplayable) {
         let status = stopped(self.status, why);
         if status != self.status {
             self.status = status;
-            if let Some(watch) = &slot_mut(&mut self.slot).watch {
-                watch.set(status);
+            if let Some(link) = &slot_mut(&mut self.slot).link {
+                lock_shared(link).status = status;
             }
         }
     }
@@ -141,38 +142,47 @@ impl<B> Direct<B> {
         slot_mut(&mut self.slot).original = None;
     }
 
-    /// The shared state of this body, made now (the original moves there) unless a
-    /// replay made it already.
+    /// The shared state of this body, with the original moved there (unless a
+    /// replay moved it already).
     pub(super) fn share(&self) -> Arc<Mutex<Shared<B>>> {
-        let poisoned = self.slot.is_poisoned();
-        let mut slot = self.lock_slot();
-        if let Some(shared) = &slot.shared {
-            return Arc::clone(shared);
-        }
-        // A cap of 0 (or a status that keeps nothing) is what brought the body here.
-        let mut shared = Shared::new(slot.original.take(), 0, self.status);
-        shared.pulled_chunks = slot.pulled_chunks;
-        shared.pulled_bytes = slot.pulled_bytes;
-        shared.trailers = slot.trailers.take().map(|t| *t);
-        shared.trailers_lost = slot.trailers_lost;
-        shared.ended = self.ended;
-        shared.failed = self.failed;
-        shared.watch = slot.watch.clone();
-        if poisoned || self.in_original {
-            shared.fail(Failure::Panicked);
-        }
-        let shared = Arc::new(Mutex::new(shared));
-        slot.shared = Some(Arc::clone(&shared));
-        self.moved.store(true, Ordering::Release);
-        shared
+        self.share_with(None)
     }
 
-    /// A handle that answers whether this body can be replayed, for a body that
-    /// cannot be replayed any more.
-    pub(super) fn watch(&self) -> Arc<Watch> {
+    fn share_with(&self, trailers: Option<HeaderMap>) -> Arc<Mutex<Shared<B>>> {
+        let panicked = self.panicked();
         let mut slot = self.lock_slot();
+        let Slot { original, link } = &mut *slot;
+        let moved = self.moved.load(Ordering::Acquire);
+        let link = link.get_or_insert_with(|| Arc::new(Mutex::new(Shared::lost(self.status))));
+        if !moved {
+            let mut shared = lock_shared(link);
+            // Nothing is kept here, so the position of this reader is all a new
+            // one needs: the chunks it would replay are gone either way.
+            shared.original = original.take();
+            shared.pulled_chunks = self.pos();
+            shared.pulled_bytes = self.pulled_bytes;
+            shared.trailers = trailers;
+            shared.trailers_lost = self.trailers_lost;
+            shared.ended = self.ended;
+            shared.failed = self.failed;
+            shared.status = self.status;
+            if panicked {
+                shared.fail(Failure::Panicked);
+            }
+            self.moved.store(true, Ordering::Release);
+        }
+        Arc::clone(link)
+    }
+
+    /// The shared state of this body, holding only whether it can be replayed:
+    /// for the source of a body that cannot be replayed any more.
+    pub(super) fn watch(&self) -> Arc<Mutex<Shared<B>>> {
         let status = self.status_now();
-        Arc::clone(slot.watch.get_or_insert_with(|| Watch::new(status)))
+        let mut slot = self.lock_slot();
+        Arc::clone(
+            slot.link
+                .get_or_insert_with(|| Arc::new(Mutex::new(Shared::lost(status)))),
+        )
     }
 
     /// This reader as a reader of the shared state, once a replay moved the
@@ -181,12 +191,12 @@ impl<B> Direct<B> {
         if !*self.moved.get_mut() {
             return None;
         }
-        let slot = slot_mut(&mut self.slot);
-        let shared = slot.shared.take()?;
+        let pos = self.pos();
+        let shared = slot_mut(&mut self.slot).link.take()?;
         Some(Reader::resume(
             shared,
-            slot.pulled_chunks,
-            slot.pulled_bytes,
+            pos,
+            self.pulled_bytes,
             self.trailers_done,
             self.done,
         ))
@@ -297,10 +307,9 @@ where
                 match frame.into_data() {
                     Ok(chunk) => {
                         if !chunk.is_empty() {
-                            let slot = slot_mut(&mut self.slot);
-                            slot.pulled_chunks = slot.pulled_chunks.saturating_add(1);
-                            slot.pulled_bytes =
-                                slot.pulled_bytes.saturating_add(chunk.len() as u64);
+                            self.pulled_data = true;
+                            self.pulled_bytes =
+                                self.pulled_bytes.saturating_add(chunk.len() as u64);
                             // Nothing is kept here: a data byte is past the cap.
                             self.set_status(NotReplayable::CapExceeded);
                         }
@@ -310,16 +319,16 @@ where
                     }
                     Err(frame) => match frame.into_trailers() {
                         Ok(trailers) => {
-                            let keeping = self.status.is_ok();
-                            let slot = slot_mut(&mut self.slot);
-                            if keeping {
-                                slot.trailers = Some(Box::new(trailers.clone()));
-                            } else {
-                                slot.trailers_lost = true;
-                            }
                             self.finish();
                             self.trailers_done = true;
                             self.done = true;
+                            if self.status.is_ok() {
+                                // A body of no data bytes and trailers is still
+                                // replayable (rare): the shared state keeps them.
+                                self.share_with(Some(trailers.clone()));
+                            } else {
+                                self.trailers_lost = true;
+                            }
                             mark_complete(progress);
                             Poll::Ready(Some(Ok(Frame::trailers(trailers))))
                         }
@@ -350,10 +359,7 @@ where
             return true;
         }
         match self.moved_to() {
-            Some(shared) => {
-                let pos = self.lock_slot().pulled_chunks;
-                lock_shared(&shared).at_end(pos, self.trailers_done)
-            }
+            Some(shared) => lock_shared(&shared).at_end(self.pos(), self.trailers_done),
             // Asked of the original after each data frame: between polls the
             // answer only errs on the side of `false`, which the trait allows.
             None => self.ended && !self.panicked(),
@@ -365,9 +371,10 @@ where
             return SizeHint::with_exact(0);
         }
         let slot = self.lock_slot();
-        if let Some(shared) = &slot.shared {
+        let moved = self.moved.load(Ordering::Acquire);
+        if let Some(shared) = slot.link.as_ref().filter(|_| moved) {
             let shared = lock_shared(shared);
-            let behind = shared.pulled_bytes.saturating_sub(slot.pulled_bytes);
+            let behind = shared.pulled_bytes.saturating_sub(self.pulled_bytes);
             if shared.ended {
                 return SizeHint::with_exact(behind);
             }
@@ -395,8 +402,11 @@ impl<B> Drop for Direct<B> {
         // this body hears of the failure, as it would from the shared state.
         if self.panicked() {
             let status = self.status_now();
-            if let Some(watch) = &slot_mut(&mut self.slot).watch {
-                watch.set(status);
+            let moved = *self.moved.get_mut();
+            if let Some(link) = &slot_mut(&mut self.slot).link {
+                if !moved {
+                    lock_shared(link).status = status;
+                }
             }
         }
     }

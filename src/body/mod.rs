@@ -57,7 +57,7 @@ mod tests;
 
 use direct::Direct;
 use reader::Reader;
-use shared::{lock_shared, Shared, Watch};
+use shared::{lock_shared, Shared};
 
 /// Marks a request as one whose body must never be sent twice.
 ///
@@ -164,13 +164,14 @@ where
     /// A handle that makes new readers of this body later, from the first byte.
     pub(crate) fn source(&self) -> ReplaySource<B> {
         ReplaySource(match &self.repr {
-            Repr::Empty => Source::Empty,
-            Repr::Shared(reader) => Source::Shared(Arc::clone(&reader.shared)),
-            // A body that can never be replayed again needs only its answer.
-            Repr::Direct(direct) => match direct.replayable() {
-                Ok(()) => Source::Shared(direct.share()),
-                Err(_) => Source::Watch(direct.watch()),
-            },
+            Repr::Empty => None,
+            Repr::Shared(reader) => Some(Arc::clone(&reader.shared)),
+            // A body that can never be replayed again needs only its answer; one
+            // that still can needs the original.
+            Repr::Direct(direct) => Some(match direct.replayable() {
+                Ok(()) => direct.share(),
+                Err(_) => direct.watch(),
+            }),
         })
     }
 
@@ -191,37 +192,18 @@ where
 /// Where a call's later readers of its body come from: the shared state, or
 /// nothing for an empty body. It is smaller than a reader, which the retry layer's
 /// response future carries through every attempt.
-pub(crate) struct ReplaySource<B>(Source<B>);
-
-impl<B> ReplaySource<B> {
-    /// A source that holds only an answer, no shared state.
-    #[cfg(test)]
-    fn is_watch(&self) -> bool {
-        matches!(self.0, Source::Watch(_))
-    }
-}
-
-enum Source<B> {
-    /// The body was empty.
-    Empty,
-    /// The readers' shared state.
-    Shared(Arc<Mutex<Shared<B>>>),
-    /// A body read straight through that cannot be replayed: only its answer.
-    Watch(Arc<Watch>),
-}
+pub(crate) struct ReplaySource<B>(Option<Arc<Mutex<Shared<B>>>>);
 
 impl<B> ReplaySource<B> {
     /// A new reader from the first byte; its progress handle is unset.
     ///
-    /// A reader of a body that cannot be replayed yields an error frame.
+    /// The source of a body read straight through that could no longer be
+    /// replayed when the source was made holds only that answer: a reader made
+    /// from it yields an error frame.
     pub(crate) fn replay(&self) -> ReplayBody<B> {
         ReplayBody::from_repr(match &self.0 {
-            Source::Empty => Repr::Empty,
-            Source::Shared(shared) => Repr::Shared(Reader::new(Arc::clone(shared))),
-            Source::Watch(watch) => {
-                let lost = Shared::lost(watch.get());
-                Repr::Shared(Reader::new(Arc::new(Mutex::new(lost))))
-            }
+            None => Repr::Empty,
+            Some(shared) => Repr::Shared(Reader::new(Arc::clone(shared))),
         })
     }
 
@@ -229,9 +211,8 @@ impl<B> ReplaySource<B> {
     /// [`ReplayBody::replayable`].
     pub(crate) fn replayable(&self) -> Result<(), NotReplayable> {
         match &self.0 {
-            Source::Empty => Ok(()),
-            Source::Shared(shared) => lock_shared(shared).status,
-            Source::Watch(watch) => watch.get(),
+            None => Ok(()),
+            Some(shared) => lock_shared(shared).status,
         }
     }
 }
@@ -284,7 +265,7 @@ impl<B> ReplayBody<B> {
     #[cfg(test)]
     fn waiting(&self) -> usize {
         match &self.repr {
-            Repr::Shared(reader) => reader.wakers.lock().len(),
+            Repr::Shared(reader) => lock_shared(&reader.shared).wakers.lock().len(),
             _ => 0,
         }
     }

@@ -13,15 +13,12 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
 use super::shared::{hint_plus, lock_shared, Failure, ReplayError, Shared};
-use super::waker::WakerSet;
 use super::{mark_complete, report_data};
 use crate::policy::AttemptLog;
 use crate::BoxError;
 
 pub(super) struct Reader<B> {
     pub(super) shared: Arc<Mutex<Shared<B>>>,
-    /// The shared state's waiting readers (a handle kept to leave it on drop).
-    pub(super) wakers: Arc<WakerSet>,
     /// Identifies this reader in the fan-out waker's list.
     id: u64,
     /// This reader may have a waker in the list.
@@ -51,13 +48,9 @@ impl<B> Reader<B> {
         trailers_done: bool,
         done: bool,
     ) -> Self {
-        let (id, wakers) = {
-            let mut guard = lock_shared(&shared);
-            (guard.new_id(), Arc::clone(&guard.wakers))
-        };
+        let id = lock_shared(&shared).new_id();
         Reader {
             shared,
-            wakers,
             id,
             registered: false,
             pos,
@@ -71,7 +64,8 @@ impl<B> Reader<B> {
 impl<B> Drop for Reader<B> {
     fn drop(&mut self) {
         if self.registered {
-            self.wakers.remove(self.id);
+            // Only a reader that waited on the original takes the lock here.
+            lock_shared(&self.shared).wakers.remove(self.id);
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -59,26 +59,6 @@ impl From<Failure> for ReplayError {
     }
 }
 
-/// Whether a body can be replayed, for a source that has no shared state to ask:
-/// the source of a body read straight through (see `direct`), written only when
-/// the answer changes.
-#[derive(Debug)]
-pub(super) struct Watch(Mutex<Result<(), NotReplayable>>);
-
-impl Watch {
-    pub(super) fn new(status: Result<(), NotReplayable>) -> Arc<Self> {
-        Arc::new(Watch(Mutex::new(status)))
-    }
-
-    pub(super) fn get(&self) -> Result<(), NotReplayable> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(super) fn set(&self, status: Result<(), NotReplayable>) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = status;
-    }
-}
-
 /// The status after `why` stops keeping: a body error outranks the other reasons.
 pub(super) fn stopped(
     status: Result<(), NotReplayable>,
@@ -114,8 +94,6 @@ pub(super) struct Shared<B> {
     pub(super) failed: Option<Failure>,
     /// Whether a new reader could replay the whole body; chunks are kept while `Ok`.
     pub(super) status: Result<(), NotReplayable>,
-    /// A source made before this state was: told when `status` changes.
-    pub(super) watch: Option<Arc<Watch>>,
     /// Readers waiting on the original.
     pub(super) wakers: Arc<WakerSet>,
     /// Waker handed to the original: wakes every waiting reader.
@@ -171,7 +149,6 @@ impl<B> Shared<B> {
             ended: false,
             failed: None,
             status,
-            watch: None,
             wakers,
             fanout,
             next_id: 0,
@@ -197,13 +174,7 @@ impl<B> Shared<B> {
 
     /// Stops keeping chunks (and frees them) for `why`.
     fn stop_keeping(&mut self, why: NotReplayable) {
-        let status = stopped(self.status, why);
-        if status != self.status {
-            self.status = status;
-            if let Some(watch) = &self.watch {
-                watch.set(status);
-            }
-        }
+        self.status = stopped(self.status, why);
         self.chunks = Vec::new();
         self.kept_bytes = 0;
     }
