@@ -1,4 +1,4 @@
-//! A body read straight through: one reader, no shared state, no lock per frame.
+//! A body read straight through: one reader, no shared chunks, no lock per frame.
 //!
 //! A body that no reader will replay (one-shot, a cap of 0, or one that announced a
 //! size over the cap) does not need the shared chunks, the fan-out waker or a lock
@@ -9,13 +9,16 @@
 //! Two things can still ask for more, both from `&self`:
 //!
 //! * a replay (`ReplayBody::replay`, or the source of a body that is still
-//!   replayable): the original moves into a new shared state, resumed where this
-//!   reader stands, and this reader becomes a reader of it at its next poll;
-//! * the source of a body that can no longer be replayed: it only needs to answer
-//!   `replayable`, so it gets a [`Watch`] this reader updates when the answer
-//!   changes (a body error outranks the other reasons).
+//!   replayable, as under a retry policy with a cap of 0): the original moves into
+//!   a shared state, resumed where this reader stands, and this reader becomes a
+//!   reader of it at its next poll;
+//! * the source of a body that can no longer be replayed (a one-shot body under a
+//!   policy that retries): it only needs to answer `replayable`, so it gets a
+//!   shared state without the original, whose status this reader updates when the
+//!   answer changes (a body error outranks the other reasons) — a lock taken at
+//!   most once or twice per body, never per frame.
 //!
-//! The original sits in a `Mutex` so that those two can take it from `&self`; the
+//! The original sits in a `Mutex` so that a replay can take it from `&self`; the
 //! reader itself reaches it through `Mutex::get_mut`, which takes no lock.
 
 use std::fmt;
