@@ -19,7 +19,7 @@ use crate::body::{OneShot, ReplayBody, ReplaySource};
 use crate::error::TimedOut;
 use crate::hedge::Hedged;
 use crate::policy::{
-    classify_error, is_answer, ladder, later, should_retry, AttemptLog, AttemptOutcome,
+    classify_error, is_answer, ladder, later, should_retry, AttemptOutcome, AttemptLog,
     AttemptRecord, BreakerHandle, BudgetHandle, Classification, Deadline, ErrorKind, History,
     NoRetry, Outcome, Progress, RetryPolicy, StopReason,
 };
