@@ -1124,7 +1124,8 @@ fn dropped_reader_leaves_the_waiting_list() {
     fn waiting<B>(body: &ReplayBody<B>) -> usize {
         match &body.repr {
             super::Repr::Empty => 0,
-            super::Repr::Shared(r) => r.wakers.lock().len(),
+            super::Repr::Shared(r) => super::lock_shared(&r.shared).wakers.lock().len(),
+            super::Repr::Direct(_) => 0,
         }
     }
     let (tx, body) = chan();
@@ -1137,4 +1138,654 @@ fn dropped_reader_leaves_the_waiting_list() {
     drop(b);
     assert_eq!(waiting(&a), 0);
     drop(tx);
+}
+
+// ---------------------------------------------------------------------------
+// Wake-ups: register only on Pending, wake only on news
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_ready_poll_registers_no_waker() {
+    let (tx, body) = chan();
+    let mut a = ReplayBody::new(body, CAP);
+    let b = a.replay();
+    let (ca, wa) = count_waker();
+    let mut cxa = Context::from_waker(&wa);
+    for s in ["1", "2", "3"] {
+        send(&tx, s);
+        assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d(s))));
+        assert_eq!(a.waiting(), 0, "a ready poll leaves no waker behind");
+    }
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(a.waiting(), 1, "a pending poll registers");
+    send(&tx, "4");
+    assert_eq!(woken(&ca), 1);
+    assert_eq!(a.waiting(), 0, "a wake empties the list");
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("4"))));
+    assert_eq!(b.waiting(), 0);
+    assert_eq!(woken(&ca), 1, "no wake-up of its own");
+}
+
+#[test]
+fn two_readers_wake_counts() {
+    // Driven by hand: every wake-up is counted, and each must be news.
+    let (tx, body) = chan();
+    let mut a = ReplayBody::new(body, CAP);
+    let mut b = a.replay();
+    let (ca, wa) = count_waker();
+    let (cb, wb) = count_waker();
+    let mut cxa = Context::from_waker(&wa);
+    let mut cxb = Context::from_waker(&wb);
+
+    // a streams ahead while b is not waiting: nobody is woken.
+    send(&tx, "1");
+    send(&tx, "2");
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("1"))));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("2"))));
+    assert_eq!((woken(&ca), woken(&cb)), (0, 0));
+
+    // b catches up from the kept chunks, then waits; a waits too.
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("1"))));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("2"))));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!((woken(&ca), woken(&cb)), (0, 0), "no news yet");
+
+    // A third reader replaying kept chunks is no news for the waiting ones.
+    let mut c = a.replay();
+    let (cc, wc) = count_waker();
+    let mut cxc = Context::from_waker(&wc);
+    assert_eq!(poll_once(&mut c, &mut cxc), Poll::Ready(Some(d("1"))));
+    assert_eq!(poll_once(&mut c, &mut cxc), Poll::Ready(Some(d("2"))));
+    assert_eq!((woken(&ca), woken(&cb)), (0, 0));
+
+    // c pulls a chunk the original never announced to a or b (it is polled with
+    // the fan-out waker, so the channel's wake reaches all three).
+    assert_eq!(poll_once(&mut c, &mut cxc), Poll::Pending);
+    send(&tx, "3");
+    assert_eq!((woken(&ca), woken(&cb), woken(&cc)), (1, 1, 1));
+    assert_eq!(poll_once(&mut c, &mut cxc), Poll::Ready(Some(d("3"))));
+    assert_eq!(
+        (woken(&ca), woken(&cb), woken(&cc)),
+        (1, 1, 1),
+        "woken once"
+    );
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("3"))));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("3"))));
+
+    // b waits; a spurious poll of a that pulls nothing wakes nobody.
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!(woken(&cb), 1);
+
+    // The end wakes both waiting readers exactly once.
+    drop(tx);
+    assert_eq!((woken(&ca), woken(&cb)), (2, 2));
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(None));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(None));
+    assert_eq!((woken(&ca), woken(&cb)), (2, 2));
+    assert_eq!(a.waiting(), 0);
+}
+
+/// A body that wakes its waker during its first poll and still says `Pending`,
+/// like a body whose data arrives on another thread between its poll and the
+/// caller's next step; then one chunk, then its end.
+struct WakesWhilePolled {
+    polls: usize,
+}
+
+impl Body for WakesWhilePolled {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.polls += 1;
+        match self.polls {
+            1 => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            2 => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"late"))))),
+            _ => Poll::Ready(None),
+        }
+    }
+}
+
+#[test]
+fn a_wake_between_poll_and_registration_is_not_lost() {
+    // The reader registers only after the original said Pending; the original's
+    // wake came before that, when nobody was listed. The reader must still be
+    // woken (here: it wakes itself), or it would wait forever.
+    for one_shot in [false, true] {
+        let body = WakesWhilePolled { polls: 0 };
+        let mut a = if one_shot {
+            ReplayBody::one_shot(body)
+        } else {
+            ReplayBody::new(body, CAP)
+        };
+        let (ca, wa) = count_waker();
+        let mut cxa = Context::from_waker(&wa);
+        assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+        assert_eq!(woken(&ca), 1, "one_shot={one_shot}");
+        assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("late"))));
+        assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(None));
+    }
+}
+
+#[test]
+fn a_wake_between_poll_and_registration_reaches_the_other_waiting_reader() {
+    // b waits on the original; a's poll meets a body that wakes during the poll:
+    // b hears of it through the fan-out waker, and a does not wait forever.
+    struct Script {
+        polls: usize,
+    }
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            self.polls += 1;
+            match self.polls {
+                1 => Poll::Pending,
+                2 => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                3 => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x"))))),
+                _ => Poll::Ready(None),
+            }
+        }
+    }
+    let mut a = ReplayBody::new(Script { polls: 0 }, CAP);
+    let mut b = a.replay();
+    let (ca, wa) = count_waker();
+    let (cb, wb) = count_waker();
+    let mut cxa = Context::from_waker(&wa);
+    let mut cxb = Context::from_waker(&wb);
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Pending);
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Pending);
+    assert_eq!((woken(&ca), woken(&cb)), (1, 1));
+    assert_eq!(poll_once(&mut b, &mut cxb), Poll::Ready(Some(d("x"))));
+    assert_eq!(woken(&ca), 1, "a was not waiting: no second wake");
+    assert_eq!(poll_once(&mut a, &mut cxa), Poll::Ready(Some(d("x"))));
+}
+
+mod wake_schedule {
+    //! Readers driven only by their wake-ups, in any order, all finish.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A chunk arrives.
+        Send,
+        /// Poll reader `i` if it has been woken since it last waited.
+        Poll(usize),
+        /// Poll reader `i` whether or not it was woken (a spurious poll).
+        Spurious(usize),
+        /// A new reader from the first byte.
+        Replay,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Send),
+            4 => (0..4usize).prop_map(Op::Poll),
+            1 => (0..4usize).prop_map(Op::Spurious),
+            1 => Just(Op::Replay),
+        ]
+    }
+
+    struct Driven {
+        body: ReplayBody<ChanBody>,
+        counter: Arc<CountWaker>,
+        waker: Waker,
+        /// Wake count when it last returned `Pending`, if it is waiting.
+        parked_at: Option<usize>,
+        got: Vec<F>,
+        done: bool,
+    }
+
+    impl Driven {
+        fn new(body: ReplayBody<ChanBody>) -> Self {
+            let (counter, waker) = count_waker();
+            Driven {
+                body,
+                counter,
+                waker,
+                parked_at: None,
+                got: Vec::new(),
+                done: false,
+            }
+        }
+
+        fn runnable(&self) -> bool {
+            !self.done && self.parked_at.is_none_or(|at| woken(&self.counter) > at)
+        }
+
+        fn poll(&mut self) {
+            if self.done {
+                return;
+            }
+            let mut cx = Context::from_waker(&self.waker);
+            let seen = woken(&self.counter);
+            match poll_once(&mut self.body, &mut cx) {
+                Poll::Pending => self.parked_at = Some(seen),
+                Poll::Ready(None) => {
+                    self.parked_at = None;
+                    self.done = true;
+                }
+                Poll::Ready(Some(f)) => {
+                    self.parked_at = None;
+                    self.got.push(f);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn no_reader_is_left_waiting(ops in proptest::collection::vec(op(), 0..40)) {
+            let (tx, body) = chan();
+            let mut readers = vec![Driven::new(ReplayBody::new(body, CAP))];
+            let mut want = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Send => {
+                        let s = format!("{};", want.len());
+                        send(&tx, &s);
+                        want.push(F::Data(Bytes::from(s)));
+                    }
+                    Op::Poll(i) => {
+                        if let Some(r) = readers.get_mut(i) {
+                            if r.runnable() {
+                                r.poll();
+                            }
+                        }
+                    }
+                    Op::Spurious(i) => {
+                        if let Some(r) = readers.get_mut(i) {
+                            r.poll();
+                        }
+                    }
+                    Op::Replay => {
+                        if readers.len() < 4 {
+                            let r = readers[0].body.replay();
+                            readers.push(Driven::new(r));
+                        }
+                    }
+                }
+            }
+            drop(tx);
+            // Run whoever is runnable; a reader left waiting without a wake-up
+            // while others are done would never finish.
+            for _ in 0..10_000 {
+                let Some(r) = readers.iter_mut().find(|r| r.runnable()) else {
+                    break;
+                };
+                r.poll();
+            }
+            for (i, r) in readers.iter().enumerate() {
+                prop_assert!(r.done, "reader {} was never woken", i);
+                prop_assert_eq!(&r.got, &want, "reader {}", i);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bodies read once: straight through, no shared state
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn bodies_read_once_take_the_direct_path() {
+    let cases: Vec<(&str, ReplayBody<StreamBody<Frames>>)> = vec![
+        ("one-shot", ReplayBody::one_shot(stream(&["ab", "cd"]))),
+        ("cap 0", ReplayBody::new(stream(&["ab", "cd"]), 0)),
+    ];
+    for (name, mut body) in cases {
+        assert!(body.is_direct_repr(), "{name}");
+        assert_eq!(all(&mut body).await, vec![d("ab"), d("cd")], "{name}");
+        assert!(body.is_direct_repr(), "{name}: never moved");
+        assert_eq!(body.waiting(), 0);
+    }
+    // Announced over the cap: nothing will be kept, so nothing is shared.
+    let mut over = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789ab")), 10);
+    assert!(over.is_direct_repr());
+    assert_eq!(all(&mut over).await, vec![d("0123456789ab")]);
+    // Within the cap, the shared path as before.
+    assert!(!ReplayBody::new(stream(&["ab"]), CAP).is_direct_repr());
+}
+
+#[tokio::test]
+async fn a_one_shot_source_watches_without_sharing() {
+    let frames: Vec<Result<Frame<Bytes>, io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ok"))),
+        Err(io::Error::other("disk on fire")),
+    ];
+    let mut first = ReplayBody::one_shot(StreamBody::new(futures_util::stream::iter(frames)));
+    let source = first.source();
+    assert!(
+        first.is_direct_repr(),
+        "a source of a one-shot body shares nothing"
+    );
+    assert_eq!(source.replayable(), Err(NotReplayable::OneShot));
+    assert_eq!(next(&mut first).await, Some(d("ok")));
+    assert_eq!(source.replayable(), Err(NotReplayable::OneShot));
+    assert_eq!(next(&mut first).await, Some(F::Err("disk on fire".into())));
+    // The body error outranks one-shot, from the body and from its source.
+    assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
+    assert_eq!(source.replayable(), Err(NotReplayable::BodyError));
+    // A reader made from it errs rather than send anything.
+    let mut late = source.replay();
+    assert!(!late.is_end_stream());
+    assert_eq!(next(&mut late).await, Some(not_kept()));
+    assert_eq!(late.replayable(), Err(NotReplayable::BodyError));
+}
+
+#[tokio::test]
+async fn a_cap_zero_source_still_replays_what_was_never_sent() {
+    // A cap of 0 under a policy that retries: an attempt that failed before the
+    // body was read leaves the whole body to the next one.
+    let (tx, body) = chan();
+    let first = ReplayBody::new(body, 0);
+    let source = first.source();
+    assert_eq!(source.replayable(), Ok(()));
+    drop(first);
+    let mut second = source.replay();
+    send(&tx, "abc");
+    drop(tx);
+    assert_eq!(all(&mut second).await, vec![d("abc")]);
+    assert_eq!(source.replayable(), Err(NotReplayable::CapExceeded));
+}
+
+#[tokio::test]
+async fn a_direct_reader_moves_to_shared_state_mid_stream() {
+    // Empty frames and trailers are kept even with a cap of 0.
+    let mut first = ReplayBody::new(stream_with_trailers(&["", ""], Some(trailers())), 0);
+    assert_eq!(next(&mut first).await, Some(d("")));
+    let mut second = first.replay();
+    assert!(!first.is_direct_repr());
+    assert_eq!(next(&mut first).await, Some(d("")));
+    assert_eq!(next(&mut first).await, Some(F::Trailers(trailers())));
+    assert_eq!(next(&mut first).await, None);
+    assert!(first.is_fully_kept());
+    assert_eq!(all(&mut second).await, vec![F::Trailers(trailers())]);
+
+    // With a data byte already sent, a replay errs, and the first reader goes on.
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, 0);
+    send(&tx, "a");
+    assert_eq!(next(&mut first).await, Some(d("a")));
+    let mut second = first.replay();
+    send(&tx, "b");
+    drop(tx);
+    assert_eq!(all(&mut first).await, vec![d("b")]);
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+}
+
+#[test]
+fn a_direct_reader_is_woken_by_its_body() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::one_shot(body);
+    let (c, w) = count_waker();
+    let mut cx = Context::from_waker(&w);
+    assert_eq!(poll_once(&mut first, &mut cx), Poll::Pending);
+    send(&tx, "x");
+    assert_eq!(woken(&c), 1);
+    assert_eq!(poll_once(&mut first, &mut cx), Poll::Ready(Some(d("x"))));
+    drop(tx);
+    assert_eq!(woken(&c), 1, "no wake for a poll that was not pending");
+    assert_eq!(poll_once(&mut first, &mut cx), Poll::Ready(None));
+}
+
+#[test]
+fn a_direct_reader_survives_its_body_panicking() {
+    let mut first = ReplayBody::one_shot(Panicky { polls: 0 });
+    let source = first.source();
+    let waker = Waker::from(Arc::new(CountWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    assert_eq!(
+        poll_once(&mut first, &mut cx),
+        Poll::Ready(Some(d("first")))
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = Pin::new(&mut first).poll_frame(&mut cx);
+    }));
+    assert!(caught.is_err(), "the body's own panic propagates");
+    assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
+    assert!(!first.is_end_stream());
+    let _ = first.size_hint();
+    let _ = format!("{first:?}");
+    let want = F::Err("replay body: the original body panicked".into());
+    assert_eq!(
+        poll_once(&mut first, &mut cx),
+        Poll::Ready(Some(want.clone()))
+    );
+    assert_eq!(poll_once(&mut first, &mut cx), Poll::Ready(Some(want)));
+    assert_eq!(source.replayable(), Err(NotReplayable::BodyError));
+}
+
+#[test]
+fn a_dropped_direct_reader_tells_its_source_of_a_panic() {
+    let mut first = ReplayBody::one_shot(Panicky { polls: 0 });
+    let source = first.source();
+    let waker = Waker::from(Arc::new(CountWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    let _ = poll_once(&mut first, &mut cx);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _ = Pin::new(&mut first).poll_frame(&mut cx);
+    }));
+    assert!(caught.is_err());
+    assert_eq!(source.replayable(), Err(NotReplayable::BodyError));
+}
+
+#[tokio::test]
+async fn direct_debug_shows_state_not_contents() {
+    let mut body = ReplayBody::one_shot(Full::new(Bytes::from_static(b"secret-token")));
+    let _ = next(&mut body).await;
+    let s = format!("{body:?}");
+    assert!(!s.contains("secret"), "{s}");
+    assert!(s.contains("direct"), "{s}");
+    assert!(s.contains("replayable: Err(OneShot)"), "{s}");
+}
+
+mod direct_matches_shared {
+    //! The direct path answers exactly as the shared path did for the same body.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A scripted body: data frames (some empty), then trailers, an error or the
+    /// end; an exact size hint or none; it may say it is at its end.
+    #[derive(Debug, Clone)]
+    struct Script {
+        chunks: Vec<Vec<u8>>,
+        last: Last,
+        exact_hint: bool,
+        says_end: bool,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Last {
+        End,
+        Trailers,
+        Error,
+    }
+
+    struct Scripted {
+        s: Script,
+        next: usize,
+        finished: bool,
+    }
+
+    impl Body for Scripted {
+        type Data = Bytes;
+        type Error = io::Error;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+            if let Some(c) = self.s.chunks.get(self.next).cloned() {
+                self.next += 1;
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(c)))));
+            }
+            if self.finished {
+                return Poll::Ready(None);
+            }
+            self.finished = true;
+            Poll::Ready(match self.s.last {
+                Last::End => None,
+                Last::Trailers => Some(Ok(Frame::trailers(trailers()))),
+                Last::Error => Some(Err(io::Error::other("scripted"))),
+            })
+        }
+        fn is_end_stream(&self) -> bool {
+            self.s.says_end && matches!(self.s.last, Last::End) && self.next >= self.s.chunks.len()
+        }
+        fn size_hint(&self) -> SizeHint {
+            if !self.s.exact_hint || !matches!(self.s.last, Last::End) {
+                return SizeHint::new();
+            }
+            let rest = self.s.chunks[self.next.min(self.s.chunks.len())..]
+                .iter()
+                .map(|c| c.len() as u64)
+                .sum();
+            SizeHint::with_exact(rest)
+        }
+    }
+
+    fn script() -> impl Strategy<Value = Script> {
+        (
+            proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..3), 0..5),
+            prop_oneof![Just(Last::End), Just(Last::Trailers), Just(Last::Error)],
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(chunks, last, exact_hint, says_end)| Script {
+                chunks,
+                last,
+                exact_hint,
+                says_end,
+            })
+    }
+
+    /// Everything a caller can see of a reader after each step.
+    #[derive(Debug, PartialEq)]
+    struct Seen {
+        frame: Option<Option<F>>,
+        end: bool,
+        hint: (u64, Option<u64>),
+        replayable: Result<(), NotReplayable>,
+        kept: bool,
+    }
+
+    fn seen(body: &ReplayBody<Scripted>, frame: Option<Option<F>>) -> Seen {
+        // The end first: the shared path learns of an original at its end when
+        // asked, the direct one when made, and a hint asked before that would
+        // differ (unknown against an exact 0, both true).
+        let end = body.is_end_stream();
+        let hint = body.size_hint();
+        Seen {
+            frame,
+            end,
+            hint: (hint.lower(), hint.upper()),
+            replayable: body.replayable(),
+            kept: body.is_fully_kept(),
+        }
+    }
+
+    /// Reads `body` to its end (and one poll past it), replaying at step
+    /// `replay_at`; what was seen, the progress and what the replay yielded.
+    fn run(
+        mut body: ReplayBody<Scripted>,
+        replay_at: usize,
+    ) -> (Vec<Seen>, crate::policy::Progress, Vec<Option<F>>) {
+        let progress = AttemptLog::new();
+        body.set_progress(Some(progress.clone()));
+        let waker = Waker::from(Arc::new(CountWaker::default()));
+        let mut cx = Context::from_waker(&waker);
+        let mut out = vec![seen(&body, None)];
+        let mut replay = None;
+        for step in 0..12 {
+            if step == replay_at {
+                replay = Some(body.replay());
+            }
+            let Poll::Ready(frame) = poll_once(&mut body, &mut cx) else {
+                panic!("a scripted body is never pending");
+            };
+            let stop = frame.is_none();
+            out.push(seen(&body, Some(frame)));
+            if stop {
+                break;
+            }
+        }
+        let mut replayed = Vec::new();
+        if let Some(mut r) = replay {
+            for _ in 0..12 {
+                let Poll::Ready(frame) = poll_once(&mut r, &mut cx) else {
+                    panic!("a scripted body is never pending");
+                };
+                let stop = matches!(frame, None | Some(F::Err(_)));
+                replayed.push(frame);
+                if stop {
+                    break;
+                }
+            }
+        }
+        (out, progress.snapshot(), replayed)
+    }
+
+    fn scripted(s: &Script) -> Scripted {
+        Scripted {
+            s: s.clone(),
+            next: 0,
+            finished: false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn same_frames_answers_and_progress(s in script(), replay_at in 0usize..14) {
+            let status = |b: &Scripted| if b.size_hint().lower() > 0 {
+                Err(NotReplayable::SizeHintOverCap)
+            } else {
+                Ok(())
+            };
+            // A cap of 0.
+            let b = scripted(&s);
+            if !b.is_end_stream() {
+                let st = status(&b);
+                let direct = ReplayBody::new(b, 0);
+                prop_assert!(direct.is_direct_repr());
+                let shared = ReplayBody::through_shared(scripted(&s), 0, st);
+                prop_assert_eq!(run(direct, replay_at), run(shared, replay_at));
+            }
+            // One-shot.
+            let direct = ReplayBody::one_shot(scripted(&s));
+            let shared =
+                ReplayBody::through_shared(scripted(&s), 0, Err(NotReplayable::OneShot));
+            prop_assert_eq!(run(direct, replay_at), run(shared, replay_at));
+        }
+    }
+}
+
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn the_direct_path_makes_the_body_no_bigger() {
+    // The retry future carries the request through every layer: a reader of a
+    // shared body, a direct one and an empty one all fit in 56 bytes, as before.
+    assert!(std::mem::size_of::<ReplayBody<Full<Bytes>>>() <= 56);
+    assert!(std::mem::size_of::<Option<super::ReplaySource<Full<Bytes>>>>() <= 16);
 }
