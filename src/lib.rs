@@ -125,7 +125,7 @@ pub mod retry;
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy, Partition};
 pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-pub use error::{BoxError, Error, TimedOut};
+pub use error::{BoxError, Error, OriginPaused, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use policy::RetryPolicy;

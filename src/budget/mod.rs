@@ -83,6 +83,8 @@
 
 mod account;
 mod config;
+mod events;
+mod future;
 mod layer;
 mod partition;
 pub(crate) mod window;
@@ -90,11 +92,13 @@ pub(crate) mod window;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::Request;
+use http::{Request, Response};
 use tower_service::Service;
 
+pub use crate::error::OriginPaused;
 pub use account::OriginAccount;
-pub use config::{BudgetPolicy, BudgetPolicyBuilder};
+pub use config::{BudgetPolicy, BudgetPolicyBuilder, PauseMode};
+pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 pub use partition::Partition;
 
@@ -104,10 +108,12 @@ use account::Account;
 use layer::Shared;
 
 /// Counts each call as a first attempt in its origin's retry budget account and
-/// leaves the account's handle in the request extensions. See the [module
-/// docs](self).
+/// leaves the account's handle in the request extensions; holds a call whose
+/// origin is paused. See the [module docs](self).
 ///
-/// Its response, error and future are the inner service's.
+/// Its response is the inner service's; its error is a [`backstop::Error`](crate::Error)
+/// that keeps the inner service's error as its source (or, for a call refused
+/// because its origin is paused, says so: [`Error::is_paused`](crate::Error::is_paused)).
 pub struct Budget<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -163,24 +169,33 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Budget<S> {
     }
 }
 
-impl<S, B> Service<Request<B>> for Budget<S>
+impl<S, B, RB> Service<Request<B>> for Budget<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<crate::BoxError>,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Response = Response<RB>;
+    type Error = crate::Error;
+    type Future = ResponseFuture<S, B>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), crate::Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| crate::Error::from_inner(e.into()))
     }
 
     #[inline]
-    fn call(&mut self, mut req: Request<B>) -> S::Future {
+    fn call(&mut self, mut req: Request<B>) -> ResponseFuture<S, B> {
         let account = self.shared.accounts.get_for(&mut req, &mut self.cache);
         account.deposit();
         crate::policy::CallContext::of_mut(req.extensions_mut())
-            .set_budget(crate::policy::BudgetHandle::new(account));
-        self.inner.call(req)
+            .set_budget(crate::policy::BudgetHandle::new(account.clone()));
+        // A paused origin: the first attempt is held (or refused) here; its
+        // retries are held by the retry layer, which asks the same account.
+        if let Some(pause) = account.paused_now() {
+            let service = self.inner.clone();
+            return ResponseFuture::paused(service, req, pause, tokio::time::Instant::now(), account);
+        }
+        ResponseFuture::called(self.inner.call(req), account)
     }
 }
