@@ -403,6 +403,14 @@ impl<S, B> Call<S, B> {
         }
     }
 
+    /// Adds a wait for the origin's pause, found after the call's own wait, to the
+    /// wait recorded before the next attempt.
+    pub(super) fn waits_longer(&mut self, extra: Duration) {
+        if let Some(last) = self.slow().history.last_mut() {
+            last.wait = Some(last.wait.unwrap_or_default().saturating_add(extra));
+        }
+    }
+
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     pub(super) fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {

@@ -212,6 +212,7 @@ where
                     match call.meet_pause(now, now) {
                         Ok(None) => {}
                         Ok(Some(release)) => {
+                            call.waits_longer(release.saturating_duration_since(now));
                             this.state.set(State::Waiting {
                                 resume: timer(Some(release)),
                             });
