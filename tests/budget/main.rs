@@ -5,3 +5,4 @@ mod support;
 
 mod budget;
 mod pause;
+mod wire;

@@ -407,3 +407,30 @@ async fn a_custom_account_never_pauses() {
     assert_eq!(handle.paused(Instant::now()), None);
     assert_eq!(handle.paused_until(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_hedge_is_sent_to_a_paused_origin() {
+    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
+    use crate::support::mock::Step;
+    let layer = BudgetLayer::default();
+    let mock = Mock::new([Step::Slow(ms(300), 200)]);
+    let mut c = ServiceBuilder::new()
+        .layer(layer.clone())
+        .layer(RetryLayer::new(retries()))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
+        .service(mock.clone());
+    let t0 = Instant::now();
+    // Another call's answer pauses the origin while the first attempt is out.
+    let account = layer.account(&head(A));
+    tokio::spawn(async move {
+        sleep(ms(50)).await;
+        account.pause(t0 + Duration::from_secs(2));
+    });
+    let res = call(&mut c, A).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(Instant::now() - t0, ms(300));
+    assert_eq!(mock.calls(), 1);
+    let hedged = Hedged::of(&res).unwrap();
+    assert_eq!(hedged.not_sent(), Some(NotHedged::Paused));
+    assert_eq!(hedged.copies(), 0);
+}
