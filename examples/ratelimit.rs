@@ -87,8 +87,10 @@ async fn start_upstream(state: Arc<Upstream>) -> std::io::Result<SocketAddr> {
         if !allowed {
             state.limited.fetch_add(1, Ordering::Relaxed);
             *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-            res.headers_mut()
-                .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            res.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
         }
         async move { Ok::<_, Infallible>(res) }
     })
@@ -203,9 +205,8 @@ async fn run(pause: bool) -> Result<Report, BoxError> {
                             me.note(started, e.history());
                             if e.is_paused() {
                                 me.refused += 1;
-                                let left = deadline
-                                    .instant()
-                                    .saturating_duration_since(Instant::now());
+                                let left =
+                                    deadline.instant().saturating_duration_since(Instant::now());
                                 let needed = e.retry_after().unwrap_or_default() + MIN_ATTEMPT;
                                 if left >= needed {
                                     me.refused_with_room += 1;

@@ -377,7 +377,10 @@ mod tests {
         assert_eq!(err.stop_reason(), Some(StopReason::Paused));
         assert_eq!(err.to_string(), "call refused (origin paused)");
         let source = StdError::source(&err).unwrap();
-        assert_eq!(source.downcast_ref::<OriginPaused>().unwrap().until(), until);
+        assert_eq!(
+            source.downcast_ref::<OriginPaused>().unwrap().until(),
+            until
+        );
     }
 
     #[test]

@@ -419,7 +419,10 @@ mod tests {
                 "window",
             ),
             (BudgetPolicy::builder().window(Duration::MAX), "window"),
-            (BudgetPolicy::builder().max_pause(Duration::ZERO), "max_pause"),
+            (
+                BudgetPolicy::builder().max_pause(Duration::ZERO),
+                "max_pause",
+            ),
             (
                 BudgetPolicy::builder().max_pause(Duration::from_secs(3601)),
                 "max_pause",

@@ -12,8 +12,9 @@
 //! [`RetryLayer`](crate::RetryLayer) inside withdraws one retry from it before each
 //! retry (and a hedge layer before each hedge); when the account is empty the call
 //! stops with [`StopReason::Budget`](crate::policy::StopReason::Budget) and returns
-//! its last outcome. The layer changes neither the request, the response nor the
-//! error.
+//! its last outcome. The layer changes neither the request nor the response; its
+//! error is a [`backstop::Error`](crate::Error) that keeps the inner error as its
+//! source.
 //!
 //! Put it outside the retry layer (and inside the circuit breaker):
 //!
@@ -59,6 +60,80 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The origin pause
+//!
+//! A 429 or 503 with a wait hint (`retry-after-ms`, or `Retry-After` as seconds
+//! or a date) says the origin is overloaded or rate-limiting, not only for the
+//! call that received it. The hint pauses the origin's account until it ends
+//! (capped at [`BudgetPolicy::max_pause`], never past what the server said), and
+//! while it is paused no attempt reaches the origin: [`Budget`] holds a call's
+//! first attempt, the retry layer each retry (it asks the same account through the
+//! [`BudgetHandle`](crate::policy::BudgetHandle) before every attempt), a hedge
+//! layer sends no hedge. A call whose deadline leaves room for the rest of the
+//! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
+//! otherwise it fails at once with an error that says so
+//! ([`Error::is_paused`](crate::Error::is_paused)) and when the pause ends
+//! ([`Error::retry_after`](crate::Error::retry_after)). [`PauseMode`] chooses
+//! waiting (the default), failing fast, or no pause at all. Calls that waited go
+//! at the pause's end plus a uniform share of [`BudgetPolicy::pause_spread`]
+//! (200 ms by default), so the origin meets a ramp rather than a burst; a retry
+//! waiting for the same hint goes when the pause ends. A pause holds one account
+//! only: other origins never wait for it.
+//!
+//! The budget layer emits `tracing` events at debug level when an origin is
+//! paused ("origin paused", "origin pause extended"), when a call first finds
+//! the pause over ("origin resumed"), and when a call waits for it ("call waits
+//! for origin pause") or is refused ("call refused: origin paused"); the retry
+//! layer when a retry waits for it ("retry waits for origin pause") or stops on
+//! it ("retry skipped", `gate="paused"`). Their fields are durations only, never
+//! the origin.
+//!
+//! ```
+//! use std::time::Duration;
+//! use backstop::budget::{BudgetLayer, BudgetPolicy};
+//! use backstop::policy::Deadline;
+//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tokio::time::Instant;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // An upstream that rate-limits the first request: 429, come back in 2 s.
+//! let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+//! let transport = tower::service_fn(move |_req: http::Request<ReplayBody<Full<Bytes>>>| {
+//!     let mut res = http::Response::new(Full::<Bytes>::default());
+//!     if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+//!         *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+//!         res.headers_mut().insert("retry-after", http::HeaderValue::from_static("2"));
+//!     }
+//!     async move { Ok::<_, std::io::Error>(res) }
+//! });
+//! let mut client = ServiceBuilder::new()
+//!     .layer(BudgetLayer::new(BudgetPolicy::default()))
+//!     .layer(RetryLayer::new(RetryPolicy::none()))
+//!     .service(transport);
+//! let get = || http::Request::get("http://upstream.test/").body(Full::default());
+//!
+//! let start = Instant::now();
+//! let res = client.ready().await?.call(get()?).await?;
+//! assert_eq!(res.status(), http::StatusCode::TOO_MANY_REQUESTS);
+//!
+//! // A call whose deadline ends inside the pause fails at once, sending nothing.
+//! let mut req = get()?;
+//! req.extensions_mut().insert(Deadline::after(Duration::from_secs(1)));
+//! let err = client.ready().await?.call(req).await.unwrap_err();
+//! assert!(err.is_paused() && err.is_retryable());
+//! assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+//!
+//! // A call that can wait waits for the pause, then goes.
+//! let res = client.ready().await?.call(get()?).await?;
+//! assert_eq!(res.status(), http::StatusCode::OK);
+//! assert!(start.elapsed() >= Duration::from_secs(2));
+//! # Ok(()) }
+//! ```
+//!
 //! # Accounts
 //!
 //! Each origin (scheme and authority) has its own account by default;
@@ -69,8 +144,9 @@
 //! changes. Depositing is a clock read and two relaxed atomic additions;
 //! withdrawing is one compare-and-swap on the account's balance, so concurrent callers can never
 //! spend the same retry twice. Accounts that are idle (nothing left in their
-//! window) are forgotten when the map grows, so a client meeting many origins does
-//! not grow without bound.
+//! window, and no pause) are forgotten when the map grows, so a client meeting many
+//! origins does not grow without bound. Reading whether an account is paused is
+//! one atomic load while it is not.
 //!
 //! # What differs from tower's `TpsBudget`
 //!
@@ -194,7 +270,13 @@ where
         // retries are held by the retry layer, which asks the same account.
         if let Some(pause) = account.paused_now() {
             let service = self.inner.clone();
-            return ResponseFuture::paused(service, req, pause, tokio::time::Instant::now(), account);
+            return ResponseFuture::paused(
+                service,
+                req,
+                pause,
+                tokio::time::Instant::now(),
+                account,
+            );
         }
         ResponseFuture::called(self.inner.call(req), account)
     }

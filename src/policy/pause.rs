@@ -164,7 +164,10 @@ mod tests {
         let pause = Pause::new(now + s(2)).with_release(now + s(2) + ms(80));
         let min = ms(10);
         assert_eq!(meet(&pause, now, None, min), Ok(now + s(2) + ms(80)));
-        assert_eq!(meet(&pause, now, Some(now + s(3)), min), Ok(now + s(2) + ms(80)));
+        assert_eq!(
+            meet(&pause, now, Some(now + s(3)), min),
+            Ok(now + s(2) + ms(80))
+        );
         // The release is cut so that the minimum attempt time is left...
         assert_eq!(
             meet(&pause, now, Some(now + s(2) + ms(50)), min),

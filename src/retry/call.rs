@@ -382,12 +382,7 @@ impl<S, B> Call<S, B> {
         if pause.until() <= own_end {
             return Ok(None);
         }
-        match meet(
-            &pause,
-            now,
-            self.deadline(),
-            self.policy.min_attempt_time(),
-        ) {
+        match meet(&pause, now, self.deadline(), self.policy.min_attempt_time()) {
             Ok(release) => {
                 tracing::debug!(
                     attempt = self.attempt,

@@ -571,7 +571,10 @@ async fn the_layer_keeps_the_inner_error_and_response() {
     let err: backstop::Error = call(&mut svc, "http://a.test/").await.unwrap_err();
     assert!(!err.is_paused() && !err.is_retryable());
     let inner = std::error::Error::source(&err).unwrap();
-    assert_eq!(inner.downcast_ref::<std::io::Error>().unwrap().to_string(), "down");
+    assert_eq!(
+        inner.downcast_ref::<std::io::Error>().unwrap().to_string(),
+        "down"
+    );
 }
 
 #[test]

@@ -43,8 +43,9 @@ fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Mock) -> Client {
 fn spawn_call(
     mut client: Client,
     uri: &'static str,
-) -> tokio::task::JoinHandle<Result<http::Response<http_body_util::Full<bytes::Bytes>>, backstop::Error>>
-{
+) -> tokio::task::JoinHandle<
+    Result<http::Response<http_body_util::Full<bytes::Bytes>>, backstop::Error>,
+> {
     tokio::spawn(async move { call(&mut client, uri).await })
 }
 
@@ -152,13 +153,17 @@ async fn a_retry_whose_deadline_ends_inside_the_pause_stops_with_paused() {
     // The first attempt goes before the pause; another call's answer then pauses
     // the origin for 2 s while this one's backoff runs.
     let mut req = get(A);
-    req.extensions_mut().insert(Deadline::after(Duration::from_secs(1)));
+    req.extensions_mut()
+        .insert(Deadline::after(Duration::from_secs(1)));
     let call = tokio::spawn(async move { c.ready().await?.call(req).await });
     tokio::task::yield_now().await;
     layer.account(&head(A)).pause(t0 + Duration::from_secs(2));
     let err = call.await.unwrap().unwrap_err();
     let elapsed = Instant::now() - t0;
-    assert!(elapsed <= ms(50), "stopped at the end of its backoff: {elapsed:?}");
+    assert!(
+        elapsed <= ms(50),
+        "stopped at the end of its backoff: {elapsed:?}"
+    );
     // The 503's body was drained for the retry, so the error names its status.
     assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
     assert!(err.is_paused() && err.is_retryable(), "{err}");
@@ -254,7 +259,10 @@ async fn a_zero_spread_releases_at_the_end_exactly() {
     for call in calls {
         call.await.unwrap().unwrap();
     }
-    assert!(mock.seen().iter().all(|s| s.at == t0 + Duration::from_secs(1)));
+    assert!(mock
+        .seen()
+        .iter()
+        .all(|s| s.at == t0 + Duration::from_secs(1)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -277,7 +285,8 @@ async fn every_form_of_the_hint_pauses_and_the_cap_holds() {
     let t0 = Instant::now();
     let date = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(5));
     let date: &'static str = Box::leak(date.into_boxed_str());
-    let cases: [(&[(&'static str, &'static str)], Duration, Duration); 5] = [
+    type Headers<'a> = &'a [(&'static str, &'static str)];
+    let cases: [(Headers<'_>, Duration, Duration); 5] = [
         (&[("retry-after", "2")], ms(2000), ms(2000)),
         (&[("retry-after", "1.5")], ms(1500), ms(1500)),
         (&[("retry-after-ms", "750")], ms(750), ms(750)),
@@ -290,7 +299,11 @@ async fn every_form_of_the_hint_pauses_and_the_cap_holds() {
         let layer = BudgetLayer::default();
         pause_with(&layer, headers).await;
         let until = layer.account(&head(A)).paused_until().unwrap();
-        assert!((low..=high).contains(&(until - t0)), "{headers:?}: {:?}", until - t0);
+        assert!(
+            (low..=high).contains(&(until - t0)),
+            "{headers:?}: {:?}",
+            until - t0
+        );
     }
     // No hint, a zero hint, or a status that does not pause: no pause.
     for (code, headers) in [
@@ -371,17 +384,19 @@ async fn the_budget_alone_holds_a_paused_call() {
     let layer = BudgetLayer::default();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = seen.clone();
-    let transport = tower::service_fn(move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
-        let mut seen = record.lock().unwrap();
-        seen.push(Instant::now());
-        let mut res = http::Response::new(http_body_util::Full::<bytes::Bytes>::default());
-        if seen.len() == 1 {
-            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-            res.headers_mut()
-                .insert("retry-after", http::HeaderValue::from_static("1"));
-        }
-        async move { Ok::<_, std::io::Error>(res) }
-    });
+    let transport = tower::service_fn(
+        move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+            let mut seen = record.lock().unwrap();
+            seen.push(Instant::now());
+            let mut res = http::Response::new(http_body_util::Full::<bytes::Bytes>::default());
+            if seen.len() == 1 {
+                *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                res.headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("1"));
+            }
+            async move { Ok::<_, std::io::Error>(res) }
+        },
+    );
     let mut svc = ServiceBuilder::new().layer(layer).service(transport);
     let t0 = Instant::now();
     let res = call(&mut svc, A).await.unwrap();
@@ -410,8 +425,8 @@ async fn a_custom_account_never_pauses() {
 
 #[tokio::test(start_paused = true)]
 async fn no_hedge_is_sent_to_a_paused_origin() {
-    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
     use crate::support::mock::Step;
+    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
     let layer = BudgetLayer::default();
     let mock = Mock::new([Step::Slow(ms(300), 200)]);
     let mut c = ServiceBuilder::new()

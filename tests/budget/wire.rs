@@ -49,7 +49,10 @@ async fn a_429_pauses_the_origin_over_the_wire() {
                 .expect("paused");
             // The hint counts from when the answer arrived.
             let hint = Duration::from_millis(300);
-            assert!(until >= t0 + hint && until <= received + hint, "{protocol:?}");
+            assert!(
+                until >= t0 + hint && until <= received + hint,
+                "{protocol:?}"
+            );
 
             // A deadline inside the pause: refused, nothing sent.
             let err = client

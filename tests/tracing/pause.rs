@@ -86,9 +86,20 @@ async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
     assert_eq!(mock.calls(), 3);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    assert_eq!(text.matches("origin paused pause_ms=2000").count(), 1, "{text}");
-    assert!(text.contains("call refused: origin paused left_ms=1999"), "{text}");
-    assert_eq!(text.matches("call waits for origin pause").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("origin paused pause_ms=2000").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("call refused: origin paused left_ms=1999"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("call waits for origin pause").count(),
+        1,
+        "{text}"
+    );
     assert_eq!(text.matches("origin resumed").count(), 1, "{text}");
     for secret in ["s3cret", "upstream.test", "/items"] {
         assert!(!text.contains(secret), "{secret} leaked into {text}");
