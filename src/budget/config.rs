@@ -101,7 +101,8 @@ impl Default for PauseSettings {
 /// each hedge is not sent. A call waits when its deadline leaves room for the
 /// rest of the pause plus `pause_min_attempt_time`, and fails at once otherwise
 /// (or always, with [`PauseMode::FailFast`]) with an error that says the origin
-/// is paused and until when. Calls that waited are released at the pause's end
+/// is paused and until when; a retry also stops rather than wait for a pause
+/// longer than its policy's `max_retry_after`. Calls that waited are released at the pause's end
 /// plus a uniform share of `pause_spread` (full jitter), so the origin does not
 /// meet them all at once; a retry whose own wait ends after the pause's end goes
 /// at the end of its own wait, so a retry waiting for the same hint goes when the

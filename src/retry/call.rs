@@ -370,7 +370,9 @@ impl<S, B> Call<S, B> {
     /// `Ok(None)` when the pause does not hold it (none, or over by then),
     /// `Ok(Some(at))` to wait until `at` (the pause's end plus this call's share of
     /// the release spread, within the deadline), `Err(Paused)` when it may not wait
-    /// (the deadline ends inside the pause, or the budget fails fast).
+    /// (the deadline ends inside the pause, the budget fails fast, or the pause
+    /// lasts longer than the policy's `max_retry_after`: waiting for a pause is
+    /// waiting for another call's hint, and no hint is waited longer than that).
     pub(super) fn meet_pause(
         &mut self,
         now: Instant,
@@ -382,7 +384,13 @@ impl<S, B> Call<S, B> {
         if pause.until() <= own_end {
             return Ok(None);
         }
-        match meet(&pause, now, self.deadline(), self.policy.min_attempt_time()) {
+        let too_long = pause.until().saturating_duration_since(now) > self.policy.max_retry_after();
+        let met = if too_long {
+            Err(())
+        } else {
+            meet(&pause, now, self.deadline(), self.policy.min_attempt_time())
+        };
+        match met {
             Ok(release) => {
                 tracing::debug!(
                     attempt = self.attempt,

@@ -449,3 +449,26 @@ async fn no_hedge_is_sent_to_a_paused_origin() {
     assert_eq!(hedged.not_sent(), Some(NotHedged::Paused));
     assert_eq!(hedged.copies(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_does_not_wait_for_a_pause_longer_than_its_max_retry_after() {
+    let layer = BudgetLayer::default();
+    let mock = Mock::new([status(503)]);
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(ms(10), ms(50))
+        .max_retry_after(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let c = client(&layer, policy, &mock);
+    let t0 = Instant::now();
+    let call = spawn_call(c, A);
+    tokio::task::yield_now().await;
+    // Another call's answer pauses the origin for 2 s during this call's backoff.
+    layer.account(&head(A)).pause(t0 + Duration::from_secs(2));
+    let err = call.await.unwrap().unwrap_err();
+    assert!(Instant::now() - t0 <= ms(50));
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(mock.calls(), 1);
+}
