@@ -52,6 +52,9 @@ struct Inner {
     /// The failed attempt's record, when a layer beneath the retry layer (a hedge
     /// layer) filled one in.
     attempt: Option<AttemptLog>,
+    /// The origin's pause that stopped the call: until when, and how long that
+    /// was when the error was made.
+    paused: Option<(Instant, Duration)>,
 }
 
 impl Error {
@@ -66,6 +69,7 @@ impl Error {
                 status: None,
                 next_probe_at: None,
                 attempt: None,
+                paused: None,
             }),
         }
     }
@@ -81,6 +85,22 @@ impl Error {
         err.inner.refused = Some(reason);
         err.inner.next_probe_at = next_probe_at;
         err
+    }
+
+    /// A call refused before any attempt because its origin is paused until
+    /// `until` and it may not wait (the deadline ends inside the pause, or the
+    /// budget fails fast). It is retryable once the pause is over.
+    pub(crate) fn paused(until: Instant, now: Instant) -> Self {
+        let err = Error::refused(StopReason::Paused, Box::new(OriginPaused { until }), None);
+        let mut err = err.with_pause(until, now);
+        err.inner.retryable = true;
+        err
+    }
+
+    /// Notes the origin's pause that stopped the call, as seen at `now`.
+    pub(crate) fn with_pause(mut self, until: Instant, now: Instant) -> Self {
+        self.inner.paused = Some((until, until.saturating_duration_since(now)));
+        self
     }
 
     /// Attaches the failed attempt's record.
@@ -167,10 +187,31 @@ impl Error {
             .or(self.inner.refused)
     }
 
-    /// The server's last Retry-After hint, including one longer than the policy
-    /// allowed, so the caller can reschedule.
+    /// When to come back: for a call its origin's pause stopped
+    /// ([`is_paused`](Error::is_paused)), what was left of the pause when the call
+    /// was refused; otherwise the server's last Retry-After hint, including one
+    /// longer than the policy allowed, so the caller can reschedule.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.history().and_then(History::retry_after)
+        self.inner
+            .paused
+            .map(|(_, left)| left)
+            .or_else(|| self.history().and_then(History::retry_after))
+    }
+
+    /// Whether the call's origin was paused (a server asked the client to come
+    /// back later) and the call could not wait for the pause to end: its deadline
+    /// ended inside it, or the budget fails fast. Nothing was sent for the
+    /// attempt it stopped; [`retry_after`](Error::retry_after) says when the pause
+    /// ends, and the call is [retryable](Error::is_retryable) after it.
+    pub fn is_paused(&self) -> bool {
+        self.stop_reason() == Some(StopReason::Paused)
+    }
+
+    /// Until when the call's origin is paused, when its pause stopped the call.
+    ///
+    /// See [`OriginPaused`].
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.inner.paused.map(|(until, _)| until)
     }
 
     /// Whether an attempt timed out or the call's deadline passed.
@@ -284,6 +325,34 @@ impl fmt::Display for TimedOut {
 
 impl StdError for TimedOut {}
 
+/// The call's origin is paused: a server answered 429 or 503 with a wait hint, and
+/// the budget layer keeps every call away from the origin until the hint ends.
+///
+/// It is the [`source`](StdError::source) of the [`backstop::Error`](crate::Error)
+/// a [`Budget`](crate::budget::Budget) returns for a call it refused before
+/// sending it; [`Error::is_paused`](crate::Error::is_paused) recognises it and
+/// [`Error::retry_after`](crate::Error::retry_after) says how long was left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OriginPaused {
+    until: Instant,
+}
+
+impl OriginPaused {
+    /// When the pause ends (its release may be spread a little after).
+    pub fn until(&self) -> Instant {
+        self.until
+    }
+}
+
+impl fmt::Display for OriginPaused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("origin paused")
+    }
+}
+
+impl StdError for OriginPaused {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +363,24 @@ mod tests {
     fn error_is_send_sync_static() {
         assert_send_sync::<Error>();
         assert_send_sync::<TimedOut>();
+        assert_send_sync::<OriginPaused>();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_refusal_says_until_when_and_is_retryable() {
+        let now = Instant::now();
+        let until = now + Duration::from_secs(2);
+        let err = Error::paused(until, now);
+        assert!(err.is_paused() && err.is_retryable() && err.is_not_processed());
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(err.paused_until(), Some(until));
+        assert_eq!(err.stop_reason(), Some(StopReason::Paused));
+        assert_eq!(err.to_string(), "call refused (origin paused)");
+        let source = StdError::source(&err).unwrap();
+        assert_eq!(
+            source.downcast_ref::<OriginPaused>().unwrap().until(),
+            until
+        );
     }
 
     #[test]

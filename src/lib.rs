@@ -40,7 +40,7 @@
 //!  caller
 //!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt
 //!    │   CircuitBreakerLayer    per origin; one outcome per call
-//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts
+//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts; the origin pause
 //!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
 //!        HedgeLayer             extra copies of a slow idempotent attempt
 //!        ProgressTrackingLayer          records how far each attempt got onto the wire
@@ -157,7 +157,7 @@ pub mod retry;
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy};
 pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-pub use error::{BoxError, Error, TimedOut};
+pub use error::{BoxError, Error, OriginPaused, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use origin::Partition;

@@ -1,15 +1,18 @@
 //! A budget account: integer accounting over a sliding window.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::Rng;
 use tokio::time::Instant;
 
+use super::config::{PauseMode, PauseSettings};
+use super::events::{emit, PauseEvent};
 use super::BudgetPolicy;
 use crate::origin::{Entry, Ring};
-use crate::policy::{BudgetAccount, BudgetHandle};
+use crate::policy::{later, BudgetAccount, BudgetHandle, Pause};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
 /// rounded to a millionth), a retry withdraws `UNIT`.
@@ -25,6 +28,99 @@ pub(crate) struct Account {
     deposit: i64,
     /// How long an event counts.
     window: Duration,
+    /// The origin's pause.
+    pause: PauseState,
+}
+
+/// Until when no attempt may reach the account's origin: a server's hint.
+struct PauseState {
+    /// When the pause ends, in nanoseconds after `base`; 0 when not paused.
+    until: AtomicU64,
+    base: Instant,
+    settings: PauseSettings,
+}
+
+impl PauseState {
+    fn new(settings: PauseSettings) -> Self {
+        PauseState {
+            until: AtomicU64::new(0),
+            base: Instant::now(),
+            settings,
+        }
+    }
+
+    /// `at` as stored: nanoseconds after `base`, at least 1 (0 means none).
+    fn encode(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.base).as_nanos();
+        nanos.clamp(1, u128::from(u64::MAX)) as u64
+    }
+
+    fn decode(&self, nanos: u64) -> Instant {
+        later(self.base, Duration::from_nanos(nanos))
+    }
+
+    /// Pauses until `until`, capped at the settings' maximum from now; a pause
+    /// already set that ends later is kept.
+    fn pause(&self, until: Instant) {
+        if self.settings.mode == PauseMode::Off {
+            return;
+        }
+        let now = Instant::now();
+        let until = until.min(later(now, self.settings.max));
+        if until <= now {
+            return;
+        }
+        let new = self.encode(until);
+        let old = self.until.fetch_max(new, Ordering::AcqRel);
+        if old >= new {
+            return;
+        }
+        let old_end = (old != 0).then(|| self.decode(old)).filter(|&e| e > now);
+        emit(match old_end {
+            Some(end) => PauseEvent::Extended { by: until - end },
+            None => PauseEvent::Paused { pause: until - now },
+        });
+    }
+
+    /// The pause at `now`, with this call's release drawn over the spread; `None`
+    /// when not paused. The first call to find a pause over clears it.
+    #[inline]
+    fn paused(&self, now: Instant) -> Option<Pause> {
+        loop {
+            let stored = self.until.load(Ordering::Acquire);
+            if stored == 0 {
+                return None;
+            }
+            let until = self.decode(stored);
+            if until > now {
+                let spread = self.settings.spread.as_nanos().min(u128::from(u64::MAX)) as u64;
+                let jitter = match spread {
+                    0 => Duration::ZERO,
+                    n => Duration::from_nanos(rand::rng().random_range(0..n)),
+                };
+                return Some(
+                    Pause::new(until)
+                        .with_release(later(until, jitter))
+                        .fail_fast(self.settings.mode == PauseMode::FailFast),
+                );
+            }
+            // Over: clear it, unless a new pause was set meanwhile (then look again).
+            if self
+                .until
+                .compare_exchange(stored, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                emit(PauseEvent::Resumed);
+                return None;
+            }
+        }
+    }
+
+    /// When the pause set last ends, if one is set.
+    fn end(&self) -> Option<Instant> {
+        let stored = self.until.load(Ordering::Acquire);
+        (stored != 0).then(|| self.decode(stored))
+    }
 }
 
 impl Account {
@@ -34,7 +130,34 @@ impl Account {
             balance: AtomicI64::new(budget.floor_units),
             deposit: budget.deposit_units,
             window: budget.window,
+            pause: PauseState::new(budget.pause),
         }
+    }
+
+    /// Pauses the origin until `until` (capped by the budget's `max_pause`).
+    pub(crate) fn pause_until(&self, until: Instant) {
+        self.pause.pause(until);
+    }
+
+    /// The origin's pause at `now`, if it is paused.
+    #[inline]
+    pub(crate) fn paused_at(&self, now: Instant) -> Option<Pause> {
+        self.pause.paused(now)
+    }
+
+    /// The origin's pause now, if it is paused; reads the clock only when a pause
+    /// is set, so an account that was never paused costs one atomic load.
+    #[inline]
+    pub(crate) fn paused_now(&self) -> Option<Pause> {
+        if self.pause.until.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.pause.paused(Instant::now())
+    }
+
+    /// The least time a call must have left after a pause to wait for it.
+    pub(crate) fn pause_min_attempt_time(&self) -> Duration {
+        self.pause.settings.min_attempt_time
     }
 
     fn expire(&self, expired: u64) {
@@ -90,12 +213,25 @@ impl BudgetAccount for Account {
     fn refund(&self) {
         Account::refund(self)
     }
+
+    fn pause(&self, until: Instant) {
+        self.pause_until(until)
+    }
+
+    fn paused(&self, now: Instant) -> Option<Pause> {
+        self.paused_at(now)
+    }
 }
 
 impl Entry for Account {
-    /// Every deposit, withdrawal, refund and reading moves the window to its slot.
+    /// Every deposit, withdrawal, refund and reading moves the window to its slot;
+    /// a pause counts as a use until it ends, so a paused origin is not forgotten.
     fn last_used(&self) -> Instant {
-        self.ring.last_used()
+        let used = self.ring.last_used();
+        match self.pause.end() {
+            Some(end) => used.max(end),
+            None => used,
+        }
     }
 
     /// Once every slot has expired the balance is the floor again: a fresh
@@ -154,6 +290,19 @@ impl OriginAccount {
         self.0.available()
     }
 
+    /// Pauses the account's origin until `until`, as a 429 or 503 with a wait
+    /// hint does (capped by the budget's [`max_pause`](BudgetPolicy::max_pause);
+    /// a pause that ends later is kept). Does nothing with
+    /// [`PauseMode::Off`](super::PauseMode::Off).
+    pub fn pause(&self, until: Instant) {
+        self.0.pause_until(until);
+    }
+
+    /// Until when the account's origin is paused, if it is paused now.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.0.paused_now().map(|p| p.until())
+    }
+
     /// The handle the retry and hedge layers look for in request extensions.
     pub fn handle(&self) -> BudgetHandle {
         BudgetHandle::new(self.0.clone())
@@ -164,6 +313,7 @@ impl fmt::Debug for OriginAccount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OriginAccount")
             .field("available", &self.available())
+            .field("paused_until", &self.paused_until())
             .finish()
     }
 }

@@ -13,6 +13,56 @@ const MAX_RATIO: f64 = 1000.0;
 const MAX_MIN_PER_SECOND: f64 = 1_000_000.0;
 const MIN_WINDOW: Duration = Duration::from_millis(10);
 const MAX_WINDOW: Duration = Duration::from_secs(3600);
+/// The longest pause a budget accepts as its cap.
+const MAX_MAX_PAUSE: Duration = Duration::from_secs(3600);
+/// The longest release spread and minimum attempt time a budget accepts.
+const MAX_PAUSE_SPREAD: Duration = Duration::from_secs(60);
+
+/// The default cap on an origin's pause: the retry layer's default
+/// `max_retry_after`, so the pause and the retry's own wait end together.
+pub(crate) const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(10);
+/// The default release spread: callers that waited for a pause go at its end plus
+/// a uniform share of 200 ms.
+pub(crate) const DEFAULT_PAUSE_SPREAD: Duration = Duration::from_millis(200);
+/// The default least time a call must have left after a pause to wait for it: the
+/// retry layer's default `min_attempt_time`.
+pub(crate) const DEFAULT_PAUSE_MIN_ATTEMPT: Duration = Duration::from_millis(10);
+
+/// What a call that reaches a paused origin does. See [`BudgetPolicy`]'s
+/// "Pause" section.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PauseMode {
+    /// Wait for the pause to end when the call's deadline leaves room for it plus
+    /// the minimum attempt time, then go; otherwise fail at once (the default).
+    #[default]
+    Wait,
+    /// Fail at once with an error that says the origin is paused and until when
+    /// ([`Error::is_paused`](crate::Error::is_paused)).
+    FailFast,
+    /// Never pause: a hint is honoured only by the call that received it.
+    Off,
+}
+
+/// The pause settings of a budget.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PauseSettings {
+    pub(crate) mode: PauseMode,
+    pub(crate) max: Duration,
+    pub(crate) spread: Duration,
+    pub(crate) min_attempt_time: Duration,
+}
+
+impl Default for PauseSettings {
+    fn default() -> Self {
+        PauseSettings {
+            mode: PauseMode::Wait,
+            max: DEFAULT_MAX_PAUSE,
+            spread: DEFAULT_PAUSE_SPREAD,
+            min_attempt_time: DEFAULT_PAUSE_MIN_ATTEMPT,
+        }
+    }
+}
 
 /// How many retries a [`BudgetLayer`](super::BudgetLayer) allows.
 ///
@@ -26,6 +76,10 @@ const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// | `min_per_second` | 10 | the same anchors' floor: a client sending a few calls a second still gets its retries |
 /// | `window` | 10 s | the same anchors' window: long enough to smooth bursts, short enough to forget an outage |
 /// | partition | per origin | one bad upstream cannot spend the retries of another |
+/// | `pause_mode` | [`PauseMode::Wait`] | a call that can wait for a paused origin waits rather than fails |
+/// | `max_pause` | 10 s | the retry layer's default `max_retry_after`: the pause and the retry's own wait end together |
+/// | `pause_spread` | 200 ms | a few round trips: callers released after a pause arrive as a ramp, not a burst, and still well inside a one-second hint's granularity |
+/// | `pause_min_attempt_time` | 10 ms | the retry layer's default `min_attempt_time` |
 ///
 /// The arithmetic is exact: the ratio is kept in millionths and every first attempt
 /// deposits `ratio · 1 000 000` units, every retry withdraws `1 000 000`, so a ratio
@@ -36,6 +90,28 @@ const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// The window is cut into ten slots; the events of a slot expire together, one
 /// `window` after the slot began, so an event counts for between 90 % and 100 % of
 /// the window.
+///
+/// # Pause
+///
+/// A 429 or 503 with a wait hint (`retry-after-ms`, or `Retry-After` as seconds
+/// or a date) pauses its origin's account until the hint ends, capped at
+/// `max_pause` (a longer hint pauses for the cap, never past what the server
+/// said). While the origin is paused no attempt reaches it: a call's first attempt
+/// waits in the [`Budget`](super::Budget) service, each retry in the retry layer,
+/// each hedge is not sent. A call waits when its deadline leaves room for the
+/// rest of the pause plus `pause_min_attempt_time`, and fails at once otherwise
+/// (or always, with [`PauseMode::FailFast`]) with an error that says the origin
+/// is paused and until when; a retry also stops rather than wait for a pause
+/// longer than its policy's `max_retry_after`. Calls that waited are released at the pause's end
+/// plus a uniform share of `pause_spread` (full jitter), so the origin does not
+/// meet them all at once; a retry whose own wait ends after the pause's end goes
+/// at the end of its own wait, so a retry waiting for the same hint goes when the
+/// pause ends. One pause per account: the partition decides what an origin is.
+///
+/// The deadline the budget layer sees is the call's own
+/// ([`Deadline`](crate::policy::Deadline) or one an outer layer set in the
+/// [`CallContext`](crate::policy::CallContext)); a retry policy's total timeout
+/// starts when the retry layer inside gets the call, after a first attempt's wait.
 ///
 /// # Examples
 ///
@@ -65,6 +141,7 @@ pub struct BudgetPolicy {
     pub(crate) window: Duration,
     min_per_second: f64,
     pub(crate) partition: Partition,
+    pub(crate) pause: PauseSettings,
 }
 
 impl Default for BudgetPolicy {
@@ -75,6 +152,7 @@ impl Default for BudgetPolicy {
             window: Duration::from_secs(10),
             min_per_second: 10.0,
             partition: Partition::origin(),
+            pause: PauseSettings::default(),
         }
     }
 }
@@ -87,6 +165,7 @@ impl BudgetPolicy {
             min_per_second: 10.0,
             window: Duration::from_secs(10),
             partition: Partition::origin(),
+            pause: PauseSettings::default(),
             error: None,
         }
     }
@@ -117,6 +196,26 @@ impl BudgetPolicy {
         &self.partition
     }
 
+    /// What a call that reaches a paused origin does.
+    pub fn pause_mode(&self) -> PauseMode {
+        self.pause.mode
+    }
+
+    /// The longest an origin is paused for one hint.
+    pub fn max_pause(&self) -> Duration {
+        self.pause.max
+    }
+
+    /// Over how long calls that waited for a pause are released after its end.
+    pub fn pause_spread(&self) -> Duration {
+        self.pause.spread
+    }
+
+    /// The least time a call must have left after a pause to wait for it.
+    pub fn pause_min_attempt_time(&self) -> Duration {
+        self.pause.min_attempt_time
+    }
+
     /// A new account with these numbers, on its own: not shared with any layer.
     ///
     /// Its window starts now (on tokio's clock, so paused-clock tests control it).
@@ -135,6 +234,7 @@ pub struct BudgetPolicyBuilder {
     min_per_second: f64,
     window: Duration,
     partition: Partition,
+    pause: PauseSettings,
     error: Option<InvalidConfig>,
 }
 
@@ -188,6 +288,51 @@ impl BudgetPolicyBuilder {
         self
     }
 
+    /// What a call that reaches a paused origin does (default
+    /// [`PauseMode::Wait`]; [`PauseMode::Off`] never pauses an origin).
+    pub fn pause_mode(mut self, mode: PauseMode) -> Self {
+        self.pause.mode = mode;
+        self
+    }
+
+    /// The longest an origin is paused for one hint, from 1 ms to one hour
+    /// (default 10 s, the retry layer's default `max_retry_after`). A longer hint
+    /// pauses the origin for this long.
+    pub fn max_pause(mut self, max: Duration) -> Self {
+        if !(Duration::from_millis(1)..=MAX_MAX_PAUSE).contains(&max) {
+            self.fail("max_pause", format!("must be from 1ms to 1h, got {max:?}"));
+        }
+        self.pause.max = max;
+        self
+    }
+
+    /// Over how long the calls that waited for a pause are released after its end,
+    /// from 0 to 60 s (default 200 ms): each goes at the end plus a uniform share
+    /// of it.
+    pub fn pause_spread(mut self, spread: Duration) -> Self {
+        if spread > MAX_PAUSE_SPREAD {
+            self.fail(
+                "pause_spread",
+                format!("must be from 0 to 60s, got {spread:?}"),
+            );
+        }
+        self.pause.spread = spread;
+        self
+    }
+
+    /// The least time a call must have left after a pause to wait for it, from 0
+    /// to 60 s (default 10 ms, the retry layer's default `min_attempt_time`).
+    pub fn pause_min_attempt_time(mut self, min: Duration) -> Self {
+        if min > MAX_PAUSE_SPREAD {
+            self.fail(
+                "pause_min_attempt_time",
+                format!("must be from 0 to 60s, got {min:?}"),
+            );
+        }
+        self.pause.min_attempt_time = min;
+        self
+    }
+
     /// The budget, or the first invalid setting.
     ///
     /// # Errors
@@ -206,6 +351,7 @@ impl BudgetPolicyBuilder {
             window: self.window,
             min_per_second: self.min_per_second,
             partition: self.partition,
+            pause: self.pause,
         })
     }
 }
@@ -224,6 +370,15 @@ mod tests {
         assert_eq!(b.min_per_second(), 10.0);
         assert_eq!(b.window(), Duration::from_secs(10));
         assert_eq!(b.floor(), 100.0);
+        assert_eq!(b.pause_mode(), PauseMode::Wait);
+        assert_eq!(b.max_pause(), Duration::from_secs(10));
+        assert_eq!(b.pause_spread(), Duration::from_millis(200));
+        assert_eq!(b.pause_min_attempt_time(), Duration::from_millis(10));
+        assert_eq!(built.max_pause(), b.max_pause());
+        // The cap and minimum attempt time follow the retry layer's defaults.
+        let retry = crate::RetryPolicy::default();
+        assert_eq!(b.max_pause(), retry.max_retry_after());
+        assert_eq!(b.pause_min_attempt_time(), retry.min_attempt_time());
     }
 
     #[test]
@@ -265,6 +420,22 @@ mod tests {
                 "window",
             ),
             (BudgetPolicy::builder().window(Duration::MAX), "window"),
+            (
+                BudgetPolicy::builder().max_pause(Duration::ZERO),
+                "max_pause",
+            ),
+            (
+                BudgetPolicy::builder().max_pause(Duration::from_secs(3601)),
+                "max_pause",
+            ),
+            (
+                BudgetPolicy::builder().pause_spread(Duration::MAX),
+                "pause_spread",
+            ),
+            (
+                BudgetPolicy::builder().pause_min_attempt_time(Duration::from_secs(61)),
+                "pause_min_attempt_time",
+            ),
         ];
         for (builder, setting) in cases {
             let err = builder.build().unwrap_err();

@@ -12,8 +12,9 @@
 //! [`RetryLayer`](crate::RetryLayer) inside withdraws one retry from it before each
 //! retry (and a hedge layer before each hedge); when the account is empty the call
 //! stops with [`StopReason::Budget`](crate::policy::StopReason::Budget) and returns
-//! its last outcome. The layer changes neither the request, the response nor the
-//! error.
+//! its last outcome. The layer changes neither the request nor the response; its
+//! error is a [`backstop::Error`](crate::Error) that keeps the inner error as its
+//! source.
 //!
 //! Put it outside the retry layer (and inside the circuit breaker):
 //!
@@ -59,6 +60,80 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The origin pause
+//!
+//! A 429 or 503 with a wait hint (`retry-after-ms`, or `Retry-After` as seconds
+//! or a date) says the origin is overloaded or rate-limiting, not only for the
+//! call that received it. The hint pauses the origin's account until it ends
+//! (capped at [`BudgetPolicy::max_pause`], never past what the server said), and
+//! while it is paused no attempt reaches the origin: [`Budget`] holds a call's
+//! first attempt, the retry layer each retry (it asks the same account through the
+//! [`BudgetHandle`](crate::policy::BudgetHandle) before every attempt), a hedge
+//! layer sends no hedge. A call whose deadline leaves room for the rest of the
+//! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
+//! otherwise it fails at once with an error that says so
+//! ([`Error::is_paused`](crate::Error::is_paused)) and when the pause ends
+//! ([`Error::retry_after`](crate::Error::retry_after)). [`PauseMode`] chooses
+//! waiting (the default), failing fast, or no pause at all. Calls that waited go
+//! at the pause's end plus a uniform share of [`BudgetPolicy::pause_spread`]
+//! (200 ms by default), so the origin meets a ramp rather than a burst; a retry
+//! waiting for the same hint goes when the pause ends. A pause holds one account
+//! only: other origins never wait for it.
+//!
+//! The budget layer emits `tracing` events at debug level when an origin is
+//! paused ("origin paused", "origin pause extended"), when a call first finds
+//! the pause over ("origin resumed"), and when a call waits for it ("call waits
+//! for origin pause") or is refused ("call refused: origin paused"); the retry
+//! layer when a retry waits for it ("retry waits for origin pause") or stops on
+//! it ("retry skipped", `gate="paused"`). Their fields are durations only, never
+//! the origin.
+//!
+//! ```
+//! use std::time::Duration;
+//! use backstop::budget::{BudgetLayer, BudgetPolicy};
+//! use backstop::policy::Deadline;
+//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tokio::time::Instant;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // An upstream that rate-limits the first request: 429, come back in 2 s.
+//! let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+//! let transport = tower::service_fn(move |_req: http::Request<ReplayBody<Full<Bytes>>>| {
+//!     let mut res = http::Response::new(Full::<Bytes>::default());
+//!     if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+//!         *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+//!         res.headers_mut().insert("retry-after", http::HeaderValue::from_static("2"));
+//!     }
+//!     async move { Ok::<_, std::io::Error>(res) }
+//! });
+//! let mut client = ServiceBuilder::new()
+//!     .layer(BudgetLayer::new(BudgetPolicy::default()))
+//!     .layer(RetryLayer::new(RetryPolicy::none()))
+//!     .service(transport);
+//! let get = || http::Request::get("http://upstream.test/").body(Full::default());
+//!
+//! let start = Instant::now();
+//! let res = client.ready().await?.call(get()?).await?;
+//! assert_eq!(res.status(), http::StatusCode::TOO_MANY_REQUESTS);
+//!
+//! // A call whose deadline ends inside the pause fails at once, sending nothing.
+//! let mut req = get()?;
+//! req.extensions_mut().insert(Deadline::after(Duration::from_secs(1)));
+//! let err = client.ready().await?.call(req).await.unwrap_err();
+//! assert!(err.is_paused() && err.is_retryable());
+//! assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+//!
+//! // A call that can wait waits for the pause, then goes.
+//! let res = client.ready().await?.call(get()?).await?;
+//! assert_eq!(res.status(), http::StatusCode::OK);
+//! assert!(start.elapsed() >= Duration::from_secs(2));
+//! # Ok(()) }
+//! ```
+//!
 //! # Accounts
 //!
 //! Each origin (scheme and authority) has its own account by default;
@@ -70,7 +145,10 @@
 //! so concurrent callers can never spend the same retry twice. An account unused
 //! for a whole window (nothing left in it) is forgotten, so a client meeting many
 //! origins does not grow without bound; [`BudgetLayer::origins`] counts the
-//! accounts held.
+//! accounts held. An
+//! origin's pause counts as a use until it ends, and reading whether an account is
+//! paused is one atomic load while it is not.
+
 //!
 //! # What differs from tower's `TpsBudget`
 //!
@@ -83,26 +161,32 @@
 
 mod account;
 mod config;
+mod events;
+mod future;
 mod layer;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::Request;
+use http::{Request, Response};
 use tower_service::Service;
 
+pub use crate::error::OriginPaused;
 pub use account::OriginAccount;
-pub use config::{BudgetPolicy, BudgetPolicyBuilder};
+pub use config::{BudgetPolicy, BudgetPolicyBuilder, PauseMode};
+pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 
 use crate::origin::Partition;
 use layer::Shared;
 
 /// Counts each call as a first attempt in its origin's retry budget account and
-/// leaves the account's handle in the request extensions. See the [module
-/// docs](self).
+/// leaves the account's handle in the request extensions; holds a call whose
+/// origin is paused. See the [module docs](self).
 ///
-/// Its response, error and future are the inner service's.
+/// Its response is the inner service's; its error is a [`backstop::Error`](crate::Error)
+/// that keeps the inner service's error as its source (or, for a call refused
+/// because its origin is paused, says so: [`Error::is_paused`](crate::Error::is_paused)).
 pub struct Budget<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -139,24 +223,39 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Budget<S> {
     }
 }
 
-impl<S, B> Service<Request<B>> for Budget<S>
+impl<S, B, RB> Service<Request<B>> for Budget<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<crate::BoxError>,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Response = Response<RB>;
+    type Error = crate::Error;
+    type Future = ResponseFuture<S, B>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), crate::Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| crate::Error::from_inner(e.into()))
     }
 
     #[inline]
-    fn call(&mut self, mut req: Request<B>) -> S::Future {
+    fn call(&mut self, mut req: Request<B>) -> ResponseFuture<S, B> {
         let account = self.shared.accounts.get_for(&mut req);
         account.deposit();
         crate::policy::CallContext::of_mut(req.extensions_mut())
-            .set_budget(crate::policy::BudgetHandle::new(account));
-        self.inner.call(req)
+            .set_budget(crate::policy::BudgetHandle::new(account.clone()));
+        // A paused origin: the first attempt is held (or refused) here; its
+        // retries are held by the retry layer, which asks the same account.
+        if let Some(pause) = account.paused_now() {
+            let service = self.inner.clone();
+            return ResponseFuture::paused(
+                service,
+                req,
+                pause,
+                tokio::time::Instant::now(),
+                account,
+            );
+        }
+        ResponseFuture::called(self.inner.call(req), account)
     }
 }

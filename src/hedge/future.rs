@@ -266,6 +266,9 @@ where
                 Some(NotHedged::Deadline)
             } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
                 Some(NotHedged::CircuitOpen)
+            } else if given.budget().is_some_and(|b| b.paused(now).is_some()) {
+                // A server asked the whole origin to come back later.
+                Some(NotHedged::Paused)
             } else {
                 match this.body.hedge_copy() {
                     Some(body) => {

@@ -3,6 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
+use super::Pause;
+
 /// A retry budget account: the retry and hedge layers withdraw from it before each
 /// extra attempt.
 ///
@@ -17,6 +21,30 @@ pub trait BudgetAccount: Send + Sync + 'static {
     /// Gives back one withdrawal whose extra attempt was not sent after all (a gate
     /// refused it after the wait). Does nothing by default.
     fn refund(&self) {}
+
+    /// Pauses the account's origin until `until`: a server answered 429 or 503
+    /// with a wait hint, and no attempt should reach it before then. An account
+    /// may shorten a pause (cap it), never lengthen it; a later call with an
+    /// earlier `until` does not shorten a pause already set. Does nothing by
+    /// default, so an account of your own keeps compiling and never pauses.
+    ///
+    /// The retry layer calls it with the hint of each answer it retries after;
+    /// the budget layer with the hint of a call's final answer.
+    fn pause(&self, until: Instant) {
+        let _ = until;
+    }
+
+    /// The origin's pause, when it is paused at `now`: when it ends, when the
+    /// calling attempt may go, and whether it may wait. `None` (the default) when
+    /// it is not paused.
+    ///
+    /// The budget layer asks before a call's first attempt, the retry layer before
+    /// each retry, a hedge layer before each hedge. Each call draws its own
+    /// release instant, so it may be asked once per attempt.
+    fn paused(&self, now: Instant) -> Option<Pause> {
+        let _ = now;
+        None
+    }
 }
 
 /// The budget account of a call, found in its request extensions.
@@ -58,6 +86,22 @@ impl BudgetHandle {
     /// Gives back one withdrawal whose extra attempt was not sent.
     pub fn refund(&self) {
         self.0.refund()
+    }
+
+    /// Pauses the origin until `until` (see [`BudgetAccount::pause`]).
+    pub fn pause(&self, until: Instant) {
+        self.0.pause(until)
+    }
+
+    /// The origin's pause at `now`, if it is paused (see
+    /// [`BudgetAccount::paused`]).
+    pub fn paused(&self, now: Instant) -> Option<Pause> {
+        self.0.paused(now)
+    }
+
+    /// Until when the origin is paused, if it is paused now.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.0.paused(Instant::now()).map(|p| p.until())
     }
 }
 

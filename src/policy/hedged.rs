@@ -21,6 +21,8 @@ pub enum NotHedged {
     CircuitOpen,
     /// The retry budget was spent.
     Budget,
+    /// The origin is paused: a server asked the client to come back later.
+    Paused,
     /// The inner service failed to become ready for the copy.
     Unavailable,
 }
@@ -33,6 +35,7 @@ impl NotHedged {
             NotHedged::Deadline => "deadline",
             NotHedged::CircuitOpen => "circuit_open",
             NotHedged::Budget => "budget",
+            NotHedged::Paused => "paused",
             NotHedged::Unavailable => "unavailable",
         }
     }
@@ -45,6 +48,7 @@ impl fmt::Display for NotHedged {
             NotHedged::Deadline => "deadline",
             NotHedged::CircuitOpen => "circuit open",
             NotHedged::Budget => "retry budget spent",
+            NotHedged::Paused => "origin paused",
             NotHedged::Unavailable => "service not ready",
         })
     }

@@ -80,6 +80,10 @@ pub enum StopReason {
     Budget,
     /// The origin's circuit breaker refuses calls.
     CircuitOpen,
+    /// The origin is paused (a server asked the client to come back later), and
+    /// the call may not wait for the pause to end: the deadline ends inside it, or
+    /// the budget fails fast.
+    Paused,
 }
 
 impl StopReason {
@@ -94,11 +98,12 @@ impl StopReason {
             StopReason::RetryAfterTooLong => "retry_after_too_long",
             StopReason::Budget => "budget",
             StopReason::CircuitOpen => "circuit_open",
+            StopReason::Paused => "paused",
         }
     }
 
-    /// Whether a gate (attempts, body, deadline, Retry-After, budget, breaker)
-    /// stopped a sequence whose last outcome was retryable.
+    /// Whether a gate (attempts, body, deadline, Retry-After, budget, breaker,
+    /// pause) stopped a sequence whose last outcome was retryable.
     pub fn is_gate(&self) -> bool {
         !matches!(self, StopReason::Answered | StopReason::NotRetryable(_))
     }
@@ -115,6 +120,7 @@ impl fmt::Display for StopReason {
             StopReason::RetryAfterTooLong => f.write_str("retry-after over the allowed maximum"),
             StopReason::Budget => f.write_str("retry budget spent"),
             StopReason::CircuitOpen => f.write_str("circuit open"),
+            StopReason::Paused => f.write_str("origin paused"),
         }
     }
 }

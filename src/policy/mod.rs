@@ -15,6 +15,7 @@ mod handles;
 mod hedged;
 mod history;
 mod idempotency;
+mod pause;
 mod progress;
 mod retry_after;
 
@@ -35,5 +36,7 @@ pub use hedged::{Hedged, NotHedged, Sent};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};
+pub use pause::Pause;
+pub(crate) use pause::{meet, pause_hint};
 pub use progress::{AttemptLog, Progress};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};

@@ -16,9 +16,9 @@ use super::head::Head;
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::policy::{
-    classify_error, is_answer, ladder, later, should_retry, AttemptLog, AttemptOutcome,
-    AttemptRecord, CallContext, Classification, ErrorKind, Hedged, History, NoRetry, Outcome,
-    Progress, RetryPolicy, StopReason,
+    classify_error, is_answer, ladder, later, meet, pause_hint, should_retry, AttemptLog,
+    AttemptOutcome, AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged,
+    History, NoRetry, Outcome, Progress, RetryPolicy, StopReason,
 };
 
 /// Everything a call keeps between attempts.
@@ -59,6 +59,8 @@ struct SlowPath {
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
+    /// The end of the origin's pause that stopped the call, when one did.
+    paused: Option<Instant>,
 }
 
 impl SlowPath {
@@ -71,6 +73,7 @@ impl SlowPath {
             withdrawn: false,
             history: History::new(max_attempts),
             last_error: None,
+            paused: None,
         })
     }
 }
@@ -249,7 +252,10 @@ where
                 self.record(AttemptOutcome::Status(status), hint, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
-                        Ok(wait) => self.scheduled(wait, Some(res), reason),
+                        Ok(wait) => {
+                            self.pause_origin(&res, now);
+                            self.scheduled(wait, Some(res), reason)
+                        }
                         Err(stop) => Step::Return(self.answer(res, stop)),
                     },
                     Classification::NotRetryable(why) => {
@@ -329,10 +335,16 @@ where
                 return Err(StopReason::Deadline);
             }
         }
+        // A paused origin: the retry waits for the pause when its own wait ends
+        // first (a retry waiting for the hint that set the pause goes with it).
+        let wait = match self.meet_pause(now, later(now, wait))? {
+            Some(release) => release.saturating_duration_since(now),
+            None => wait,
+        };
         if !self.breaker_allows_retry() {
             return Err(StopReason::CircuitOpen);
         }
-        let withdrawn = match self.template.as_ref().and_then(|h| h.given().budget()) {
+        let withdrawn = match self.budget() {
             Some(budget) if !budget.try_withdraw() => return Err(StopReason::Budget),
             Some(_) => true,
             None => false,
@@ -343,6 +355,70 @@ where
 }
 
 impl<S, B> Call<S, B> {
+    /// The budget account of the call's origin. Only a call that may retry reads
+    /// it, from its request head kept for the next attempt.
+    fn budget(&self) -> Option<&BudgetHandle> {
+        self.template.as_ref().and_then(|h| h.given().budget())
+    }
+
+    /// Pauses the call's origin on the hint of an answer the call will retry
+    /// after (the budget layer pauses it on the call's final answer).
+    fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
+        if let Some(budget) = self.budget() {
+            if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now()) {
+                budget.pause(later(now, hint));
+            }
+        }
+    }
+
+    /// Meets the origin's pause before an attempt whose own wait ends at `own_end`:
+    /// `Ok(None)` when the pause does not hold it (none, or over by then),
+    /// `Ok(Some(at))` to wait until `at` (the pause's end plus this call's share of
+    /// the release spread, within the deadline), `Err(Paused)` when it may not wait
+    /// (the deadline ends inside the pause, the budget fails fast, or the pause
+    /// lasts longer than the policy's `max_retry_after`: waiting for a pause is
+    /// waiting for another call's hint, and no hint is waited longer than that).
+    pub(super) fn meet_pause(
+        &mut self,
+        now: Instant,
+        own_end: Instant,
+    ) -> Result<Option<Instant>, StopReason> {
+        let Some(pause) = self.budget().and_then(|b| b.paused(now)) else {
+            return Ok(None);
+        };
+        if pause.until() <= own_end {
+            return Ok(None);
+        }
+        let too_long = pause.until().saturating_duration_since(now) > self.policy.max_retry_after();
+        let met = if too_long {
+            Err(())
+        } else {
+            meet(&pause, now, self.deadline(), self.policy.min_attempt_time())
+        };
+        match met {
+            Ok(release) => {
+                tracing::debug!(
+                    attempt = self.attempt,
+                    wait_ms = release.saturating_duration_since(now).as_millis() as u64,
+                    "retry waits for origin pause"
+                );
+                Ok(Some(release))
+            }
+            Err(()) => {
+                self.slow().paused = Some(pause.until());
+                Err(StopReason::Paused)
+            }
+        }
+    }
+
+    /// Adds a wait for the origin's pause, found after the call's own wait, to the
+    /// wait recorded before the next attempt.
+    pub(super) fn waits_longer(&mut self, extra: Duration) {
+        if let Some(last) = self.slow().history.last_mut() {
+            last.wait = Some(last.wait.unwrap_or_default().saturating_add(extra));
+        }
+    }
+
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     pub(super) fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
@@ -497,8 +573,13 @@ impl<S, B> Call<S, B> {
         stop: StopReason,
         retryable: bool,
     ) -> CallResult<RB> {
+        let paused = self.slow.as_ref().and_then(|s| s.paused);
         let history = self.finish(stop);
-        Err(Error::wrap(kind, err).with_history(history, retryable))
+        let err = Error::wrap(kind, err).with_history(history, retryable);
+        Err(match paused {
+            Some(until) => err.with_pause(until, Instant::now()),
+            None => err,
+        })
     }
 
     /// The inner service failed to get ready for the next attempt.
@@ -571,12 +652,17 @@ impl<S, B> Call<S, B> {
                             AttemptOutcome::Status(status) => Some(status),
                             _ => None,
                         });
+                let paused = self.slow().paused;
                 let history = self.finish(stop);
                 let err = match status {
                     Some(status) => Error::answered(status),
                     None => Error::new(ErrorKind::Other, None),
                 };
-                Err(err.with_history(history, true))
+                let err = err.with_history(history, true);
+                Err(match paused {
+                    Some(until) => err.with_pause(until, Instant::now()),
+                    None => err,
+                })
             }
         }
     }
@@ -588,7 +674,7 @@ impl<S, B> Call<S, B> {
             .as_mut()
             .is_some_and(|r| mem::take(&mut r.withdrawn))
         {
-            if let Some(budget) = self.template.as_ref().and_then(|h| h.given().budget()) {
+            if let Some(budget) = self.budget() {
                 budget.refund();
             }
         }

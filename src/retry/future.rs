@@ -215,6 +215,20 @@ where
                     if !call.breaker_allows_retry() {
                         break call.stopped(StopReason::CircuitOpen);
                     }
+                    // Another call's answer may have paused the origin while we
+                    // waited: wait for that pause too, or stop.
+                    let now = Instant::now();
+                    match call.meet_pause(now, now) {
+                        Ok(None) => {}
+                        Ok(Some(release)) => {
+                            call.waits_longer(release.saturating_duration_since(now));
+                            this.state.set(State::Waiting {
+                                resume: timer(Some(release)),
+                            });
+                            continue;
+                        }
+                        Err(stop) => break call.stopped(stop),
+                    }
                     // Readiness may take long (a saturated limit beneath): no longer
                     // than the deadline allows.
                     let latest = timer(call.deadline_for_readiness());

@@ -560,7 +560,8 @@ async fn retries_and_hedges_spend_one_account() {
 
 #[tokio::test(start_paused = true)]
 async fn the_layer_keeps_the_inner_error_and_response() {
-    // The budget creates no failures: its error type is the inner one.
+    // The budget creates no failures of its own but the pause's refusal: the
+    // inner error is kept as the source of its error, unchanged.
     let mut svc =
         BudgetLayer::default().layer(tower::service_fn(|req: Request<Full<Bytes>>| async move {
             assert!(CallContext::of(req.extensions())
@@ -568,8 +569,13 @@ async fn the_layer_keeps_the_inner_error_and_response() {
                 .is_some());
             Err::<Response<Full<Bytes>>, _>(std::io::Error::other("down"))
         }));
-    let err: std::io::Error = call(&mut svc, "http://a.test/").await.unwrap_err();
-    assert_eq!(err.to_string(), "down");
+    let err: backstop::Error = call(&mut svc, "http://a.test/").await.unwrap_err();
+    assert!(!err.is_paused() && !err.is_retryable());
+    let inner = std::error::Error::source(&err).unwrap();
+    assert_eq!(
+        inner.downcast_ref::<std::io::Error>().unwrap().to_string(),
+        "down"
+    );
 }
 
 #[test]

@@ -4,3 +4,5 @@
 mod support;
 
 mod budget;
+mod pause;
+mod wire;

@@ -1,0 +1,189 @@
+//! The budget layer's response future: a call sent at once, or held while its
+//! origin is paused.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::SystemTime;
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Instant, Sleep};
+use tower_service::Service;
+
+use super::account::Account;
+use super::events::{emit, PauseEvent};
+use crate::error::{BoxError, Error};
+use crate::policy::{later, meet, pause_hint, Pause};
+
+pin_project! {
+    /// Response future of [`Budget`](super::Budget).
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S::Future, Held<S, B>>,
+        // The call's account, for the hint of its final answer.
+        account: Arc<Account>,
+    }
+}
+
+/// A call held while its origin is paused: the request, and a clone of the inner
+/// service to send it with (the one the caller drove ready is left to the next
+/// call, so no readiness, such as a concurrency permit, is held during the wait).
+struct Held<S, B> {
+    service: S,
+    request: Option<Request<B>>,
+    deadline: Option<Instant>,
+    release: Pin<Box<Sleep>>,
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, H> {
+        // Waiting for the inner service's answer.
+        Called { #[pin] future: F },
+        // Waiting for the origin's pause to end (the call's release), then for the
+        // held service to be ready.
+        Held { held: Box<H> },
+        // Refused without calling the inner service, or finished.
+        Done { error: Option<Error> },
+    }
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    #[inline]
+    pub(super) fn called(future: S::Future, account: Arc<Account>) -> Self {
+        ResponseFuture {
+            state: State::Called { future },
+            account,
+        }
+    }
+
+    /// A call whose origin is paused at `now`: held until its release, or refused.
+    pub(super) fn paused(
+        service: S,
+        request: Request<B>,
+        pause: Pause,
+        now: Instant,
+        account: Arc<Account>,
+    ) -> Self {
+        let deadline = crate::policy::Given::new(request.extensions()).deadline();
+        let state = match meet(&pause, now, deadline, account.pause_min_attempt_time()) {
+            Ok(release) => {
+                emit(PauseEvent::Waited {
+                    wait: release.saturating_duration_since(now),
+                });
+                State::Held {
+                    held: Box::new(Held {
+                        service,
+                        request: Some(request),
+                        deadline,
+                        release: Box::pin(sleep_until(release)),
+                    }),
+                }
+            }
+            Err(()) => State::Done {
+                error: Some(refuse(pause, now)),
+            },
+        };
+        ResponseFuture { state, account }
+    }
+}
+
+fn refuse(pause: Pause, now: Instant) -> Error {
+    emit(PauseEvent::Refused {
+        left: pause.until().saturating_duration_since(now),
+    });
+    Error::paused(pause.until(), now)
+}
+
+impl<S, B, RB> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+{
+    type Output = Result<Response<RB>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Called { future } => {
+                    let res = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
+                    if let Ok(res) = &res {
+                        pause_from(this.account, res);
+                    }
+                    this.state.set(State::Done { error: None });
+                    return Poll::Ready(res);
+                }
+                StateProj::Held { held } => {
+                    ready!(held.release.as_mut().poll(cx));
+                    // A later hint may have moved the pause's end while we waited.
+                    let now = Instant::now();
+                    if let Some(pause) = this.account.paused_at(now) {
+                        let min = this.account.pause_min_attempt_time();
+                        match meet(&pause, now, held.deadline, min) {
+                            Ok(release) => {
+                                held.release.as_mut().reset(release);
+                                continue;
+                            }
+                            Err(()) => {
+                                let error = refuse(pause, now);
+                                this.state.set(State::Done { error: Some(error) });
+                                continue;
+                            }
+                        }
+                    }
+                    if let Err(e) = ready!(held.service.poll_ready(cx)) {
+                        let error = Error::from_inner(e.into());
+                        this.state.set(State::Done { error: Some(error) });
+                        continue;
+                    }
+                    let Some(request) = held.request.take() else {
+                        this.state.set(State::Done { error: None });
+                        continue;
+                    };
+                    let future = held.service.call(request);
+                    this.state.set(State::Called { future });
+                }
+                StateProj::Done { error } => {
+                    return Poll::Ready(Err(error.take().unwrap_or_else(|| {
+                        Error::new(
+                            crate::policy::ErrorKind::Other,
+                            Some("budget future polled after completion".into()),
+                        )
+                    })))
+                }
+            }
+        }
+    }
+}
+
+/// Pauses the origin on the hint of the call's final answer. A retry layer inside
+/// paused it on each answer it retried after; the last one reaches here.
+#[inline]
+fn pause_from<RB>(account: &Account, res: &Response<RB>) {
+    let status = res.status();
+    if status.is_success() {
+        return;
+    }
+    if let Some(hint) = pause_hint(status, res.headers(), SystemTime::now()) {
+        account.pause_until(later(Instant::now(), hint));
+    }
+}
+
+impl<S, B> fmt::Debug for ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,181 @@
+//! The origin pause: a server's "come back later" (a 429 or 503 with a wait hint),
+//! honoured by every call to that origin, not only by the one that received it.
+//!
+//! The budget layer keeps the pause in the origin's account; the types here are how
+//! the layers see it ([`Pause`]), the one function that reads the hint that pauses
+//! an origin (`pause_hint`), and the one rule of whether a call waits for a pause or
+//! is refused (`meet`).
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, StatusCode};
+use tokio::time::Instant;
+
+/// An origin's pause, as its account reports it to a call that meets it: until
+/// when the server asked the client to stay away, when this call may go, and
+/// whether it may wait at all.
+///
+/// [`BudgetAccount::paused`](crate::policy::BudgetAccount::paused) returns one. The
+/// release instant is drawn per call (the budget layer spreads it with full jitter
+/// after the pause's end), so callers that waited do not all arrive at once.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::policy::Pause;
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let until = Instant::now() + Duration::from_secs(2);
+/// let pause = Pause::new(until).with_release(until + Duration::from_millis(50));
+/// assert_eq!(pause.until(), until);
+/// assert_eq!(pause.release_at() - until, Duration::from_millis(50));
+/// assert!(!pause.is_fail_fast());
+/// // A release before the end of the pause is moved to its end.
+/// assert_eq!(Pause::new(until).with_release(Instant::now()).release_at(), until);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pause {
+    until: Instant,
+    release_at: Instant,
+    fail_fast: bool,
+}
+
+impl Pause {
+    /// A pause that ends at `until`; a call meeting it waits and is released then.
+    pub fn new(until: Instant) -> Self {
+        Pause {
+            until,
+            release_at: until,
+            fail_fast: false,
+        }
+    }
+
+    /// When the call meeting the pause may go: its end plus this call's share of
+    /// the release spread. A release before the end is moved to the end.
+    pub fn with_release(mut self, at: Instant) -> Self {
+        self.release_at = at.max(self.until);
+        self
+    }
+
+    /// Whether a call meeting the pause fails at once instead of waiting.
+    pub fn fail_fast(mut self, fail_fast: bool) -> Self {
+        self.fail_fast = fail_fast;
+        self
+    }
+
+    /// When the pause ends: the server's hint, capped by the account.
+    pub fn until(&self) -> Instant {
+        self.until
+    }
+
+    /// When the call meeting the pause may go (never before [`until`](Pause::until)).
+    pub fn release_at(&self) -> Instant {
+        self.release_at
+    }
+
+    /// Whether a call meeting the pause fails at once instead of waiting.
+    pub fn is_fail_fast(&self) -> bool {
+        self.fail_fast
+    }
+}
+
+/// The wait a response asks of its whole origin, if any: the hint of a 429 (Too
+/// Many Requests) or a 503 (Service Unavailable), read as the retry layer reads it
+/// (`retry-after-ms`, then `Retry-After` as seconds or an HTTP-date).
+///
+/// This is the one place where a hint that pauses an origin is read: another
+/// source of such hints (gRPC's `grpc-retry-pushback-ms`) is added here, and every
+/// layer that pauses an origin picks it up.
+pub(crate) fn pause_hint(
+    status: StatusCode,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<Duration> {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+            super::parse_retry_after(headers, now).filter(|h| !h.is_zero())
+        }
+        _ => None,
+    }
+}
+
+/// How a call that is about to send an attempt at `now` meets `pause`: `Ok(at)`
+/// to wait until `at` and then go, `Err(())` when it must fail at once — the
+/// account fails fast, or the deadline leaves no room for the pause plus
+/// `min_attempt` (the release is cut to the deadline's last useful moment, never
+/// before the pause's end).
+pub(crate) fn meet(
+    pause: &Pause,
+    now: Instant,
+    deadline: Option<Instant>,
+    min_attempt: Duration,
+) -> Result<Instant, ()> {
+    if pause.is_fail_fast() {
+        return Err(());
+    }
+    let Some(deadline) = deadline else {
+        return Ok(pause.release_at());
+    };
+    let needed = pause
+        .until()
+        .saturating_duration_since(now)
+        .saturating_add(min_attempt);
+    if deadline.saturating_duration_since(now) < needed {
+        return Err(());
+    }
+    let latest = deadline.checked_sub(min_attempt).unwrap_or(deadline);
+    Ok(pause.release_at().min(latest).max(pause.until()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::RETRY_AFTER;
+    use http::HeaderValue;
+
+    #[test]
+    fn only_429_and_503_pause() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        let now = SystemTime::now();
+        for (status, paused) in [(429, true), (503, true), (500, false), (200, false)] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(
+                pause_hint(status, &headers, now).is_some(),
+                paused,
+                "{status}"
+            );
+        }
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("0"));
+        assert_eq!(
+            pause_hint(StatusCode::TOO_MANY_REQUESTS, &headers, now),
+            None
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_only_when_the_deadline_leaves_room() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let pause = Pause::new(now + s(2)).with_release(now + s(2) + ms(80));
+        let min = ms(10);
+        assert_eq!(meet(&pause, now, None, min), Ok(now + s(2) + ms(80)));
+        assert_eq!(
+            meet(&pause, now, Some(now + s(3)), min),
+            Ok(now + s(2) + ms(80))
+        );
+        // The release is cut so that the minimum attempt time is left...
+        assert_eq!(
+            meet(&pause, now, Some(now + s(2) + ms(50)), min),
+            Ok(now + s(2) + ms(40))
+        );
+        // ...and a deadline inside the pause (or too close after it) refuses.
+        assert_eq!(meet(&pause, now, Some(now + s(2) + ms(9)), min), Err(()));
+        assert_eq!(meet(&pause, now, Some(now + s(1)), min), Err(()));
+        assert_eq!(meet(&pause.fail_fast(true), now, None, min), Err(()));
+    }
+}

@@ -1,0 +1,107 @@
+//! The origin pause's tracing: paused, resumed, calls that waited, calls refused.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::mock::{status_with, Mock};
+use backstop::budget::BudgetLayer;
+use backstop::policy::Deadline;
+use backstop::{RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
+    let mut req = Request::get("http://upstream.test/items?token=s3cret")
+        .body(Full::default())
+        .unwrap();
+    if let Some(after) = deadline {
+        req.extensions_mut().insert(Deadline::after(after));
+    }
+    req
+}
+
+#[tokio::test(start_paused = true)]
+async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(out.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mock = Mock::new([status_with(429, &[("retry-after", "2")])]);
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let mut svc = ServiceBuilder::new()
+        .layer(BudgetLayer::default())
+        .layer(RetryLayer::new(policy))
+        .service(mock.clone());
+    // The 429 pauses the origin for 2 s; the call's own retry waits it out.
+    let pausing = {
+        let mut svc = svc.clone();
+        tokio::spawn(async move { svc.ready().await?.call(get(None)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // Refused: its deadline ends inside the pause.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get(Some(Duration::from_secs(1))))
+        .await
+        .unwrap_err();
+    assert!(err.is_paused());
+    // Waits, then goes after the pause.
+    let res = svc.ready().await.unwrap().call(get(None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(pausing.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 3);
+
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("origin paused pause_ms=2000").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("call refused: origin paused left_ms=1999"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("call waits for origin pause").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("origin resumed").count(), 1, "{text}");
+    for secret in ["s3cret", "upstream.test", "/items"] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
+    }
+}
