@@ -114,6 +114,9 @@ pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
 mod error;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 pub mod hedge;
 pub mod idempotency_key;
 pub mod policy;
