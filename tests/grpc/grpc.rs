@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::wire::within_10s;
 use backstop::grpc::{self, Code};
 use backstop::policy::{History, NoRetry, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
@@ -205,16 +206,6 @@ async fn call(
     let mut req = tonic::Request::new(Bytes::from_static(b"hello"));
     req.set_timeout(Duration::from_secs(30));
     grpc.unary(req, PathAndQuery::from_static(path), Raw).await
-}
-
-fn within_10s<T>(
-    body: impl std::future::Future<Output = T>,
-) -> impl std::future::Future<Output = T> {
-    async {
-        tokio::time::timeout(Duration::from_secs(10), body)
-            .await
-            .expect("test timed out")
-    }
 }
 
 fn grpc_timeout(seen: &Seen) -> Duration {
