@@ -562,6 +562,7 @@ impl RulesBuilder {
         self
     }
 
+    #[cfg(feature = "grpc")]
     pub(crate) fn grpc(mut self) -> Self {
         self.rules.grpc = true;
         self
