@@ -8,6 +8,8 @@
 //! - `overhead/bare`: the inner service alone.
 //! - `overhead/tower_retry`: tower's `Retry` with a policy that clones the request.
 //! - `overhead/backstop_retry`: backstop's `RetryLayer` with the default policy.
+//! - `overhead/backstop_retry_no_opinion`: the same with a classifier of your own
+//!   that has no opinion (the cost of consulting one).
 //! - `overhead/backstop_retry_progress`: the same over `ProgressTrackingLayer`.
 //! - `overhead/backstop_stack`: idempotency key, circuit breaker, budget, retry and
 //!   progress layers together.
@@ -16,8 +18,8 @@
 //! run one after the other, which blurs differences of a few tens of nanoseconds. The
 //! `added` group measures what a stack adds over `bare` with the two interleaved in
 //! short runs, so that drift falls on both: `added/tower_retry`,
-//! `added/backstop_retry` and `added/backstop_stack` report nanoseconds added per
-//! call.
+//! `added/backstop_retry`, `added/backstop_retry_no_opinion` and
+//! `added/backstop_stack` report nanoseconds added per call.
 
 use std::convert::Infallible;
 use std::future::{ready, Ready};
@@ -130,6 +132,23 @@ fn overhead(c: &mut Criterion) {
         })
     });
 
+    // The same with a classifier that has no opinion: one dynamic call per answer.
+    let no_opinion = backstop::policy::Rules::builder()
+        .classifier(backstop::policy::classify_fn(
+            |_: backstop::policy::Observed<'_>| backstop::policy::Verdict::NoOpinion,
+        ))
+        .build()
+        .unwrap();
+    let backstop_retry_no_opinion =
+        RetryLayer::new(RetryPolicy::builder().rules(no_opinion).build().unwrap())
+            .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    group.bench_function("backstop_retry_no_opinion", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = backstop_retry_no_opinion.clone();
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
     // The same with progress tracking beneath the retry layer: a GET carries no
     // progress record, so it passes straight through.
     let backstop_retry_progress = tower::ServiceBuilder::new()
@@ -166,6 +185,9 @@ fn overhead(c: &mut Criterion) {
     });
     added.bench_function("backstop_retry", |b| {
         b.iter_custom(|iters| added_over_bare(&rt, iters, &backstop_retry))
+    });
+    added.bench_function("backstop_retry_no_opinion", |b| {
+        b.iter_custom(|iters| added_over_bare(&rt, iters, &backstop_retry_no_opinion))
     });
     added.bench_function("backstop_stack", |b| {
         b.iter_custom(|iters| added_over_bare(&rt, iters, &backstop_stack))

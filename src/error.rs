@@ -270,7 +270,16 @@ impl fmt::Display for Error {
             return write!(f, "call refused ({refused})");
         }
         match self.inner.status {
-            Some(status) => fmt::Display::fmt(&crate::policy::AttemptOutcome::Status(status), f)?,
+            // A status the policy counts as a failure worth a retry is transient;
+            // any other is the upstream's answer.
+            Some(status) => {
+                f.write_str(if self.inner.retryable {
+                    "transient "
+                } else {
+                    "upstream "
+                })?;
+                fmt::Display::fmt(&crate::policy::AttemptOutcome::Status(status), f)?
+            }
             None => fmt::Display::fmt(&self.inner.kind, f)?,
         }
         if let Some(h) = &self.inner.history {
@@ -380,6 +389,23 @@ mod tests {
         assert_eq!(
             source.downcast_ref::<OriginPaused>().unwrap().until(),
             until
+        );
+    }
+
+    #[test]
+    fn a_status_is_transient_or_the_upstreams() {
+        let mut history = History::new(3);
+        history.stop(StopReason::AttemptsExhausted);
+        let err = Error::answered(http::StatusCode::SERVICE_UNAVAILABLE)
+            .with_history(history.clone(), true);
+        assert_eq!(
+            err.to_string(),
+            "transient 503 Service Unavailable after 0 attempts (attempts exhausted)"
+        );
+        let err = Error::answered(http::StatusCode::NOT_IMPLEMENTED).with_history(history, false);
+        assert!(
+            err.to_string().starts_with("upstream 501 Not Implemented"),
+            "{err}"
         );
     }
 

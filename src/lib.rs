@@ -61,13 +61,17 @@
 //! The decision ladder ([`policy::classify`]) runs in this order, the first match
 //! deciding:
 //!
-//! 1. a response whose status is not retryable is an answer, returned as it is;
-//! 2. a failure re-sending cannot cure (invalid request, configuration, TLS, a
-//!    failed request body) is never re-sent;
+//! 0. your own [`Classifier`](policy::Classifier), when the [`Rules`](policy::Rules)
+//!    have one and it has an opinion (see below);
+//! 1. a `2xx` is always an answer (`x-should-retry` is not read on it); a response
+//!    whose status is not retryable is an answer, returned as it is;
+//! 2. a failure re-sending cannot cure (invalid request, configuration, a
+//!    certificate, a failed request body) is never re-sent, nor an error of a kind
+//!    the rules leave out;
 //! 3. `x-should-retry: true|false` decides when present;
 //! 4. a request the server did not process (425, HTTP/2 `REFUSED_STREAM`, a stream
-//!    refused by `GOAWAY`, canceled or refused before it started) is retryable for
-//!    every method;
+//!    refused by `GOAWAY`, canceled or refused before it started, a name that did not
+//!    resolve, a TLS handshake cut off) is retryable for every method;
 //! 5. an idempotent method, or a request with an idempotency key, is retryable;
 //! 6. anything else (a POST or PATCH without a key) only when nothing of it was
 //!    written.
@@ -76,29 +80,81 @@
 //! [`StopReason`](policy::StopReason): attempts left, a replayable body, the
 //! `Retry-After` cap, the deadline, the breaker and the budget.
 //!
+//! ## Your own rules
+//!
+//! A [`Classifier`](policy::Classifier) (a closure through
+//! [`classify_fn`](policy::classify_fn) is enough) is asked first about every
+//! response (status and headers) and every error (with its source chain) and
+//! answers in the ladder's words, [`Verdict`](policy::Verdict), with an optional
+//! wait hint that replaces the backoff the way `Retry-After` does (same cap, same
+//! deadline). It cannot make an unsafe retry: "retryable when idempotent" on a
+//! POST without a key still needs proof that nothing was written. Give the same
+//! [`Rules`](policy::Rules) to the retry layer, the hedge layer and the breaker, and
+//! the rule is written once:
+//!
+//! ```
+//! use std::time::Duration;
+//! use backstop::policy::{classify_fn, Observed, Rules, Verdict};
+//! use backstop::{CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
+//!
+//! // This API answers "busy" with a 200 and `x-busy: <seconds>`.
+//! let rules = Rules::builder()
+//!     .classifier(classify_fn(|outcome: Observed<'_>| match outcome {
+//!         Observed::Response { headers, .. } => match headers.get("x-busy") {
+//!             Some(secs) => {
+//!                 let secs = secs.to_str().ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+//!                 Verdict::IfIdempotent.after(Duration::from_secs(secs))
+//!             }
+//!             None => Verdict::NoOpinion.into(),
+//!         },
+//!         // A failure the application knows is harmless to repeat.
+//!         Observed::Error { error: Some(e), .. } if e.to_string() == "lock held" => {
+//!             Verdict::NotProcessed.into()
+//!         }
+//!         Observed::Error { .. } => Verdict::NoOpinion.into(),
+//!     }))
+//!     .build()?;
+//! let retry = RetryPolicy::builder().rules(rules.clone()).build()?;
+//! let hedge = HedgePolicy::builder().rules(rules.clone()).build()?;
+//! let breaker = CircuitBreakerPolicy::builder().rules(rules).build()?;
+//! # let _ = (retry, hedge, breaker);
+//! # Ok::<(), backstop::policy::InvalidConfig>(())
+//! ```
+//!
+//! gRPC is such a set of rules (feature `grpc`, module `grpc`): the status of a
+//! trailers-only response, `grpc-retry-pushback-ms`, idempotency by method path,
+//! `grpc-timeout` cut per attempt.
+//!
+//! Whatever the result's shape, [`Report::of`](policy::Report::of) reads its
+//! history, the policy's verdict on the last outcome and the stop reason.
+//!
 //! ## How transport errors are read
 //!
 //! [`policy::classify_error`] walks the error's source chain:
 //!
 //! | signal | kind | re-sent |
 //! |---|---|---|
-//! | hyper-util `is_connect()` with io refused / reset / timed out / not connected | `Connect` | any method |
-//! | hyper-util `is_connect()` otherwise (DNS, TLS, invalid URL) | `Config` | never |
+//! | hyper-util `is_connect()` with io refused / reset / not connected / unreachable, or a TLS handshake cut off (`UnexpectedEof`) | `Connect` | any method |
+//! | hyper-util `is_connect()` with io timed out | `ConnectTimeout` | any method |
+//! | hyper-util `is_connect()` whose cause is the connector's `dns error` | `Dns` | any method |
+//! | hyper-util `is_connect()` otherwise (a certificate, TLS configuration, invalid URL) | `Config` | never |
 //! | hyper-util error without a cause (unsupported method/version, relative URI) | `Config` | never |
 //! | hyper `is_canceled()` | `Canceled` | any method |
 //! | h2 remote reset `REFUSED_STREAM` | `RefusedStream` | any method |
 //! | h2 remote `GOAWAY` | `GoAway` | any method |
 //! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
 //! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed; any method when [`progress`] proves nothing was written |
-//! | an attempt timeout, hyper `is_timeout()`, tokio `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
-//! | (feature `reqwest-middleware`) `reqwest::Error` with `is_connect()`: refused, reset, timed out while connecting | `Connect` | any method |
-//! | `reqwest::Error` with `is_connect()` otherwise (DNS, TLS), or `is_builder()` | `Config` | never |
+//! | an attempt timeout, hyper `is_timeout()`, tokio's or tower's `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
+//! | (feature `reqwest-middleware`) `reqwest::Error` with `is_connect()`: refused, reset, unreachable, a name that did not resolve, timed out while connecting | `Connect`, `Dns`, `ConnectTimeout` | any method |
+//! | `reqwest::Error` with `is_connect()` otherwise (a certificate, TLS configuration), or `is_builder()` | `Config` | never |
 //! | `reqwest::Error` with `is_timeout()` after connecting | `Timeout` | idempotent or keyed |
 //!
 //! # Feature flags
 //!
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
 //!   and [`progress`], which reads hyper-util's connection capture.
+//! - `grpc`: gRPC's rules for the retry, hedge and breaker layers (no tonic
+//!   dependency).
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
 //! - `reqwest-middleware`: [`reqwest`](mod@crate::reqwest), backstop as a
 //!   `reqwest-middleware` middleware (reqwest 0.13, reqwest-middleware 0.5), and
@@ -142,6 +198,9 @@ pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
 mod error;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 pub mod hedge;
 pub mod idempotency_key;
 mod origin;

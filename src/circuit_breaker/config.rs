@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::origin::Partition;
-use crate::policy::{ErrorKind, InvalidConfig, Outcome};
+use crate::policy::{ErrorKind, InvalidConfig, Observed, Outcome, Rules, Verdict};
 
 type FailureFn = dyn Fn(Outcome<'_>) -> bool + Send + Sync;
 
@@ -53,6 +53,13 @@ pub(crate) const MAX_PROBES: u32 = 1000;
 /// a 429 asks the client to slow down (which the retry budget does), not to stop.
 /// [`failure_if`](CircuitBreakerPolicyBuilder::failure_if) replaces the rule.
 ///
+/// Given the [`Rules`] the retry layer decides by
+/// ([`rules`](CircuitBreakerPolicyBuilder::rules)), the breaker asks their
+/// classifier first, so a rule written once (a gRPC `UNAVAILABLE` in a 200, an
+/// application's own "busy" signal) is a failure here too: a classifier's
+/// [`Answer`](Verdict::Answer) is a success, any other opinion a failure, and no
+/// opinion leaves it to the rule above.
+///
 /// # Examples
 ///
 /// ```
@@ -89,6 +96,7 @@ pub struct CircuitBreakerPolicy {
     pub(crate) jitter: f64,
     pub(crate) probes: u32,
     pub(crate) failure_if: Arc<FailureFn>,
+    pub(crate) rules: Option<Rules>,
     pub(crate) partition: Partition,
 }
 
@@ -113,6 +121,7 @@ impl Default for CircuitBreakerPolicy {
             jitter: 0.2,
             probes: 1,
             failure_if: Arc::new(default_failure),
+            rules: None,
             partition: Partition::origin(),
         }
     }
@@ -175,8 +184,30 @@ impl CircuitBreakerPolicy {
         &self.partition
     }
 
-    /// Whether the breaker counts `outcome` as a failure.
+    /// Whether the breaker counts `outcome` as a failure: the rules' classifier
+    /// first, when [rules](CircuitBreakerPolicyBuilder::rules) were given, then the
+    /// failure rule.
     pub fn is_failure(&self, outcome: Outcome<'_>) -> bool {
+        self.fails(outcome, None)
+    }
+
+    /// As `is_failure`, with the error for the classifier to read.
+    pub(crate) fn fails(
+        &self,
+        outcome: Outcome<'_>,
+        error: Option<&(dyn std::error::Error + 'static)>,
+    ) -> bool {
+        if let Some(rules) = self.rules.as_ref().filter(|r| r.has_classifier()) {
+            let observed = match outcome {
+                Outcome::Response { status, headers } => Observed::Response { status, headers },
+                Outcome::Error(kind) => Observed::Error { kind, error },
+            };
+            match rules.decide(observed).verdict {
+                Verdict::NoOpinion => {}
+                Verdict::Answer => return false,
+                _ => return true,
+            }
+        }
         (self.failure_if)(outcome)
     }
 
@@ -324,6 +355,15 @@ impl CircuitBreakerPolicyBuilder {
         F: Fn(Outcome<'_>) -> bool + Send + Sync + 'static,
     {
         self.config.failure_if = Arc::new(failure);
+        self
+    }
+
+    /// The rules whose classifier says first what a failure is (the same rules as
+    /// the retry layer's, so a rule is written once): its
+    /// [`Answer`](Verdict::Answer) is a success, any other opinion a failure, and
+    /// no opinion leaves it to the failure rule.
+    pub fn rules(mut self, rules: Rules) -> Self {
+        self.config.rules = Some(rules);
         self
     }
 

@@ -46,8 +46,8 @@ impl Permit {
         }
     }
 
-    fn complete(mut self, outcome: Outcome<'_>) {
-        let failed = self.core.config.is_failure(outcome);
+    fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
+        let failed = self.core.config.fails(outcome, error);
         self.recorded = true;
         self.core.record(self.ticket, failed);
     }
@@ -93,13 +93,16 @@ where
             StateProj::Called { future, permit } => {
                 let result = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
                 if let Some(permit) = permit.take() {
-                    permit.complete(match &result {
-                        Ok(res) => Outcome::Response {
-                            status: res.status(),
-                            headers: res.headers(),
-                        },
-                        Err(err) => Outcome::Error(err.kind()),
-                    });
+                    match &result {
+                        Ok(res) => permit.complete(
+                            Outcome::Response {
+                                status: res.status(),
+                                headers: res.headers(),
+                            },
+                            None,
+                        ),
+                        Err(err) => permit.complete(Outcome::Error(err.kind()), Some(err)),
+                    }
                 }
                 this.state.set(State::Done { error: None });
                 Poll::Ready(result)

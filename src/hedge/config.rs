@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::estimate::{Adaptive, Estimators};
-use crate::policy::{InvalidConfig, RetryPolicy};
+use crate::policy::{InvalidConfig, RetryPolicy, Rules};
 
 /// Hedges at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
@@ -20,7 +20,8 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 /// | `window` | 10 s | the percentile covers the last 10 to 20 s, so it follows a change of load within seconds |
 /// | `max_extra` | 1 | one extra copy removes most of a tail whose slow requests are independent |
 /// | methods | the policy's idempotent methods (RFC 9110's: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) | a copy must be harmless to process twice; any request with an idempotency key is hedged too |
-/// | policy | [`RetryPolicy::default()`] | which failures leave the other copies running, and the least time worth starting a copy with |
+/// | rules | [`Rules::default()`] | which failures leave the other copies running (a classifier of your own included), the idempotent methods and the idempotency-key header |
+/// | `min_attempt_time` | 10 ms, as [`RetryPolicy`]'s | the least time before the call's deadline worth starting a copy with |
 ///
 /// Clones share the latency estimates, so one `HedgePolicy` given to several layers or
 /// services learns from all their requests.
@@ -53,7 +54,39 @@ pub struct HedgePolicy {
     pub(super) max_extra: u32,
     /// The methods hedged without a key; all idempotent.
     methods: Option<Arc<[Method]>>,
-    pub(super) policy: Arc<RetryPolicy>,
+    pub(super) policy: Arc<Judging>,
+}
+
+/// What the hedge layer takes of the rules and timing: the ladder's rules, and the
+/// least time worth starting a copy with.
+#[derive(Debug)]
+pub(super) struct Judging {
+    pub(super) rules: Rules,
+    min_attempt_time: Duration,
+}
+
+impl Judging {
+    fn of(policy: &RetryPolicy) -> Self {
+        Judging {
+            rules: policy.rules().clone(),
+            min_attempt_time: policy.min_attempt_time(),
+        }
+    }
+
+    pub(super) fn min_attempt_time(&self) -> Duration {
+        self.min_attempt_time
+    }
+
+    pub(super) fn is_keyed(
+        &self,
+        req_method: &Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        ext: &http::Extensions,
+    ) -> bool {
+        !self.rules.is_idempotent(req_method, uri)
+            && crate::policy::carries_key(&self.rules, headers, ext)
+    }
 }
 
 /// Whether and how one call is hedged, when something above the hedge layer chose:
@@ -153,7 +186,7 @@ impl HedgePolicy {
             delay: Delay::Adaptive(Arc::new(Estimators::new(default_adaptive(fallback)))),
             max_extra: 1,
             methods: None,
-            policy: Arc::new(RetryPolicy::default()),
+            policy: Arc::new(Judging::of(&RetryPolicy::default())),
         }
     }
 
@@ -163,7 +196,8 @@ impl HedgePolicy {
             delay: BuilderDelay::Adaptive(default_adaptive(DEFAULT_FALLBACK)),
             max_extra: 1,
             methods: None,
-            policy: RetryPolicy::default(),
+            rules: Rules::default(),
+            min_attempt_time: RetryPolicy::default().min_attempt_time(),
             min_samples_set: false,
             error: None,
         }
@@ -174,16 +208,30 @@ impl HedgePolicy {
         self.max_extra
     }
 
-    /// The policy whose ladder classifies each copy's outcome.
-    pub fn policy(&self) -> &RetryPolicy {
-        &self.policy
+    /// The rules whose ladder classifies each copy's outcome.
+    pub fn rules(&self) -> &Rules {
+        &self.policy.rules
+    }
+
+    /// The least time before the call's deadline worth sending a copy with.
+    pub fn min_attempt_time(&self) -> Duration {
+        self.policy.min_attempt_time
     }
 
     /// Whether `method` is hedged without an idempotency key.
     pub fn hedges_method(&self, method: &Method) -> bool {
         match &self.methods {
-            None => self.policy.is_idempotent_method(method),
+            None => self.policy.rules.is_idempotent_method(method),
             Some(list) => list.contains(method),
+        }
+    }
+
+    /// Whether a request is hedged without an idempotency key: its method, or the
+    /// rules' classifier when it knows (a gRPC method path).
+    pub(super) fn hedges(&self, method: &Method, uri: &http::Uri) -> bool {
+        match &self.methods {
+            None => self.policy.rules.is_idempotent(method, uri),
+            Some(list) => list.contains(method) && self.policy.rules.is_idempotent(method, uri),
         }
     }
 }
@@ -216,7 +264,8 @@ pub struct HedgePolicyBuilder {
     delay: BuilderDelay,
     max_extra: u32,
     methods: Option<Vec<Method>>,
-    policy: RetryPolicy,
+    rules: Rules,
+    min_attempt_time: Duration,
     /// `min_samples` was set, so it is not raised to suit the percentile.
     min_samples_set: bool,
     error: Option<InvalidConfig>,
@@ -324,22 +373,43 @@ impl HedgePolicyBuilder {
     }
 
     /// Replaces the methods hedged without an idempotency key (the
-    /// [policy](HedgePolicyBuilder::policy)'s idempotent methods by default, RFC 9110's
-    /// unless it says otherwise), for example to hedge only reads. Every method must
-    /// be idempotent under the policy: a POST or PATCH is hedged only when it
+    /// [rules](HedgePolicyBuilder::rules)' idempotent methods by default, RFC 9110's
+    /// unless they say otherwise), for example to hedge only reads. Every method must
+    /// be idempotent under the rules: a POST or PATCH is hedged only when it
     /// carries an idempotency key, whatever this says.
     pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.methods = Some(methods.into_iter().collect());
         self
     }
 
-    /// The policy whose decision ladder classifies each copy's outcome (which
-    /// statuses are retryable failures that leave the other copies running, the
-    /// idempotency-key header) and whose minimum attempt time is the least time
-    /// before the call's deadline worth sending a copy with. Its attempts,
-    /// backoff and timeouts are not used here.
+    /// The rules whose decision ladder classifies each copy's outcome: which
+    /// failures leave the other copies running (a classifier of your own
+    /// included), the idempotent methods and the idempotency-key header. Give the
+    /// retry layer the same rules.
+    pub fn rules(mut self, rules: Rules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The least time before the call's deadline worth sending a copy with (at
+    /// most one day; default 10 ms).
+    pub fn min_attempt_time(mut self, min: Duration) -> Self {
+        if min > Duration::from_secs(86_400) {
+            self.fail(
+                "min_attempt_time",
+                format!("must be at most one day, got {min:?}"),
+            );
+        }
+        self.min_attempt_time = min;
+        self
+    }
+
+    /// Takes a retry policy's [rules](RetryPolicy::rules) and
+    /// [minimum attempt time](RetryPolicy::min_attempt_time); its attempts, backoff
+    /// and timeouts are not used here.
     pub fn policy(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.min_attempt_time = policy.min_attempt_time();
+        self.rules = policy.rules().clone();
         self
     }
 
@@ -356,7 +426,7 @@ impl HedgePolicyBuilder {
         }
         // Checked here, against the policy whichever setter came last.
         let mut methods = self.methods.iter().flatten();
-        if let Some(m) = methods.find(|m| !self.policy.is_idempotent_method(m)) {
+        if let Some(m) = methods.find(|m| !self.rules.is_idempotent_method(m)) {
             return Err(InvalidConfig::new(
                 "methods",
                 format!(
@@ -389,7 +459,10 @@ impl HedgePolicyBuilder {
             delay,
             max_extra: self.max_extra,
             methods: self.methods.map(Arc::from),
-            policy: Arc::new(self.policy),
+            policy: Arc::new(Judging {
+                rules: self.rules,
+                min_attempt_time: self.min_attempt_time,
+            }),
         })
     }
 }

@@ -11,12 +11,13 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 
+use super::config::Judging;
 use super::estimate::Estimator;
 use super::HedgeBody;
 use crate::error::{BoxError, Error};
 use crate::policy::{
     classify_error, ladder, later, AttemptLog, AttemptOutcome, Classification, ErrorKind, Given,
-    Hedged, NotHedged, Outcome, RetryPolicy, Sent,
+    Hedged, NotHedged, Outcome, Sent,
 };
 
 pin_project! {
@@ -63,8 +64,8 @@ pin_project! {
         // A copy's body, made when the copy was due, waiting for the service to be
         // ready.
         next_body: Option<B>,
-        policy: Arc<RetryPolicy>,
-        // The policy's verdict on the method, for the decision ladder.
+        policy: Arc<Judging>,
+        // The rules' verdict on the request, for the decision ladder.
         idempotent: bool,
         keyed: bool,
         delay: Duration,
@@ -125,7 +126,7 @@ enum Verdict<T> {
 pub(super) struct Plan<B> {
     pub(super) started: Instant,
     pub(super) body: B,
-    pub(super) policy: Arc<RetryPolicy>,
+    pub(super) policy: Arc<Judging>,
     pub(super) keyed: bool,
     pub(super) delay: Duration,
     pub(super) max_extra: u32,
@@ -148,7 +149,7 @@ where
         let race = Race {
             timer: sleep_until(later(started, plan.delay)),
             service,
-            idempotent: plan.policy.is_idempotent_method(&parts.method),
+            idempotent: plan.policy.rules.is_idempotent(&parts.method, &parts.uri),
             parts,
             body: plan.body,
             next_body: None,
@@ -191,8 +192,8 @@ where
         let (idempotent, keyed) = (*this.idempotent, *this.keyed);
         let (outcome, class, result) = match result {
             Ok(res) => {
-                let class = ladder(
-                    this.policy,
+                let (class, _) = ladder(
+                    &this.policy.rules,
                     idempotent,
                     keyed,
                     Outcome::Response {
@@ -200,13 +201,16 @@ where
                         headers: res.headers(),
                     },
                     None,
+                    None,
                 );
                 (AttemptOutcome::Status(res.status()), class, Ok(res))
             }
             Err(err) => {
                 let err: BoxError = err.into();
                 let kind = classify_error(&*err);
-                let class = ladder(this.policy, idempotent, keyed, Outcome::Error(kind), None);
+                let outcome = Outcome::Error(kind);
+                let rules = &this.policy.rules;
+                let (class, _) = ladder(rules, idempotent, keyed, outcome, Some(&*err), None);
                 (AttemptOutcome::Error(kind), class, Err((kind, err)))
             }
         };

@@ -24,7 +24,9 @@
 //!   of a check. A configuration that would hedge POST or PATCH without a key is
 //!   refused when built.
 //! - **Which answer**: the first *acceptable* one. Each send's outcome goes
-//!   through the [decision ladder](crate::policy::classify): an answer (or a
+//!   through the [decision ladder](crate::policy::classify), with the
+//!   [rules](HedgePolicyBuilder::rules) you give it (a classifier of your own
+//!   included): an answer (or a
 //!   failure no copy could cure) wins at once; a retryable failure (a 503, a reset
 //!   connection) leaves the other sends running. Only when every send has failed
 //!   is a failure returned: the latest one, so that a `Retry-After` or the
@@ -217,8 +219,10 @@ impl<S> Hedge<S> {
             Some(HedgeChoice::With(policy)) => policy,
             None => &self.hedge,
         };
-        let keyed = hedge.policy.is_keyed(req.method(), req.headers(), ext);
-        if !(keyed || hedge.hedges_method(req.method())) || ext.get::<OneShot>().is_some() {
+        let keyed = hedge
+            .policy
+            .is_keyed(req.method(), req.uri(), req.headers(), ext);
+        if !(keyed || hedge.hedges(req.method(), req.uri())) || ext.get::<OneShot>().is_some() {
             return None;
         }
         // The retry layer above leaves a progress record exactly on the attempts of a

@@ -1,10 +1,12 @@
 //! The decision ladder: may this outcome be sent again?
 
+use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use super::{ErrorKind, NoRetry, Progress, RetryPolicy};
+use super::{ErrorKind, NoRetry, Observed, Progress, RetryPolicy, Rules, Verdict};
 
 /// The header a server uses to say whether a request should be retried.
 pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
@@ -84,14 +86,22 @@ pub struct RequestFacts<'a> {
 /// Runs the decision ladder on one attempt's outcome; the first rung that matches
 /// decides:
 ///
-/// 1. a response whose status is not retryable (and without `x-should-retry:
-///    true`) is an answer, returned as it is;
-/// 2. a failure that re-sending cannot cure (an invalid request, configuration,
-///    TLS, or a failed request body) is never sent again;
-/// 3. `x-should-retry: true|false` on a response decides when present;
+/// 0. the rules' [`Classifier`](super::Classifier), when there is one and it has an
+///    opinion, decides in the ladder's own words ([`Verdict`]); a verdict that a
+///    failure is retryable when idempotent still falls to rung 6 for a POST or
+///    PATCH without a key;
+/// 1. a `2xx` is always an answer; a response whose status is not retryable (and
+///    without `x-should-retry: true`) is an answer, returned as it is;
+/// 2. a failure that re-sending cannot cure (an invalid request or configuration,
+///    a certificate, or a failed request body) is never sent again, and neither is
+///    an error of a kind the rules leave out
+///    ([`RulesBuilder::retryable_errors`](super::RulesBuilder::retryable_errors));
+/// 3. `x-should-retry: true|false` on a response that is not a `2xx` decides when
+///    present;
 /// 4. a request the server did not process (425, `REFUSED_STREAM`, a stream refused
 ///    by `GOAWAY`, canceled before it started, a connection that could not be
-///    made) may be sent again whatever its method;
+///    made, a name that did not resolve, a TLS handshake cut off) may be sent
+///    again whatever its method;
 /// 5. an idempotent method, or a request with an idempotency key, may be sent
 ///    again;
 /// 6. anything else (a POST or PATCH without a key) only when nothing of it was
@@ -122,14 +132,52 @@ pub fn classify(
     outcome: Outcome<'_>,
     progress: Option<Progress>,
 ) -> Classification {
-    let idempotent = policy.is_idempotent_method(request.method);
-    ladder(policy, idempotent, request.keyed, outcome, progress)
+    let rules = policy.rules();
+    let idempotent = rules.is_idempotent_method(request.method);
+    ladder(rules, idempotent, request.keyed, outcome, None, progress).0
 }
 
 /// The ladder itself, for a request already known to be idempotent or keyed (the
-/// retry layer works that out once per call).
+/// retry layer works that out once per call); `error` is the failed attempt's
+/// error, for the classifier. With the verdict comes the classifier's wait hint,
+/// when the outcome is retryable and it gave one.
 pub(crate) fn ladder(
-    policy: &RetryPolicy,
+    rules: &Rules,
+    idempotent: bool,
+    keyed: bool,
+    outcome: Outcome<'_>,
+    error: Option<&(dyn StdError + 'static)>,
+    progress: Option<Progress>,
+) -> (Classification, Option<Duration>) {
+    let Some(classifier) = rules.classifier() else {
+        return (built_in(rules, idempotent, keyed, outcome, progress), None);
+    };
+    let observed = match outcome {
+        Outcome::Response { status, headers } => Observed::Response { status, headers },
+        Outcome::Error(kind) => Observed::Error { kind, error },
+    };
+    let decision = classifier.classify(observed);
+    let class = match decision.verdict {
+        Verdict::Answer => Classification::Answer,
+        Verdict::NeverCurable => Classification::NotRetryable(NoRetry::Permanent),
+        Verdict::Declined => Classification::NotRetryable(NoRetry::ServerDeclined),
+        Verdict::NotProcessed => Classification::Retryable(RetryReason::NotProcessed),
+        Verdict::IfIdempotent => if_idempotent(idempotent, keyed, outcome, progress),
+        Verdict::IfNothingWritten => if_nothing_written(outcome, progress),
+        // `NoOpinion`, and any verdict added later.
+        _ => built_in(rules, idempotent, keyed, outcome, progress),
+    };
+    let wait = if class.is_retryable() {
+        decision.wait
+    } else {
+        None
+    };
+    (class, wait)
+}
+
+/// Rungs 1 to 6: the built-in rules.
+fn built_in(
+    rules: &Rules,
     idempotent: bool,
     keyed: bool,
     outcome: Outcome<'_>,
@@ -140,7 +188,7 @@ pub(crate) fn ladder(
     match outcome {
         Outcome::Response { status, headers } => {
             let should_retry = should_retry(headers);
-            if is_answer(policy, status, should_retry) {
+            if is_answer(rules, status, should_retry) {
                 return Classification::Answer;
             }
             match should_retry {
@@ -153,6 +201,9 @@ pub(crate) fn ladder(
         Outcome::Error(kind) => match kind {
             ErrorKind::Config => return Classification::NotRetryable(NoRetry::Permanent),
             ErrorKind::BodyWrite => return Classification::NotRetryable(NoRetry::BodyFailed),
+            _ if !rules.is_retryable_error(kind) => {
+                return Classification::NotRetryable(NoRetry::KindExcluded)
+            }
             _ => not_processed = kind.is_not_processed(),
         },
     }
@@ -160,14 +211,27 @@ pub(crate) fn ladder(
     if not_processed {
         return Classification::Retryable(RetryReason::NotProcessed);
     }
-    // Rung 5.
+    if_idempotent(idempotent, keyed, outcome, progress)
+}
+
+/// Rungs 5 and 6.
+fn if_idempotent(
+    idempotent: bool,
+    keyed: bool,
+    outcome: Outcome<'_>,
+    progress: Option<Progress>,
+) -> Classification {
     if idempotent {
         return Classification::Retryable(RetryReason::Idempotent);
     }
     if keyed {
         return Classification::Retryable(RetryReason::Keyed);
     }
-    // Rung 6: a response proves the request was written; an error needs a record.
+    if_nothing_written(outcome, progress)
+}
+
+/// Rung 6: a response proves the request was written; an error needs a record.
+fn if_nothing_written(outcome: Outcome<'_>, progress: Option<Progress>) -> Classification {
     match (outcome, progress) {
         (Outcome::Error(_), Some(p)) if p.proves_nothing_written() => {
             Classification::Retryable(RetryReason::NothingWritten)
@@ -178,16 +242,29 @@ pub(crate) fn ladder(
 
 /// Rung 1: whether a response is an answer to return as it is, whatever the
 /// request. This is the whole ladder for a response that is not a retryable status,
-/// which lets the retry layer's success path skip the rest.
+/// which lets the retry layer's success path skip the rest. A `2xx` is always an
+/// answer: `x-should-retry` is read only on other statuses (as the SDKs that
+/// introduced the header do).
 #[inline]
-pub(crate) fn is_answer(
-    policy: &RetryPolicy,
-    status: StatusCode,
-    should_retry: Option<bool>,
-) -> bool {
-    should_retry != Some(true)
-        && status != StatusCode::TOO_EARLY
-        && !policy.is_retryable_status(status)
+pub(crate) fn is_answer(rules: &Rules, status: StatusCode, should_retry: Option<bool>) -> bool {
+    status.is_success()
+        || (should_retry != Some(true)
+            && status != StatusCode::TOO_EARLY
+            && !rules.is_retryable_status(status))
+}
+
+/// Whether a response ends the call as an answer under `rules`, their classifier
+/// first: the whole ladder for a response on the success path.
+#[inline]
+pub(crate) fn is_answer_under(rules: &Rules, status: StatusCode, headers: &HeaderMap) -> bool {
+    if let Some(c) = rules.classifier() {
+        match c.classify(Observed::Response { status, headers }).verdict {
+            Verdict::NoOpinion => {}
+            Verdict::Answer => return true,
+            _ => return false,
+        }
+    }
+    is_answer(rules, status, should_retry(headers))
 }
 
 /// `x-should-retry: true|false`, when present and valid.
@@ -269,6 +346,29 @@ mod tests {
                 resp(200, &no),
                 None,
                 Answer,
+            ),
+            // A 2xx is always an answer, whatever x-should-retry says.
+            (
+                "201 POST x-should-retry: true",
+                post.clone(),
+                resp(201, &yes),
+                None,
+                Answer,
+            ),
+            (
+                "204 GET x-should-retry: true",
+                get.clone(),
+                resp(204, &yes),
+                None,
+                Answer,
+            ),
+            // x-should-retry still decides for other statuses.
+            (
+                "404 x-should-retry: true",
+                get.clone(),
+                resp(404, &yes),
+                None,
+                Retryable(R::ServerAsked),
             ),
             // 2. never curable
             (
@@ -354,6 +454,20 @@ mod tests {
                 "connect POST",
                 post.clone(),
                 Outcome::Error(K::Connect),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "dns POST",
+                post.clone(),
+                Outcome::Error(K::Dns),
+                None,
+                Retryable(R::NotProcessed),
+            ),
+            (
+                "connect timeout PATCH",
+                patch.clone(),
+                Outcome::Error(K::ConnectTimeout),
                 None,
                 Retryable(R::NotProcessed),
             ),
@@ -493,6 +607,180 @@ mod tests {
         assert_eq!(
             classify(&policy, facts, outcome, None),
             Classification::Retryable(RetryReason::Idempotent)
+        );
+    }
+
+    /// The classifier's verdicts, and how each meets write safety: the request
+    /// (idempotent, keyed, neither) and what the record proves.
+    #[test]
+    fn classifier_verdicts_table() {
+        use crate::policy::{classify_fn, Decision, Observed, Rules, Verdict};
+        use Classification::*;
+        use RetryReason as R;
+
+        let verdicts = [
+            Verdict::Answer,
+            Verdict::NeverCurable,
+            Verdict::Declined,
+            Verdict::NotProcessed,
+            Verdict::IfIdempotent,
+            Verdict::IfNothingWritten,
+        ];
+        let clean = Some(progress(true, 0));
+        let written = Some(progress(true, 5));
+        let maybe = NotRetryable(NoRetry::MaybeProcessed);
+        let headers = HeaderMap::new();
+        let response = Outcome::Response {
+            status: StatusCode::OK,
+            headers: &headers,
+        };
+        let error = Outcome::Error(ErrorKind::Closed);
+        // (verdict, outcome, idempotent, keyed, progress, want)
+        #[rustfmt::skip]
+        let cases: Vec<(Verdict, Outcome<'_>, bool, bool, Option<Progress>, Classification)> = vec![
+            (Verdict::Answer, response, true, false, None, Answer),
+            (Verdict::Answer, error, true, false, clean, Answer),
+            (Verdict::NeverCurable, response, true, false, None, NotRetryable(NoRetry::Permanent)),
+            (Verdict::NeverCurable, error, false, false, clean, NotRetryable(NoRetry::Permanent)),
+            (Verdict::Declined, response, true, true, None, NotRetryable(NoRetry::ServerDeclined)),
+            // Not processed: any method, even after a response.
+            (Verdict::NotProcessed, response, false, false, None, Retryable(R::NotProcessed)),
+            (Verdict::NotProcessed, error, false, false, written, Retryable(R::NotProcessed)),
+            // Retryable when idempotent or keyed...
+            (Verdict::IfIdempotent, response, true, false, None, Retryable(R::Idempotent)),
+            (Verdict::IfIdempotent, response, false, true, None, Retryable(R::Keyed)),
+            (Verdict::IfIdempotent, error, true, false, written, Retryable(R::Idempotent)),
+            // ...and for a keyless POST it falls to "only if nothing was written".
+            (Verdict::IfIdempotent, response, false, false, None, maybe),
+            (Verdict::IfIdempotent, response, false, false, clean, maybe),
+            (Verdict::IfIdempotent, error, false, false, None, maybe),
+            (Verdict::IfIdempotent, error, false, false, written, maybe),
+            (Verdict::IfIdempotent, error, false, false, clean, Retryable(R::NothingWritten)),
+            // Only if nothing was written, whatever the method.
+            (Verdict::IfNothingWritten, error, true, false, clean, Retryable(R::NothingWritten)),
+            (Verdict::IfNothingWritten, error, true, true, written, maybe),
+            (Verdict::IfNothingWritten, error, true, false, None, maybe),
+            (Verdict::IfNothingWritten, response, true, false, clean, maybe),
+        ];
+        for (verdict, outcome, idempotent, keyed, progress, want) in cases {
+            let wait = std::time::Duration::from_millis(300);
+            let rules = Rules::builder()
+                .classifier(classify_fn(move |_: Observed<'_>| verdict.after(wait)))
+                .build()
+                .unwrap();
+            let (got, hint) = ladder(&rules, idempotent, keyed, outcome, None, progress);
+            let name = format!(
+                "{verdict:?} {outcome:?} idempotent={idempotent} keyed={keyed} {progress:?}"
+            );
+            assert_eq!(got, want, "{name}");
+            // The hint rides only with a retryable verdict.
+            assert_eq!(hint, got.is_retryable().then_some(wait), "{name}");
+        }
+        assert_eq!(verdicts.len(), 6);
+
+        // No opinion: the built-in rules, every rung of them.
+        let none = Rules::builder()
+            .classifier(classify_fn(|_: Observed<'_>| Decision::NO_OPINION))
+            .build()
+            .unwrap();
+        let unavailable = Outcome::Response {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            headers: &headers,
+        };
+        for (outcome, idempotent, want) in [
+            (unavailable, true, Retryable(R::Idempotent)),
+            (unavailable, false, maybe),
+            (response, true, Answer),
+            (
+                Outcome::Error(ErrorKind::Config),
+                true,
+                NotRetryable(NoRetry::Permanent),
+            ),
+            (
+                Outcome::Error(ErrorKind::GoAway),
+                false,
+                Retryable(R::NotProcessed),
+            ),
+        ] {
+            let (got, hint) = ladder(&none, idempotent, false, outcome, None, None);
+            assert_eq!(got, want, "{outcome:?}");
+            assert_eq!(hint, None);
+            assert_eq!(
+                got,
+                ladder(&Rules::default(), idempotent, false, outcome, None, None).0
+            );
+        }
+    }
+
+    #[test]
+    fn the_classifier_reads_the_error_chain() {
+        use crate::policy::{classify_fn, Observed, Rules, Verdict};
+        let rules = Rules::builder()
+            .classifier(classify_fn(|o: Observed<'_>| match o {
+                Observed::Error { error: Some(e), .. }
+                    if crate::policy::chain(e).any(|e| e.is::<fmt::Error>()) =>
+                {
+                    Verdict::NotProcessed
+                }
+                _ => Verdict::NoOpinion,
+            }))
+            .build()
+            .unwrap();
+        let err = Wrapper(Box::new(fmt::Error));
+        let other = Outcome::Error(ErrorKind::Other);
+        let (class, _) = ladder(&rules, false, false, other, Some(&err), None);
+        assert_eq!(class, Classification::Retryable(RetryReason::NotProcessed));
+        let (class, _) = ladder(&rules, false, false, other, None, None);
+        assert_eq!(class, Classification::NotRetryable(NoRetry::MaybeProcessed));
+    }
+
+    #[test]
+    fn error_kinds_left_out_are_not_retried() {
+        let rules = crate::policy::Rules::builder()
+            .retryable_errors([ErrorKind::Connect])
+            .build()
+            .unwrap();
+        let excluded = Classification::NotRetryable(NoRetry::KindExcluded);
+        for (kind, want) in [
+            (
+                ErrorKind::Connect,
+                Classification::Retryable(RetryReason::NotProcessed),
+            ),
+            (ErrorKind::Dns, excluded),
+            (ErrorKind::Timeout, excluded),
+            (ErrorKind::Closed, excluded),
+            (
+                ErrorKind::GoAway,
+                Classification::Retryable(RetryReason::NotProcessed),
+            ),
+            (
+                ErrorKind::Config,
+                Classification::NotRetryable(NoRetry::Permanent),
+            ),
+        ] {
+            let (got, _) = ladder(&rules, true, false, Outcome::Error(kind), None, None);
+            assert_eq!(got, want, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn tower_elapsed_and_unreachable_are_recognised() {
+        let elapsed = tower::timeout::error::Elapsed::new();
+        assert_eq!(classify_error(&elapsed), ErrorKind::Timeout);
+        let boxed: Box<dyn StdError + Send + Sync> = Box::new(elapsed);
+        assert_eq!(classify_error(&Wrapper(boxed)), ErrorKind::Timeout);
+        // The same text on another type is not tower's.
+        assert_eq!(
+            classify_error(&io::Error::other("request timed out")),
+            ErrorKind::Other
+        );
+        assert_eq!(
+            classify_error(&io::Error::from(io::ErrorKind::HostUnreachable)),
+            ErrorKind::Connect
+        );
+        assert_eq!(
+            classify_error(&io::Error::from(io::ErrorKind::NetworkUnreachable)),
+            ErrorKind::Connect
         );
     }
 

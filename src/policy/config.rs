@@ -1,4 +1,5 @@
-//! The retry policy: limits, retryable statuses, timeouts, with a validating builder.
+//! The retry policy: limits and timing, the [`Rules`] it decides by, with a
+//! validating builder.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -7,12 +8,19 @@ use std::time::Duration;
 use http::header::HeaderName;
 use http::{Method, StatusCode};
 
-use super::{is_idempotent, Backoff};
+use super::{Backoff, ErrorKind, Rules, RulesBuilder};
 
 /// The header an idempotency key travels in by default.
 pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// How the retry layer decides and paces re-sends.
+/// How the retry layer paces re-sends, and the [`Rules`] it decides them by.
+///
+/// The rules (statuses, error kinds, idempotent methods, a classifier of your own)
+/// are the decision ladder's inputs, kept apart so that the hedge layer and the
+/// circuit breaker can take the same rules ([`RetryPolicyBuilder::rules`]); the
+/// policy adds the limits and timing. The builder's `retry_on`,
+/// `retryable_statuses`, `idempotent_methods` and `idempotency_header` set the
+/// rules.
 ///
 /// `RetryPolicy::default()` works as it is:
 ///
@@ -27,6 +35,7 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("i
 /// | `replay_cap` | 64 KiB | bytes of a request body kept for a re-send, as linkerd |
 /// | drain | 64 KiB within 100 ms | a failed response's body is read this far so its HTTP/1.1 connection is reused |
 /// | idempotency-key header | `idempotency-key` | the IETF httpapi draft's name |
+/// | rules | [`Rules::default()`] | the statuses above, every transient error kind, no classifier |
 ///
 /// # Examples
 ///
@@ -51,7 +60,7 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("i
 pub struct RetryPolicy {
     max_attempts: u32,
     backoff: Backoff,
-    statuses: StatusSet,
+    rules: Rules,
     max_retry_after: Duration,
     attempt_timeout: Option<Duration>,
     timeout: Option<Duration>,
@@ -59,8 +68,6 @@ pub struct RetryPolicy {
     replay_cap: usize,
     drain_limit: usize,
     drain_timeout: Duration,
-    idempotency_header: HeaderName,
-    idempotent_methods: Option<Vec<Method>>,
 }
 
 /// The longest duration any setting may take: more is a configuration mistake.
@@ -74,7 +81,7 @@ impl Default for RetryPolicy {
         RetryPolicy {
             max_attempts: 3,
             backoff: Backoff::default(),
-            statuses: StatusSet::DEFAULT,
+            rules: Rules::default(),
             max_retry_after: Duration::from_secs(10),
             attempt_timeout: None,
             timeout: None,
@@ -82,8 +89,6 @@ impl Default for RetryPolicy {
             replay_cap: 64 * 1024,
             drain_limit: 64 * 1024,
             drain_timeout: Duration::from_millis(100),
-            idempotency_header: IDEMPOTENCY_KEY_HEADER,
-            idempotent_methods: None,
         }
     }
 }
@@ -93,6 +98,7 @@ impl RetryPolicy {
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder {
             policy: RetryPolicy::default(),
+            rules: Rules::builder(),
             error: None,
         }
     }
@@ -160,15 +166,25 @@ impl RetryPolicy {
         self.drain_timeout
     }
 
+    /// The rules the policy decides by.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
     /// The header whose presence marks a request as keyed.
     pub fn idempotency_header(&self) -> &HeaderName {
-        &self.idempotency_header
+        self.rules.idempotency_header()
     }
 
     /// Whether a response with `status` is worth a retry (before the ladder's other
     /// rungs).
     pub fn is_retryable_status(&self, status: StatusCode) -> bool {
-        self.statuses.contains(status)
+        self.rules.is_retryable_status(status)
+    }
+
+    /// Whether a failure of `kind` may be sent again under the policy's rules.
+    pub fn is_retryable_error(&self, kind: ErrorKind) -> bool {
+        self.rules.is_retryable_error(kind)
     }
 
     /// Whether a request counts as keyed: its method is not idempotent under this
@@ -192,17 +208,25 @@ impl RetryPolicy {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> bool {
-        super::Given::new(extensions).keyed() || headers.contains_key(&self.idempotency_header)
+        carries_key(&self.rules, headers, extensions)
     }
 
     /// Whether the policy treats `method` as idempotent.
     #[inline]
     pub fn is_idempotent_method(&self, method: &Method) -> bool {
-        match &self.idempotent_methods {
-            None => is_idempotent(method),
-            Some(list) => list.contains(method),
-        }
+        self.rules.is_idempotent_method(method)
     }
+}
+
+/// Whether a request carries the [`Keyed`](super::Keyed) marker or the rules'
+/// idempotency-key header, whatever its method.
+#[inline]
+pub(crate) fn carries_key(
+    rules: &Rules,
+    headers: &http::HeaderMap,
+    extensions: &http::Extensions,
+) -> bool {
+    super::Given::new(extensions).keyed() || headers.contains_key(rules.idempotency_header())
 }
 
 /// Builds a [`RetryPolicy`], checking every number.
@@ -212,6 +236,7 @@ impl RetryPolicy {
 #[derive(Clone, Debug)]
 pub struct RetryPolicyBuilder {
     policy: RetryPolicy,
+    rules: RulesBuilder,
     error: Option<InvalidConfig>,
 }
 
@@ -253,22 +278,30 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// Also retry responses with this status (400 to 599).
+    /// The rules the policy decides by (replacing the statuses, error kinds,
+    /// methods and header set so far; later setters change them).
+    pub fn rules(mut self, rules: Rules) -> Self {
+        self.rules = self.rules.replace(rules);
+        self
+    }
+
+    /// Also retry responses with this status (400 to 599); see
+    /// [`RulesBuilder::retry_on`].
     pub fn retry_on(mut self, status: u16) -> Self {
-        match checked_status(status) {
-            Ok(s) => self.policy.statuses.insert(s),
-            Err(problem) => self.fail("retry_on", problem),
-        }
+        self.rules = self.rules.retry_on(status);
         self
     }
 
     /// Replaces the retryable statuses (each 400 to 599). 425 Too Early is retried
     /// whatever this says.
     pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
-        self.policy.statuses = StatusSet::EMPTY;
-        for status in statuses {
-            self = self.retry_on(status);
-        }
+        self.rules = self.rules.retryable_statuses(statuses);
+        self
+    }
+
+    /// Replaces the retryable error kinds; see [`RulesBuilder::retryable_errors`].
+    pub fn retryable_errors(mut self, kinds: impl IntoIterator<Item = ErrorKind>) -> Self {
+        self.rules = self.rules.retryable_errors(kinds);
         self
     }
 
@@ -350,14 +383,14 @@ impl RetryPolicyBuilder {
     /// The header whose presence marks a request as keyed (default
     /// `idempotency-key`).
     pub fn idempotency_header(mut self, name: HeaderName) -> Self {
-        self.policy.idempotency_header = name;
+        self.rules = self.rules.idempotency_header(name);
         self
     }
 
     /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
     /// POST or PATCH here means the server deduplicates every such request.
     pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
-        self.policy.idempotent_methods = Some(methods.into_iter().collect());
+        self.rules = self.rules.idempotent_methods(methods);
         self
     }
 
@@ -366,10 +399,11 @@ impl RetryPolicyBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
-    pub fn build(self) -> Result<RetryPolicy, InvalidConfig> {
+    pub fn build(mut self) -> Result<RetryPolicy, InvalidConfig> {
         if let Some(err) = self.error {
             return Err(err);
         }
+        self.policy.rules = self.rules.build()?;
         let p = &self.policy;
         if let Some(total) = p.timeout {
             if p.min_attempt_time > total {
@@ -384,13 +418,6 @@ impl RetryPolicyBuilder {
         }
         Ok(self.policy)
     }
-}
-
-fn checked_status(status: u16) -> Result<StatusCode, String> {
-    if !(400..=599).contains(&status) {
-        return Err(format!("status must be 400 to 599, got {status}"));
-    }
-    StatusCode::from_u16(status).map_err(|_| format!("invalid status {status}"))
 }
 
 /// A retry policy setting that was refused.
@@ -418,50 +445,6 @@ impl fmt::Display for InvalidConfig {
 }
 
 impl StdError for InvalidConfig {}
-
-/// A set of 4xx and 5xx statuses, as a bitmap.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct StatusSet([u64; 4]);
-
-impl StatusSet {
-    const EMPTY: StatusSet = StatusSet([0; 4]);
-    const DEFAULT: StatusSet = StatusSet::EMPTY
-        .with(408)
-        .with(429)
-        .with(502)
-        .with(503)
-        .with(504);
-
-    const fn with(mut self, code: u16) -> Self {
-        let i = (code - 400) as usize;
-        self.0[i / 64] |= 1 << (i % 64);
-        self
-    }
-
-    fn insert(&mut self, status: StatusCode) {
-        *self = self.with(status.as_u16());
-    }
-
-    fn contains(&self, status: StatusCode) -> bool {
-        let code = status.as_u16();
-        if !(400..=599).contains(&code) {
-            return false;
-        }
-        let i = (code - 400) as usize;
-        self.0[i / 64] & (1 << (i % 64)) != 0
-    }
-}
-
-impl fmt::Debug for StatusSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set()
-            .entries(
-                (400u16..=599)
-                    .filter(|c| self.0[(c - 400) as usize / 64] & (1 << ((c - 400) % 64)) != 0),
-            )
-            .finish()
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -550,7 +533,6 @@ mod tests {
         assert!(p.is_retryable_status(StatusCode::INTERNAL_SERVER_ERROR));
         assert!(p.is_retryable_status(StatusCode::SERVICE_UNAVAILABLE));
         assert!(!p.is_retryable_status(StatusCode::TOO_MANY_REQUESTS));
-        assert_eq!(format!("{:?}", p.statuses), "{500, 503}");
     }
 
     #[test]

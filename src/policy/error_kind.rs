@@ -9,11 +9,16 @@ use std::io;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Connecting failed (refused, timed out, unreachable): nothing was sent.
+    /// Connecting failed (refused, reset, unreachable, the TLS handshake cut off):
+    /// nothing was sent.
     Connect,
+    /// Connecting took longer than the connector allowed: nothing was sent.
+    ConnectTimeout,
+    /// The host name did not resolve: nothing was sent.
+    Dns,
     /// A local mistake or a setting the same request would hit again: an invalid
-    /// request or URI, an unsupported scheme or version, a TLS, certificate or name
-    /// resolution failure.
+    /// request or URI, an unsupported scheme or version, a certificate or another
+    /// TLS configuration failure.
     Config,
     /// The transport canceled the request before it started.
     Canceled,
@@ -36,6 +41,8 @@ impl ErrorKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
+            ErrorKind::ConnectTimeout => "connect_timeout",
+            ErrorKind::Dns => "dns",
             ErrorKind::Config => "config",
             ErrorKind::Canceled => "canceled",
             ErrorKind::RefusedStream => "refused_stream",
@@ -51,7 +58,12 @@ impl ErrorKind {
     pub fn is_not_processed(&self) -> bool {
         matches!(
             self,
-            ErrorKind::Connect | ErrorKind::Canceled | ErrorKind::RefusedStream | ErrorKind::GoAway
+            ErrorKind::Connect
+                | ErrorKind::ConnectTimeout
+                | ErrorKind::Dns
+                | ErrorKind::Canceled
+                | ErrorKind::RefusedStream
+                | ErrorKind::GoAway
         )
     }
 }
@@ -60,6 +72,8 @@ impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ErrorKind::Connect => "connect error",
+            ErrorKind::ConnectTimeout => "connect timed out",
+            ErrorKind::Dns => "dns error",
             ErrorKind::Config => "invalid request or configuration",
             ErrorKind::Canceled => "canceled before sending",
             ErrorKind::RefusedStream => "stream refused",
@@ -76,8 +90,13 @@ impl fmt::Display for ErrorKind {
 ///
 /// It recognises backstop's own errors, hyper-util's legacy client errors, hyper
 /// and h2 errors (with the `hyper` feature), reqwest errors (with the
-/// `reqwest-middleware` feature), `std::io::Error` kinds, tokio's
-/// `Elapsed`, and `http`'s invalid-request errors. See the crate docs for the table.
+/// `reqwest-middleware` feature), `std::io::Error` kinds, tokio's and tower's
+/// `Elapsed`, and `http`'s invalid-request errors. See the crate docs for the
+/// table.
+///
+/// tower's `timeout::error::Elapsed` is recognised without a dependency on tower:
+/// by its fingerprint, an error without a source whose `Debug` is `Elapsed(())`
+/// and whose `Display` is `request timed out` (tower 0.4 and 0.5).
 ///
 /// # Examples
 ///
@@ -116,6 +135,9 @@ fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     if let Some(e) = e.downcast_ref::<io::Error>() {
         return Some(io_kind(e));
     }
+    if is_tower_elapsed(e) {
+        return Some(ErrorKind::Timeout);
+    }
     if e.is::<http::Error>()
         || e.is::<http::uri::InvalidUri>()
         || e.is::<http::uri::InvalidUriParts>()
@@ -151,27 +173,86 @@ fn io_kind(e: &io::Error) -> ErrorKind {
         | K::UnexpectedEof
         | K::NotConnected => ErrorKind::Closed,
         K::InvalidInput | K::Unsupported | K::PermissionDenied => ErrorKind::Config,
+        _ if is_unreachable(e.kind()) => ErrorKind::Connect,
         _ => ErrorKind::Other,
     }
 }
 
-/// Whether an io error met while connecting is worth another try.
+/// Whether an io error kind says the network or host cannot be reached (a
+/// connect-phase failure: nothing was sent). The kinds are named by their `Debug`
+/// text, as they are newer than the crate's minimum Rust version.
+fn is_unreachable(kind: io::ErrorKind) -> bool {
+    ["NetworkUnreachable", "HostUnreachable", "NetworkDown"]
+        .iter()
+        .any(|name| debug_is(&kind, name))
+}
+
+/// tower's `timeout::error::Elapsed`, by its fingerprint: no source, `Debug`
+/// `Elapsed(())`, `Display` `request timed out`.
+fn is_tower_elapsed(e: &(dyn StdError + 'static)) -> bool {
+    e.source().is_none() && display_is(e, "request timed out") && debug_is(e, "Elapsed(())")
+}
+
+/// Whether `value`'s `Display` text is exactly `text`, compared as it is written
+/// (no allocation).
+pub(crate) fn display_is(value: &(impl fmt::Display + ?Sized), text: &str) -> bool {
+    let mut m = Matches { rest: text };
+    fmt::write(&mut m, format_args!("{value}")).is_ok() && m.rest.is_empty()
+}
+
+/// Whether `value`'s `Debug` text is exactly `text`.
+fn debug_is(value: &(impl fmt::Debug + ?Sized), text: &str) -> bool {
+    let mut m = Matches { rest: text };
+    fmt::write(&mut m, format_args!("{value:?}")).is_ok() && m.rest.is_empty()
+}
+
+/// A writer that checks what is written against a text, failing at the first
+/// difference.
+struct Matches<'a> {
+    rest: &'a str,
+}
+
+impl fmt::Write for Matches<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        match self.rest.strip_prefix(s) {
+            Some(rest) => {
+                self.rest = rest;
+                Ok(())
+            }
+            None => Err(fmt::Error),
+        }
+    }
+}
+
+/// The kind of a failure to connect: transient (nothing was sent) when the name
+/// did not resolve, the connection was refused, reset, timed out or unreachable, or
+/// the TLS handshake was cut off (`UnexpectedEof`); a configuration error
+/// otherwise (a certificate, an invalid URL, an unsupported scheme).
 #[cfg(any(feature = "hyper", feature = "reqwest-middleware"))]
-fn connect_is_transient(e: &(dyn StdError + 'static)) -> bool {
+fn connect_kind(e: &(dyn StdError + 'static)) -> ErrorKind {
     use io::ErrorKind as K;
+    // hyper-util's `HttpConnector` names a resolver failure `dns error`.
+    if e.source()
+        .is_some_and(|cause| display_is(cause, "dns error"))
+    {
+        return ErrorKind::Dns;
+    }
     let io = chain(e).skip(1).find_map(|e| e.downcast_ref::<io::Error>());
-    io.is_some_and(|io| {
-        matches!(
-            io.kind(),
-            K::ConnectionRefused
-                | K::ConnectionReset
-                | K::ConnectionAborted
-                | K::NotConnected
-                | K::TimedOut
-                | K::AddrNotAvailable
-                | K::Interrupted
-        )
-    })
+    let Some(io) = io else {
+        return ErrorKind::Config;
+    };
+    match io.kind() {
+        K::TimedOut => ErrorKind::ConnectTimeout,
+        K::ConnectionRefused
+        | K::ConnectionReset
+        | K::ConnectionAborted
+        | K::NotConnected
+        | K::AddrNotAvailable
+        | K::Interrupted
+        | K::UnexpectedEof => ErrorKind::Connect,
+        kind if is_unreachable(kind) => ErrorKind::Connect,
+        _ => ErrorKind::Config,
+    }
 }
 
 /// A reqwest error: reqwest hides the connection, so its own predicates say what
@@ -187,10 +268,10 @@ fn reqwest_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     }
     if e.is_connect() {
         // reqwest's own connect timeout is a `TimedOut` of its own, not an io error.
-        return Some(if e.is_timeout() || connect_is_transient(e) {
-            ErrorKind::Connect
+        return Some(if e.is_timeout() {
+            ErrorKind::ConnectTimeout
         } else {
-            ErrorKind::Config
+            connect_kind(e)
         });
     }
     if e.is_timeout() {
@@ -203,11 +284,7 @@ fn reqwest_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
 fn hyper_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
         if e.is_connect() {
-            return Some(if connect_is_transient(e) {
-                ErrorKind::Connect
-            } else {
-                ErrorKind::Config
-            });
+            return Some(connect_kind(e));
         }
         // hyper-util's own refusals (unsupported method or version, a URI that is
         // not absolute) carry no source; the others wrap a hyper error.

@@ -37,15 +37,18 @@ impl fmt::Display for NotReplayable {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NoRetry {
-    /// The same request would fail the same way (invalid request, configuration,
-    /// TLS or name resolution).
+    /// The same request would fail the same way (an invalid request or
+    /// configuration, a certificate), or a classifier said it cannot be cured.
     Permanent,
-    /// The server said `x-should-retry: false`.
+    /// The server said not to (`x-should-retry: false`, a negative gRPC pushback).
     ServerDeclined,
     /// A non-idempotent request without an idempotency key may have been processed.
     MaybeProcessed,
     /// The request body failed; sending it again would fail again.
     BodyFailed,
+    /// The error's kind is left out of the rules' retryable error kinds
+    /// ([`RulesBuilder::retryable_errors`](super::RulesBuilder::retryable_errors)).
+    KindExcluded,
 }
 
 impl fmt::Display for NoRetry {
@@ -55,6 +58,7 @@ impl fmt::Display for NoRetry {
             NoRetry::ServerDeclined => "server declined a retry",
             NoRetry::MaybeProcessed => "request may have been processed",
             NoRetry::BodyFailed => "request body failed",
+            NoRetry::KindExcluded => "error kind not retryable under the rules",
         })
     }
 }
@@ -265,6 +269,15 @@ impl History {
     /// Why the sequence stopped.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop
+    }
+
+    /// Whether the policy judged the last outcome worth sending again, so that a
+    /// gate (attempts, body, deadline, Retry-After, budget, breaker) stopped the
+    /// sequence: the verdict on a returned response, as
+    /// [`Error::is_retryable`](crate::Error::is_retryable) is on an error.
+    /// [`Report`](super::Report) reads it from either.
+    pub fn is_retryable(&self) -> bool {
+        !self.attempts.is_empty() && self.stop.is_some_and(|s| s.is_gate())
     }
 
     /// The last Retry-After hint the server gave, including one that was longer than

@@ -2,8 +2,11 @@
 //!
 //! Layers talk through request extensions, never by naming each other; the types of
 //! the handles they leave there live here, together with the decision ladder that
-//! says whether an outcome may be sent again, the backoff, the `Retry-After` parser
-//! and the attempt history. Nothing here needs a runtime or a network.
+//! says whether an outcome may be sent again, the [`Rules`] it reads (statuses,
+//! methods, error kinds and a [`Classifier`] of your own, shared by the retry,
+//! hedge and breaker layers), the backoff, the `Retry-After` parser and the attempt
+//! history ([`Report`] reads it from any call's result). Nothing here needs a
+//! runtime or a network.
 
 mod backoff;
 mod classify;
@@ -17,14 +20,16 @@ mod history;
 mod idempotency;
 mod pause;
 mod progress;
+mod report;
 mod retry_after;
+mod rules;
 
 pub use classify::{classify, Classification, Outcome, RequestFacts, RetryReason};
 pub use error_kind::{classify_error, ErrorKind};
 
 pub use backoff::Backoff;
-pub(crate) use classify::{is_answer, ladder, should_retry};
-pub(crate) use config::IDEMPOTENCY_KEY_HEADER;
+pub(crate) use classify::{is_answer_under, ladder};
+pub(crate) use config::{carries_key, IDEMPOTENCY_KEY_HEADER};
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
 pub use context::CallContext;
 pub(crate) use context::Given;
@@ -39,4 +44,8 @@ pub use idempotency::{is_idempotent, Keyed};
 pub use pause::Pause;
 pub(crate) use pause::{meet, pause_hint};
 pub use progress::{AttemptLog, Progress};
+pub use report::{CallError, Report};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};
+pub use rules::{
+    classify_fn, Classifier, ClassifyFn, Decision, Observed, Rules, RulesBuilder, Verdict,
+};

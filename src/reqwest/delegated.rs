@@ -90,7 +90,9 @@ fn should_resend(
         (None, None) => return false,
     };
     let idempotent = policy.is_idempotent_method(method);
-    ladder(policy, idempotent, false, outcome, None).is_retryable()
+    ladder(policy.rules(), idempotent, false, outcome, error, None)
+        .0
+        .is_retryable()
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ use super::head::Head;
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::policy::{
-    classify_error, is_answer, ladder, later, meet, pause_hint, should_retry, AttemptLog,
-    AttemptOutcome, AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged,
-    History, NoRetry, Outcome, Progress, RetryPolicy, StopReason,
+    classify_error, is_answer_under, ladder, later, meet, pause_hint, AttemptLog, AttemptOutcome,
+    AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged, History, NoRetry,
+    Outcome, Progress, RetryPolicy, StopReason,
 };
 
 /// Everything a call keeps between attempts.
@@ -128,8 +128,8 @@ where
             (None, Some(t), Some(started)) => Some(later(started, t)),
             _ => None,
         };
-        // For an idempotent method a key changes nothing, so it is not looked for.
-        let idempotent = policy.is_idempotent_method(req.method());
+        // For an idempotent request a key changes nothing, so it is not looked for.
+        let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
         let keyed = !idempotent && policy.carries_key(req.headers(), ext);
         let one_shot = ext.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
@@ -164,13 +164,32 @@ where
         call.track(&mut req);
         let first = match started {
             Some(now) => match call.attempt_timeout(now) {
-                Ok(timeout) => Ok((req, timeout)),
+                Ok(timeout) => {
+                    call.stamp(&mut req, timeout, now);
+                    Ok((req, timeout))
+                }
                 Err(()) => Err(call.refused_by_deadline()),
             },
             // Nothing is timed.
-            None => Ok((req, None)),
+            None => {
+                if call.policy.rules().stamps() {
+                    call.stamp(&mut req, None, Instant::now());
+                }
+                Ok((req, None))
+            }
         };
         Start { call, first }
+    }
+
+    /// Stamps an attempt's headers as the rules ask (an attempt header, gRPC's
+    /// `grpc-timeout` cut to the time the attempt has, `grpc-previous-rpc-attempts`).
+    #[inline]
+    fn stamp(&self, req: &mut Request<ReplayBody<B>>, timeout: Option<Instant>, now: Instant) {
+        let rules = self.policy.rules();
+        if rules.stamps() {
+            let left = timeout.map(|t| t.saturating_duration_since(now));
+            rules.stamp(req.headers_mut(), self.attempt, left);
+        }
     }
 
     /// Gives the attempt a fresh record when its write safety depends on one: no
@@ -216,6 +235,7 @@ where
             return Err(self.stopped(StopReason::AttemptsExhausted));
         };
         self.track(&mut req);
+        self.stamp(&mut req, timeout, now);
         let slow = self.slow();
         slow.last_error = None;
         slow.withdrawn = false;
@@ -240,13 +260,14 @@ where
                     status,
                     headers: res.headers(),
                 };
-                let class = self.classify(outcome, progress);
+                let (class, hint) = self.classify(outcome, None, progress);
                 self.answered(status);
                 let now = Instant::now();
+                // The classifier's hint replaces the server's `Retry-After`.
                 let hint = match class {
-                    Classification::Retryable(_) => {
+                    Classification::Retryable(_) => hint.or_else(|| {
                         crate::policy::parse_retry_after(res.headers(), SystemTime::now())
-                    }
+                    }),
                     _ => None,
                 };
                 self.record(AttemptOutcome::Status(status), hint, progress, hedged, now);
@@ -272,14 +293,14 @@ where
                     error = kind.as_str(),
                     "attempt failed"
                 );
-                let class = self.classify(Outcome::Error(kind), progress);
+                let (class, hint) = self.classify(Outcome::Error(kind), Some(&*err), progress);
                 let hedged = Error::find(&*err)
                     .and_then(Error::attempt_log)
                     .and_then(AttemptLog::hedged)
                     .cloned();
-                self.record(AttemptOutcome::Error(kind), None, progress, hedged, now);
+                self.record(AttemptOutcome::Error(kind), hint, progress, hedged, now);
                 match class {
-                    Classification::Retryable(reason) => match self.gates(None, now) {
+                    Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => {
                             self.slow().last_error = Some((kind, err));
                             self.scheduled(wait, None, reason)
@@ -491,9 +512,16 @@ impl<S, B> Call<S, B> {
         until
     }
 
-    /// Runs the decision ladder on the current attempt's outcome.
-    fn classify(&self, outcome: Outcome<'_>, progress: Option<Progress>) -> Classification {
-        ladder(&self.policy, self.idempotent, self.keyed, outcome, progress)
+    /// Runs the decision ladder on the current attempt's outcome: the verdict, and
+    /// the classifier's wait hint.
+    fn classify(
+        &self,
+        outcome: Outcome<'_>,
+        error: Option<&(dyn std::error::Error + 'static)>,
+        progress: Option<Progress>,
+    ) -> (Classification, Option<Duration>) {
+        let rules = self.policy.rules();
+        ladder(rules, self.idempotent, self.keyed, outcome, error, progress)
     }
 
     /// Records the attempt that just ended: one record, or one per send when a hedge
@@ -613,12 +641,13 @@ impl<S, B> Call<S, B> {
 
     /// Whether `res` ends the call as it is with nothing to tell: a first answer the
     /// ladder returns (rung 1) that no layer beneath returned a record with. This is
-    /// the success path, so it reads only the status and `x-should-retry`.
+    /// the success path, so it reads only the status and `x-should-retry` (and asks
+    /// the rules' classifier, when there is one).
     #[inline]
     pub(super) fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
         let status = res.status();
         let plain = self.slow.as_ref().map_or(true, |r| r.history.is_empty())
-            && is_answer(&self.policy, status, should_retry(res.headers()))
+            && is_answer_under(self.policy.rules(), status, res.headers())
             && res.extensions().get::<AttemptLog>().is_none();
         if plain {
             self.answered(status);

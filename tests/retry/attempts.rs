@@ -495,7 +495,7 @@ async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
     assert!(err.is_retryable());
     assert_eq!(
         err.to_string(),
-        "503 Service Unavailable after 1 attempt (circuit open)"
+        "transient 503 Service Unavailable after 1 attempt (circuit open)"
     );
 }
 

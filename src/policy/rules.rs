@@ -1,0 +1,645 @@
+//! The ladder's inputs: which statuses, methods and error kinds are worth a retry,
+//! and an optional classifier of your own that is consulted first.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+
+use super::{is_idempotent, ErrorKind, InvalidConfig, IDEMPOTENCY_KEY_HEADER};
+
+/// What a [`Classifier`] says about one outcome, in the decision ladder's own
+/// words.
+///
+/// Whatever the verdict, backstop's write-safety rule stands: a verdict of
+/// [`IfIdempotent`](Verdict::IfIdempotent) on a POST without an idempotency key
+/// still falls to [`IfNothingWritten`](Verdict::IfNothingWritten), which a
+/// response never meets (a response proves the request was written).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// No opinion: the built-in rules decide.
+    NoOpinion,
+    /// An answer to return as it is: never sent again, and not a failure.
+    Answer,
+    /// A failure that sending again cannot cure.
+    NeverCurable,
+    /// The server said not to send it again (like `x-should-retry: false`).
+    Declined,
+    /// The server did not process the request: it may be sent again whatever its
+    /// method.
+    NotProcessed,
+    /// A transient failure: it may be sent again when the request is idempotent or
+    /// keyed, and otherwise only when nothing of it was written.
+    IfIdempotent,
+    /// It may be sent again only when nothing of the request was written, whatever
+    /// its method.
+    IfNothingWritten,
+}
+
+impl Verdict {
+    /// The verdict with a wait hint: the next attempt waits exactly `wait` instead
+    /// of the backoff, as for `Retry-After` (a hint over the policy's
+    /// [`max_retry_after`](super::RetryPolicy::max_retry_after) ends the call, and
+    /// so does one the deadline leaves no time for).
+    pub fn after(self, wait: Duration) -> Decision {
+        Decision {
+            verdict: self,
+            wait: Some(wait),
+        }
+    }
+}
+
+/// A [`Verdict`] and an optional wait hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// How long to wait before the next attempt, replacing the backoff; read only
+    /// when the outcome turns out retryable.
+    pub wait: Option<Duration>,
+}
+
+impl Decision {
+    /// No opinion, no hint.
+    pub const NO_OPINION: Decision = Decision {
+        verdict: Verdict::NoOpinion,
+        wait: None,
+    };
+}
+
+impl From<Verdict> for Decision {
+    fn from(verdict: Verdict) -> Self {
+        Decision {
+            verdict,
+            wait: None,
+        }
+    }
+}
+
+/// One attempt's outcome, as a [`Classifier`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Observed<'a> {
+    /// A response head arrived.
+    Response {
+        /// Its status.
+        status: StatusCode,
+        /// Its headers.
+        headers: &'a HeaderMap,
+    },
+    /// The attempt failed.
+    Error {
+        /// The kind backstop read from the error.
+        kind: ErrorKind,
+        /// The error itself, to walk its source chain; `None` when only the kind is
+        /// known (a call of [`classify`](super::classify)).
+        error: Option<&'a (dyn StdError + 'static)>,
+    },
+}
+
+/// Your own rules of what a failure is, consulted before the built-in ones.
+///
+/// The same classifier serves the retry layer (what to send again), the hedge
+/// layer (what is an acceptable answer) and, when given to it, the circuit breaker
+/// (what is a failure). A closure is enough: see [`classify_fn`].
+///
+/// # Examples
+///
+/// ```
+/// use backstop::policy::{Classifier, Decision, Observed, Verdict};
+///
+/// /// An application that answers "try again" with a 200 and a header.
+/// struct Busy;
+///
+/// impl Classifier for Busy {
+///     fn classify(&self, outcome: Observed<'_>) -> Decision {
+///         match outcome {
+///             Observed::Response { headers, .. } if headers.contains_key("x-busy") => {
+///                 Verdict::IfIdempotent.into()
+///             }
+///             _ => Decision::NO_OPINION,
+///         }
+///     }
+/// }
+///
+/// let rules = backstop::policy::Rules::builder().classifier(Busy).build()?;
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+pub trait Classifier: Send + Sync + 'static {
+    /// The verdict on one outcome, with an optional wait hint.
+    fn classify(&self, outcome: Observed<'_>) -> Decision;
+
+    /// Whether a request is idempotent, when the classifier knows better than the
+    /// HTTP method (gRPC's method paths); `None` leaves it to the method.
+    fn is_idempotent(&self, method: &Method, uri: &Uri) -> Option<bool> {
+        let _ = (method, uri);
+        None
+    }
+}
+
+/// A [`Classifier`] made of a closure; see [`classify_fn`].
+#[derive(Clone, Copy)]
+pub struct ClassifyFn<F>(F);
+
+/// A [`Classifier`] from a closure that returns a [`Verdict`] or a [`Decision`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::policy::{classify_fn, Observed, Rules, Verdict};
+///
+/// let rules = Rules::builder()
+///     .classifier(classify_fn(|outcome: Observed<'_>| match outcome {
+///         // A 409 from this service means a lock was held: safe to send again
+///         // after a second, whatever the method.
+///         Observed::Response { status, .. } if status == 409 => {
+///             Verdict::NotProcessed.after(Duration::from_secs(1))
+///         }
+///         _ => Verdict::NoOpinion.into(),
+///     }))
+///     .build()?;
+/// assert!(rules.has_classifier());
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+pub fn classify_fn<F, R>(f: F) -> ClassifyFn<F>
+where
+    F: Fn(Observed<'_>) -> R + Send + Sync + 'static,
+    R: Into<Decision>,
+{
+    ClassifyFn(f)
+}
+
+impl<F, R> Classifier for ClassifyFn<F>
+where
+    F: Fn(Observed<'_>) -> R + Send + Sync + 'static,
+    R: Into<Decision>,
+{
+    fn classify(&self, outcome: Observed<'_>) -> Decision {
+        (self.0)(outcome).into()
+    }
+}
+
+impl<F> fmt::Debug for ClassifyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClassifyFn")
+    }
+}
+
+/// The error kinds the retryable-errors setting covers: the transient ones.
+/// (`Config` and `BodyWrite` are never curable; `Canceled`, `RefusedStream` and
+/// `GoAway` are not processed and always re-sendable.)
+const SETTABLE_KINDS: [ErrorKind; 6] = [
+    ErrorKind::Connect,
+    ErrorKind::ConnectTimeout,
+    ErrorKind::Dns,
+    ErrorKind::Timeout,
+    ErrorKind::Closed,
+    ErrorKind::Other,
+];
+
+/// A set of the settable error kinds, as a bitmap.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct KindSet(u8);
+
+impl KindSet {
+    const ALL: KindSet = KindSet((1 << SETTABLE_KINDS.len()) - 1);
+
+    fn bit(kind: ErrorKind) -> Option<u8> {
+        SETTABLE_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map(|i| 1 << i)
+    }
+
+    /// Whether `kind` may be sent again: a kind outside the settable ones is left to
+    /// the ladder.
+    fn allows(self, kind: ErrorKind) -> bool {
+        KindSet::bit(kind).map_or(true, |b| self.0 & b != 0)
+    }
+}
+
+impl fmt::Debug for KindSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(
+                SETTABLE_KINDS
+                    .iter()
+                    .filter(|k| self.allows(**k))
+                    .map(ErrorKind::as_str),
+            )
+            .finish()
+    }
+}
+
+/// A set of 4xx and 5xx statuses, as a bitmap.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct StatusSet([u64; 4]);
+
+impl StatusSet {
+    const EMPTY: StatusSet = StatusSet([0; 4]);
+    const DEFAULT: StatusSet = StatusSet::EMPTY
+        .with(408)
+        .with(429)
+        .with(502)
+        .with(503)
+        .with(504);
+
+    const fn with(mut self, code: u16) -> Self {
+        let i = (code - 400) as usize;
+        self.0[i / 64] |= 1 << (i % 64);
+        self
+    }
+
+    fn contains(&self, status: StatusCode) -> bool {
+        let code = status.as_u16();
+        if !(400..=599).contains(&code) {
+            return false;
+        }
+        let i = (code - 400) as usize;
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+impl fmt::Debug for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries((400u16..=599).filter(|c| self.contains(StatusCode::from_u16(*c).unwrap())))
+            .finish()
+    }
+}
+
+/// What the decision ladder reads besides the outcome: the retryable statuses and
+/// error kinds, the idempotent methods, the idempotency-key header, and an optional
+/// [`Classifier`] consulted before all of them.
+///
+/// Limits and timing (attempts, backoff, timeouts) are the
+/// [`RetryPolicy`](super::RetryPolicy)'s; the rules are apart so that the hedge
+/// layer and the circuit breaker take the same rules without a retry policy
+/// ([`HedgePolicyBuilder::rules`](crate::hedge::HedgePolicyBuilder::rules),
+/// [`CircuitBreakerPolicyBuilder::rules`](crate::circuit_breaker::CircuitBreakerPolicyBuilder::rules)).
+/// Clones share the classifier.
+///
+/// | setting | default |
+/// |---|---|
+/// | retryable statuses | 408, 429, 502, 503, 504 (425 always) |
+/// | retryable error kinds | connect, connect timeout, DNS, timeout, closed, other |
+/// | idempotent methods | RFC 9110's: GET, HEAD, OPTIONS, TRACE, PUT, DELETE |
+/// | idempotency-key header | `idempotency-key` |
+/// | classifier | none |
+/// | attempt header | none |
+///
+/// # Examples
+///
+/// ```
+/// use backstop::policy::{classify_fn, ErrorKind, Observed, Rules, Verdict};
+/// use backstop::{HedgePolicy, RetryPolicy};
+///
+/// // Written once...
+/// let rules = Rules::builder()
+///     .retry_on(500)
+///     .retryable_errors([ErrorKind::Connect, ErrorKind::ConnectTimeout, ErrorKind::Dns])
+///     .classifier(classify_fn(|outcome: Observed<'_>| match outcome {
+///         Observed::Response { headers, .. } if headers.contains_key("x-overloaded") => {
+///             Verdict::IfIdempotent
+///         }
+///         _ => Verdict::NoOpinion,
+///     }))
+///     .build()?;
+/// // ...and used by every layer.
+/// let retry = RetryPolicy::builder().rules(rules.clone()).build()?;
+/// let hedge = HedgePolicy::builder().rules(rules.clone()).build()?;
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
+#[derive(Clone)]
+pub struct Rules {
+    statuses: StatusSet,
+    errors: KindSet,
+    idempotent_methods: Option<Arc<[Method]>>,
+    idempotency_header: HeaderName,
+    classifier: Option<Arc<dyn Classifier>>,
+    attempt_header: Option<HeaderName>,
+    /// gRPC's per-attempt headers (`grpc-timeout`, `grpc-previous-rpc-attempts`).
+    pub(crate) grpc: bool,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            statuses: StatusSet::DEFAULT,
+            errors: KindSet::ALL,
+            idempotent_methods: None,
+            idempotency_header: IDEMPOTENCY_KEY_HEADER,
+            classifier: None,
+            attempt_header: None,
+            grpc: false,
+        }
+    }
+}
+
+impl Rules {
+    /// A builder starting from the defaults.
+    pub fn builder() -> RulesBuilder {
+        RulesBuilder {
+            rules: Rules::default(),
+            error: None,
+        }
+    }
+
+    /// Whether a response with `status` is worth a retry (before the ladder's other
+    /// rungs).
+    pub fn is_retryable_status(&self, status: StatusCode) -> bool {
+        self.statuses.contains(status)
+    }
+
+    /// Whether a failure of `kind` may be sent again under these rules (the ladder's
+    /// other rungs still apply).
+    pub fn is_retryable_error(&self, kind: ErrorKind) -> bool {
+        !matches!(kind, ErrorKind::Config | ErrorKind::BodyWrite) && self.errors.allows(kind)
+    }
+
+    /// Whether the rules treat `method` as idempotent.
+    #[inline]
+    pub fn is_idempotent_method(&self, method: &Method) -> bool {
+        match &self.idempotent_methods {
+            None => is_idempotent(method),
+            Some(list) => list.contains(method),
+        }
+    }
+
+    /// Whether a request is idempotent: the classifier's word when it has one (a
+    /// gRPC method path), else its method's.
+    #[inline]
+    pub fn is_idempotent(&self, method: &Method, uri: &Uri) -> bool {
+        if let Some(c) = &self.classifier {
+            if let Some(idempotent) = c.is_idempotent(method, uri) {
+                return idempotent;
+            }
+        }
+        self.is_idempotent_method(method)
+    }
+
+    /// The header whose presence marks a request as keyed.
+    pub fn idempotency_header(&self) -> &HeaderName {
+        &self.idempotency_header
+    }
+
+    /// Whether the rules have a classifier of your own.
+    pub fn has_classifier(&self) -> bool {
+        self.classifier.is_some()
+    }
+
+    /// The classifier's decision on `outcome`; no opinion when there is none.
+    #[inline]
+    pub fn decide(&self, outcome: Observed<'_>) -> Decision {
+        match &self.classifier {
+            Some(c) => c.classify(outcome),
+            None => Decision::NO_OPINION,
+        }
+    }
+
+    /// The header that tells the server which attempt it sees, when set.
+    pub fn attempt_header(&self) -> Option<&HeaderName> {
+        self.attempt_header.as_ref()
+    }
+
+    pub(crate) fn classifier(&self) -> Option<&dyn Classifier> {
+        self.classifier.as_deref()
+    }
+
+    /// Whether each attempt's headers are stamped (an attempt header, gRPC's).
+    #[inline]
+    pub(crate) fn stamps(&self) -> bool {
+        self.attempt_header.is_some() || self.grpc
+    }
+
+    /// Stamps an attempt's headers: the attempt header, and gRPC's
+    /// `grpc-previous-rpc-attempts` and `grpc-timeout` (cut to `time_left`).
+    pub(crate) fn stamp(&self, headers: &mut HeaderMap, attempt: u32, time_left: Option<Duration>) {
+        if let Some(name) = &self.attempt_header {
+            headers.insert(name.clone(), HeaderValue::from(attempt));
+        }
+        #[cfg(feature = "grpc")]
+        if self.grpc {
+            crate::grpc::stamp(headers, attempt, time_left);
+        }
+        #[cfg(not(feature = "grpc"))]
+        let _ = time_left;
+    }
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rules")
+            .field("statuses", &self.statuses)
+            .field("errors", &self.errors)
+            .field("idempotent_methods", &self.idempotent_methods)
+            .field("idempotency_header", &self.idempotency_header)
+            .field("classifier", &self.classifier.is_some())
+            .field("attempt_header", &self.attempt_header)
+            .field("grpc", &self.grpc)
+            .finish()
+    }
+}
+
+/// Builds [`Rules`], checking every setting.
+///
+/// Setters never fail; the first invalid value is reported by
+/// [`build`](RulesBuilder::build).
+#[derive(Clone)]
+pub struct RulesBuilder {
+    rules: Rules,
+    error: Option<InvalidConfig>,
+}
+
+impl fmt::Debug for RulesBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RulesBuilder")
+            .field("rules", &self.rules)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl RulesBuilder {
+    fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.error.is_none() {
+            self.error = Some(InvalidConfig::new(setting, problem));
+        }
+    }
+
+    /// Also retry responses with this status (400 to 599).
+    pub fn retry_on(mut self, status: u16) -> Self {
+        if !(400..=599).contains(&status) {
+            self.fail(
+                "retry_on",
+                format!("status must be 400 to 599, got {status}"),
+            );
+        } else {
+            self.rules.statuses = self.rules.statuses.with(status);
+        }
+        self
+    }
+
+    /// Replaces the retryable statuses (each 400 to 599). 425 Too Early is retried
+    /// whatever this says.
+    pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        self.rules.statuses = StatusSet::EMPTY;
+        for status in statuses {
+            self = self.retry_on(status);
+        }
+        self
+    }
+
+    /// Replaces the retryable error kinds, among the transient ones:
+    /// [`Connect`](ErrorKind::Connect), [`ConnectTimeout`](ErrorKind::ConnectTimeout),
+    /// [`Dns`](ErrorKind::Dns), [`Timeout`](ErrorKind::Timeout) (a read or attempt
+    /// timeout, a pool wait included), [`Closed`](ErrorKind::Closed) (disconnected)
+    /// and [`Other`](ErrorKind::Other); all by default. A failure of a kind left out
+    /// is not sent again ([`NoRetry::KindExcluded`](super::NoRetry::KindExcluded)).
+    ///
+    /// The other kinds are not settings: an invalid request or configuration and a
+    /// failed request body are never curable, and a request canceled before it
+    /// started, `REFUSED_STREAM` and `GOAWAY` were not processed and are always
+    /// re-sendable. Naming one of them is refused.
+    pub fn retryable_errors(mut self, kinds: impl IntoIterator<Item = ErrorKind>) -> Self {
+        let mut set = KindSet(0);
+        for kind in kinds {
+            match KindSet::bit(kind) {
+                Some(b) => set.0 |= b,
+                None => self.fail(
+                    "retryable_errors",
+                    format!(
+                        "{} is not a setting: it is always or never retried",
+                        kind.as_str()
+                    ),
+                ),
+            }
+        }
+        self.rules.errors = set;
+        self
+    }
+
+    /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
+    /// POST or PATCH here means the server deduplicates every such request.
+    pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.rules.idempotent_methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// The header whose presence marks a request as keyed (default
+    /// `idempotency-key`).
+    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
+        self.rules.idempotency_header = name;
+        self
+    }
+
+    /// A classifier of your own, consulted before the built-in rules.
+    pub fn classifier(mut self, classifier: impl Classifier) -> Self {
+        self.rules.classifier = Some(Arc::new(classifier));
+        self
+    }
+
+    /// A classifier already shared.
+    pub fn shared_classifier(mut self, classifier: Arc<dyn Classifier>) -> Self {
+        self.rules.classifier = Some(classifier);
+        self
+    }
+
+    /// Sends `name: N` on every attempt, N counting from 1, so the server knows
+    /// which attempt it sees (off by default; Envoy's `x-envoy-attempt-count` is the
+    /// precedent).
+    pub fn attempt_header(mut self, name: HeaderName) -> Self {
+        self.rules.attempt_header = Some(name);
+        self
+    }
+
+    /// Keeps the first error, and replaces the rules.
+    pub(crate) fn replace(mut self, rules: Rules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    #[cfg(feature = "grpc")]
+    pub(crate) fn grpc(mut self) -> Self {
+        self.rules.grpc = true;
+        self
+    }
+
+    /// The rules, or the first invalid setting.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    pub fn build(self) -> Result<Rules, InvalidConfig> {
+        match self.error {
+            Some(err) => Err(err),
+            None => Ok(self.rules),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_retry_the_transient_statuses_and_kinds() {
+        let r = Rules::default();
+        for code in [408, 429, 502, 503, 504] {
+            assert!(r.is_retryable_status(StatusCode::from_u16(code).unwrap()));
+        }
+        for code in [200, 400, 404, 500, 501, 599] {
+            assert!(!r.is_retryable_status(StatusCode::from_u16(code).unwrap()));
+        }
+        for kind in SETTABLE_KINDS {
+            assert!(r.is_retryable_error(kind), "{kind:?}");
+        }
+        assert!(!r.is_retryable_error(ErrorKind::Config));
+        assert!(!r.is_retryable_error(ErrorKind::BodyWrite));
+        assert_eq!(format!("{:?}", r.statuses), "{408, 429, 502, 503, 504}");
+    }
+
+    #[test]
+    fn error_kinds_are_a_setting() {
+        let r = Rules::builder()
+            .retryable_errors([ErrorKind::Connect, ErrorKind::Dns])
+            .build()
+            .unwrap();
+        assert!(r.is_retryable_error(ErrorKind::Connect));
+        assert!(r.is_retryable_error(ErrorKind::Dns));
+        assert!(!r.is_retryable_error(ErrorKind::Timeout));
+        assert!(!r.is_retryable_error(ErrorKind::Closed));
+        // Not processed: always.
+        assert!(r.is_retryable_error(ErrorKind::RefusedStream));
+        assert_eq!(format!("{:?}", r.errors), r#"{"connect", "dns"}"#);
+        let err = Rules::builder()
+            .retryable_errors([ErrorKind::Config])
+            .build()
+            .unwrap_err();
+        assert_eq!(err.setting(), "retryable_errors");
+        let err = Rules::builder().retry_on(302).build().unwrap_err();
+        assert_eq!(err.setting(), "retry_on");
+    }
+
+    #[test]
+    fn the_classifier_decides_idempotency_when_it_knows() {
+        struct Paths;
+        impl Classifier for Paths {
+            fn classify(&self, _: Observed<'_>) -> Decision {
+                Decision::NO_OPINION
+            }
+            fn is_idempotent(&self, _: &Method, uri: &Uri) -> Option<bool> {
+                Some(uri.path() == "/read")
+            }
+        }
+        let r = Rules::builder().classifier(Paths).build().unwrap();
+        let read: Uri = "http://h/read".parse().unwrap();
+        let write: Uri = "http://h/write".parse().unwrap();
+        assert!(r.is_idempotent(&Method::POST, &read));
+        assert!(!r.is_idempotent(&Method::GET, &write));
+        assert!(Rules::default().is_idempotent(&Method::GET, &write));
+    }
+}
