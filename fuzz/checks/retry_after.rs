@@ -203,6 +203,11 @@ fn time(s: &[u8]) -> Option<(u32, u32, u32)> {
 
 /// The seconds since the epoch of an HTTP-date in one of its three forms.
 fn date_secs(v: &[u8]) -> Option<u64> {
+    // Non-ASCII bytes anywhere make the value invalid, even where a form's
+    // separator is not looked at.
+    if !v.is_ascii() {
+        return None;
+    }
     // (weekday, day, month 0-based, year, time)
     let (wday, day, month, year, t) = if let Some(comma) = v.iter().position(|&b| b == b',') {
         let (name, rest) = (&v[..comma], &v[comma + 1..]);

@@ -34,6 +34,11 @@ pub enum ErrorKind {
     Closed,
     /// The request body failed while it was being sent.
     BodyWrite,
+    /// The server's response head could not be read: too large, an invalid status
+    /// line or header (a hyper parse error). The same server would send it again,
+    /// so it is never re-sent: a client must not download a huge header block once
+    /// per attempt.
+    InvalidResponse,
     /// Any other failure.
     Other,
 }
@@ -50,6 +55,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Closed => "closed",
             ErrorKind::BodyWrite => "body_write",
+            ErrorKind::InvalidResponse => "invalid_response",
             ErrorKind::Other => "other",
         }
     }
@@ -74,6 +80,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Timeout => "timed out",
             ErrorKind::Closed => "connection closed",
             ErrorKind::BodyWrite => "request body error",
+            ErrorKind::InvalidResponse => "invalid response head",
             ErrorKind::Other => "transport error",
         })
     }
@@ -211,6 +218,10 @@ fn hyper_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
         if he.is_timeout() {
             return Some(ErrorKind::Timeout);
         }
+        // A head too large or malformed: what the same server sends again.
+        if he.is_parse() {
+            return Some(ErrorKind::InvalidResponse);
+        }
         // An HTTP/2 or io cause tells more than hyper's own kind.
         if let Some(kind) = he.source().and_then(chain_kind) {
             return Some(kind);
@@ -319,7 +330,8 @@ pub struct RequestFacts<'a> {
 /// 1. a response whose status is not retryable (and without `x-should-retry:
 ///    true`) is an answer, returned as it is;
 /// 2. a failure that re-sending cannot cure (an invalid request, configuration,
-///    TLS, or a failed request body) is never sent again;
+///    TLS, a failed request body, or a response head the server would send again:
+///    too large or malformed) is never sent again;
 /// 3. `x-should-retry: true|false` on a response decides when present;
 /// 4. a request the server did not process (425, `REFUSED_STREAM`, a stream refused
 ///    by `GOAWAY`, canceled before it started, a connection that could not be
@@ -385,6 +397,8 @@ pub(crate) fn ladder(
         Outcome::Error(kind) => match kind {
             ErrorKind::Config => return Classification::NotRetryable(NoRetry::Permanent),
             ErrorKind::BodyWrite => return Classification::NotRetryable(NoRetry::BodyFailed),
+            // The same server would send the same head again.
+            ErrorKind::InvalidResponse => return Classification::NotRetryable(NoRetry::Permanent),
             _ => not_processed = kind.is_not_processed(),
         },
     }

@@ -37,7 +37,8 @@ impl fmt::Display for NotReplayable {
 #[non_exhaustive]
 pub enum NoRetry {
     /// The same request would fail the same way (invalid request, configuration,
-    /// TLS or name resolution).
+    /// TLS or name resolution, or a response head the server would send again: too
+    /// large or malformed).
     Permanent,
     /// The server said `x-should-retry: false`.
     ServerDeclined,

@@ -518,6 +518,12 @@ impl<S, B> Call<S, B> {
                 let class = self.classify(Outcome::Error(kind), progress);
                 let hedged = Hedged::find(&*err).cloned();
                 self.record(AttemptOutcome::Error(kind), None, progress, hedged, now);
+                // An attempt whose timeout was cut to the deadline timed out: the
+                // deadline ended the call, not the attempts or the method.
+                if err.downcast_ref::<TimedOut>().is_some_and(|t| t.deadline) {
+                    let retryable = class.is_retryable();
+                    return Step::Return(self.fail(kind, err, StopReason::Deadline, retryable));
+                }
                 match class {
                     Classification::Retryable(reason) => match self.gates(None, now) {
                         Ok(wait) => {
