@@ -22,7 +22,6 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,7 +46,10 @@ const ORIGINS: usize = 10_000;
 
 /// A count from the environment (`SOAK_CALLS`, `SOAK_ORIGINS`) for a shorter run.
 fn count(var: &str, default: usize) -> usize {
-    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 /// How long the client's pool keeps an idle connection.
 const POOL_IDLE: Duration = Duration::from_secs(1);
@@ -73,7 +75,9 @@ impl Sample {
     fn take(budget: &BudgetLayer, breaker: &CircuitBreakerLayer) -> Sample {
         Sample {
             fds: open_fds(),
-            tasks: tokio::runtime::Handle::current().metrics().num_alive_tasks(),
+            tasks: tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
             registry: registry_entries(budget, breaker),
             rss_kib: resident_kib(),
         }
@@ -125,7 +129,8 @@ async fn answer(n: usize) -> Result<Response<Full<Bytes>>, std::io::Error> {
         0..=2 => *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
         3 => {
             *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            res.headers_mut().insert("retry-after", "0".parse().unwrap());
+            res.headers_mut()
+                .insert("retry-after", "0".parse().unwrap());
         }
         4 => {
             *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -161,10 +166,7 @@ struct Tally {
 }
 
 impl Tally {
-    async fn record(
-        &self,
-        result: Result<Response<Incoming>, BoxError>,
-    ) {
+    async fn record(&self, result: Result<Response<Incoming>, BoxError>) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(res) => {
@@ -183,8 +185,12 @@ impl Tally {
 }
 
 /// Runs `calls` requests made by `request`, `CONCURRENCY` at a time.
-async fn run<S>(svc: S, calls: usize, request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync>, tally: Arc<Tally>)
-where
+async fn run<S>(
+    svc: S,
+    calls: usize,
+    request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync>,
+    tally: Arc<Tally>,
+) where
     S: Service<Request<Full<Bytes>>, Response = Response<Incoming>, Error = BoxError>
         + Clone
         + Send
@@ -213,14 +219,17 @@ where
     while workers.join_next().await.is_some() {}
 }
 
-/// Ports of 127.0.0.1 that refuse: each was bound by the system and let go.
-async fn refusing_ports(n: usize) -> std::io::Result<Vec<u16>> {
-    let mut ports = HashSet::with_capacity(n);
-    while ports.len() < n {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        ports.insert(listener.local_addr()?.port());
+/// Ports of 127.0.0.1 that refuse: nothing listens on them (each could be bound,
+/// and was let go at once), taken in order from 20000.
+fn refusing_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let ports: Vec<u16> = (20_000..=u16::MAX)
+        .filter(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .take(n)
+        .collect();
+    if ports.len() < n {
+        return Err(std::io::Error::other("not enough free ports on 127.0.0.1"));
     }
-    Ok(ports.into_iter().collect())
+    Ok(ports)
 }
 
 #[tokio::main]
@@ -245,7 +254,9 @@ async fn main() -> Result<(), BoxError> {
         .layer(breaker.clone())
         .layer(budget.clone())
         .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(15))))
+        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+            15,
+        ))))
         .layer(ProgressTrackingLayer::new())
         .service(transport());
 
@@ -260,8 +271,12 @@ async fn main() -> Result<(), BoxError> {
     let during = Arc::new(Mutex::new(Sample::default()));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
-        let (during, sampling, budget, breaker) =
-            (during.clone(), sampling.clone(), budget.clone(), breaker.clone());
+        let (during, sampling, budget, breaker) = (
+            during.clone(),
+            sampling.clone(),
+            budget.clone(),
+            breaker.clone(),
+        );
         tokio::spawn(async move {
             while sampling.load(Ordering::Relaxed) {
                 let now = Sample::take(&budget, &breaker);
@@ -277,20 +292,25 @@ async fn main() -> Result<(), BoxError> {
     let tally = Arc::new(Tally::default());
     let started = Instant::now();
     let base = format!("http://{addr}");
-    let request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync> =
-        Arc::new(move |n| {
-            let post = n % 5 == 0;
-            Request::builder()
-                .method(if post { Method::POST } else { Method::GET })
-                .uri(format!("{base}/items/{}", n % 100))
-                .body(Full::new(if post {
-                    Bytes::from_static(b"{\"item\":1}")
-                } else {
-                    Bytes::new()
-                }))
-                .expect("a valid request")
-        });
-    run(svc.clone(), count("SOAK_CALLS", CALLS), request, tally.clone()).await;
+    let request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync> = Arc::new(move |n| {
+        let post = n % 5 == 0;
+        Request::builder()
+            .method(if post { Method::POST } else { Method::GET })
+            .uri(format!("{base}/items/{}", n % 100))
+            .body(Full::new(if post {
+                Bytes::from_static(b"{\"item\":1}")
+            } else {
+                Bytes::new()
+            }))
+            .expect("a valid request")
+    });
+    run(
+        svc.clone(),
+        count("SOAK_CALLS", CALLS),
+        request,
+        tally.clone(),
+    )
+    .await;
     let calls_took = started.elapsed();
     let upstream_requests = served.load(Ordering::Relaxed);
     during.lock().unwrap().row("during calls (max)");
@@ -298,15 +318,14 @@ async fn main() -> Result<(), BoxError> {
 
     *during.lock().unwrap() = Sample::default();
     let origins = count("SOAK_ORIGINS", ORIGINS);
-    let ports = Arc::new(refusing_ports(origins).await?);
+    let ports = Arc::new(refusing_ports(origins)?);
     let origins_tally = Arc::new(Tally::default());
     let started = Instant::now();
-    let request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync> =
-        Arc::new(move |n| {
-            Request::get(format!("http://127.0.0.1:{}/", ports[n]))
-                .body(Full::new(Bytes::new()))
-                .expect("a valid request")
-        });
+    let request: Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync> = Arc::new(move |n| {
+        Request::get(format!("http://127.0.0.1:{}/", ports[n]))
+            .body(Full::new(Bytes::new()))
+            .expect("a valid request")
+    });
     run(svc.clone(), origins, request, origins_tally.clone()).await;
     let origins_took = started.elapsed();
     during.lock().unwrap().row("during origins (max)");
@@ -320,7 +339,8 @@ async fn main() -> Result<(), BoxError> {
     after.row("after idle");
 
     let calls = tally.calls.load(Ordering::Relaxed);
-    let errors = tally.errors.load(Ordering::Relaxed) + tally.failed_answers.load(Ordering::Relaxed);
+    let errors =
+        tally.errors.load(Ordering::Relaxed) + tally.failed_answers.load(Ordering::Relaxed);
     println!(
         "\n{calls} calls in {:.1} s ({} upstream requests, {} failed answers, {} errors); \
          {} origins in {:.1} s ({} refused calls)",

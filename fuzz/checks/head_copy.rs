@@ -158,7 +158,13 @@ impl Seen {
             headers: req
                 .headers()
                 .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec(), v.is_sensitive()))
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        v.as_bytes().to_vec(),
+                        v.is_sensitive(),
+                    )
+                })
                 .collect(),
             header_count: req.headers().len(),
             marker: req.extensions().get::<Marker>().cloned(),

@@ -267,7 +267,12 @@ struct Harness {
 
 impl Harness {
     fn release_now(&mut self) -> bool {
-        let r = self.plan.releases.get(self.release_at).copied().unwrap_or(true);
+        let r = self
+            .plan
+            .releases
+            .get(self.release_at)
+            .copied()
+            .unwrap_or(true);
         self.release_at += 1;
         r
     }
@@ -363,7 +368,11 @@ impl Harness {
                 continue;
             }
             let left = (self.full.len() - r.data.len()) as u64;
-            assert_eq!(r.body.size_hint().exact(), Some(left), "reader {i}: size hint");
+            assert_eq!(
+                r.body.size_hint().exact(),
+                Some(left),
+                "reader {i}: size hint"
+            );
         }
     }
 
@@ -371,9 +380,15 @@ impl Harness {
     fn attempt(&mut self, body: ReplayBody<ScriptBody>) -> StatusCode {
         let n = self.calls;
         self.calls += 1;
-        assert!(n < self.plan.attempts as usize, "more attempts than allowed");
+        assert!(
+            n < self.plan.attempts as usize,
+            "more attempts than allowed"
+        );
         if n > 0 {
-            assert!(self.model_replayable(), "attempt {n} sent for a body that is not replayable");
+            assert!(
+                self.model_replayable(),
+                "attempt {n} sent for a body that is not replayable"
+            );
         }
         let stale = self.plan.stale_polls[n].clone();
         for (i, polls) in stale.into_iter().enumerate() {
@@ -490,9 +505,15 @@ fn check_in_runtime(data: &[u8]) {
     let calls = h.calls;
     if calls < attempts {
         // Stopped early: only because the body could not be replayed.
-        assert!(!h.model_replayable(), "stopped after {calls} attempts, body replayable");
+        assert!(
+            !h.model_replayable(),
+            "stopped after {calls} attempts, body replayable"
+        );
         assert_eq!(res.status(), StatusCode::TOO_EARLY);
-        let stop = res.extensions().get::<History>().and_then(History::stop_reason);
+        let stop = res
+            .extensions()
+            .get::<History>()
+            .and_then(History::stop_reason);
         assert!(
             matches!(stop, Some(StopReason::BodyNotReplayable(_))),
             "stop reason {stop:?}",

@@ -18,7 +18,11 @@ fn replay(target: &str, check: fn(&[u8]), min: usize) {
         .filter(|path| path.is_file())
         .collect();
     files.sort();
-    assert!(files.len() >= min, "{target}: {} seeds, want {min}", files.len());
+    assert!(
+        files.len() >= min,
+        "{target}: {} seeds, want {min}",
+        files.len()
+    );
     for path in files {
         let data = std::fs::read(&path).expect("a readable seed");
         let name = path.file_name().unwrap().to_string_lossy().into_owned();

@@ -45,7 +45,10 @@ async fn the_last_attempt_cut_to_the_deadline_says_deadline_not_attempts() {
     assert!(err.is_timeout(), "{err}");
     assert!(err.is_deadline(), "{err}");
     assert_eq!(err.stop_reason(), Some(StopReason::Deadline));
-    assert!(err.is_retryable(), "a GET that timed out is worth another try");
+    assert!(
+        err.is_retryable(),
+        "a GET that timed out is worth another try"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -25,7 +25,9 @@ async fn get(policy: RetryPolicy, uri: String) -> Result<Response<Incoming>, bac
 }
 
 /// Three attempts, a backoff of a few milliseconds, and whatever `f` adds.
-fn policy(f: impl FnOnce(backstop::policy::RetryPolicyBuilder) -> backstop::policy::RetryPolicyBuilder) -> RetryPolicy {
+fn policy(
+    f: impl FnOnce(backstop::policy::RetryPolicyBuilder) -> backstop::policy::RetryPolicyBuilder,
+) -> RetryPolicy {
     f(RetryPolicy::builder().backoff(Duration::from_millis(1), Duration::from_millis(5)))
         .build()
         .expect("a valid policy")
@@ -113,7 +115,7 @@ async fn endless_503(mut conn: Conn) {
         return;
     }
     let mut chunk = b"4000\r\n".to_vec();
-    chunk.extend(std::iter::repeat_n(b'x', 0x4000));
+    chunk.resize(chunk.len() + 0x4000, b'x');
     chunk.extend_from_slice(b"\r\n");
     while conn.write(&chunk).await.is_ok() {}
 }
@@ -133,8 +135,14 @@ async fn an_endless_fast_503_body_is_drained_up_to_its_byte_limit() {
         let took = started.elapsed();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(history(&res).len(), 2);
-        assert_eq!(history(&res).stop_reason(), Some(StopReason::AttemptsExhausted));
-        assert!(took < Duration::from_secs(2), "the drain ran past its byte limit: {took:?}");
+        assert_eq!(
+            history(&res).stop_reason(),
+            Some(StopReason::AttemptsExhausted)
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "the drain ran past its byte limit: {took:?}"
+        );
         // The undrained connection was given up, not reused.
         assert_eq!(server.connections(), 2);
     })
@@ -169,8 +177,14 @@ async fn an_endless_503_body_one_byte_at_a_time_is_drained_up_to_its_time_limit(
         let took = started.elapsed();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(history(&res).len(), 2);
-        assert!(took >= drain, "the drain ended before its time limit: {took:?}");
-        assert!(took < Duration::from_millis(1500), "the drain ran past its time limit: {took:?}");
+        assert!(
+            took >= drain,
+            "the drain ended before its time limit: {took:?}"
+        );
+        assert!(
+            took < Duration::from_millis(1500),
+            "the drain ran past its time limit: {took:?}"
+        );
         assert_eq!(server.connections(), 2);
     })
     .await
@@ -182,7 +196,10 @@ fn ended_at_deadline(err: &backstop::Error, took: Duration, deadline: Duration) 
     assert!(err.is_timeout(), "{err}");
     assert_eq!(err.stop_reason(), Some(StopReason::Deadline));
     assert!(took >= deadline, "ended before the deadline: {took:?}");
-    assert!(took < deadline + Duration::from_millis(400), "ended late: {took:?}");
+    assert!(
+        took < deadline + Duration::from_millis(400),
+        "ended late: {took:?}"
+    );
 }
 
 #[tokio::test]
@@ -246,15 +263,25 @@ async fn a_retry_after_of_ten_to_the_twentieth_seconds_does_not_park_the_caller(
             retry-after: 100000000000000000000\r\ncontent-length: 0\r\n\r\n";
         let server = RawServer::start(move |conn| answer_with(head, conn)).await;
         let started = Instant::now();
-        let res = get(policy(|p| p.timeout(Duration::from_secs(5))), server.uri("/"))
-            .await
-            .unwrap();
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        let res = get(
+            policy(|p| p.timeout(Duration::from_secs(5))),
+            server.uri("/"),
+        )
+        .await
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         let history = history(&res);
         assert_eq!(history.stop_reason(), Some(StopReason::RetryAfterTooLong));
         // Clamped to the documented ceiling, and told to the caller.
-        assert_eq!(history.retry_after(), Some(Duration::from_secs(365 * 24 * 60 * 60)));
+        assert_eq!(
+            history.retry_after(),
+            Some(Duration::from_secs(365 * 24 * 60 * 60))
+        );
         assert_eq!(server.requests(), 1);
     })
     .await
@@ -268,10 +295,17 @@ async fn a_garbage_retry_after_is_ignored_without_a_panic() {
             retry-after-ms: \xc3\x28\r\nretry-after-ms: NaN\r\ncontent-length: 0\r\n\r\n";
         let server = RawServer::start(move |conn| answer_with(head, conn)).await;
         let started = Instant::now();
-        let res = get(policy(|p| p.timeout(Duration::from_secs(5))), server.uri("/"))
-            .await
-            .unwrap();
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        let res = get(
+            policy(|p| p.timeout(Duration::from_secs(5))),
+            server.uri("/"),
+        )
+        .await
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         let history = history(&res);
         // No hint: the backoff paced three attempts.

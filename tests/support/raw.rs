@@ -70,7 +70,9 @@ impl RawServer {
         F: Fn(Conn) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("a local address");
         let counts = Arc::new(Counts::default());
         let accept_counts = Arc::clone(&counts);
