@@ -13,7 +13,8 @@
 //!   and the original did not fail; the layer sends the next attempt exactly then;
 //! - with an honest exact size hint, every reader's hint is exact and counts the
 //!   bytes it has left;
-//! - no lost wake-up: once the original's pending poll is released, every reader
+//! - no lost wake-up: once the original's pending poll is released (or at once,
+//!   when the original woke its waker before returning `Pending`), every reader
 //!   that returned `Pending` has been woken.
 
 use std::convert::Infallible;
@@ -39,7 +40,10 @@ use super::input::Input;
 #[derive(Clone, Debug)]
 enum Event {
     Data(Bytes),
+    /// `Pending` until the harness releases it, waking the waker it was given.
     Pending,
+    /// `Pending` once, having woken its waker at once (a body that yields).
+    Yield,
     Error,
     Trailers(HeaderMap),
 }
@@ -88,7 +92,7 @@ fn plan(data: &[u8]) -> Plan {
     let mut events = Vec::new();
     let mut offset = 0usize;
     for _ in 0..input.upto(16) {
-        match input.u8() % 9 {
+        match input.u8() % 10 {
             0..=3 => {
                 let len = input.upto(64);
                 let bytes: Vec<u8> = (offset..offset + len).map(|i| (i * 7 + 3) as u8).collect();
@@ -97,6 +101,7 @@ fn plan(data: &[u8]) -> Plan {
             }
             4 => events.push(Event::Data(Bytes::new())),
             5 | 6 => events.push(Event::Pending),
+            9 => events.push(Event::Yield),
             7 => {
                 events.push(Event::Error);
                 break;
@@ -144,6 +149,8 @@ struct Original {
     yielded: u64,
     /// The original yielded its error.
     failed: bool,
+    /// The last poll of the original woke its waker and returned `Pending`.
+    self_woke: bool,
 }
 
 struct ScriptBody {
@@ -152,6 +159,8 @@ struct ScriptBody {
     hint: Hint,
     honest_end: bool,
     seen: Arc<Mutex<Original>>,
+    /// The `Yield` at `pos` returned `Pending` already.
+    yielding: bool,
 }
 
 impl ScriptBody {
@@ -180,7 +189,20 @@ impl Body for ScriptBody {
                 return Poll::Ready(None);
             };
             let mut seen = this.seen.lock().unwrap();
+            seen.self_woke = false;
             match event {
+                Event::Yield => {
+                    if this.yielding {
+                        this.yielding = false;
+                        this.pos += 1;
+                        continue;
+                    }
+                    this.yielding = true;
+                    seen.self_woke = true;
+                    drop(seen);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 Event::Pending => {
                     if seen.released {
                         seen.released = false;
@@ -346,10 +368,12 @@ impl Harness {
             }
             Poll::Pending => {
                 r.pending = true;
+                let seen = self.seen.lock().unwrap();
                 assert!(
-                    self.seen.lock().unwrap().armed.is_some(),
+                    seen.armed.is_some() || seen.self_woke,
                     "reader {i}: Pending while the original is not pending",
                 );
+                drop(seen);
                 if self.release_now() {
                     self.release();
                 }
@@ -454,6 +478,7 @@ fn check_in_runtime(data: &[u8]) {
         hint: plan.hint,
         honest_end: plan.honest_end,
         seen: Arc::clone(&seen),
+        yielding: false,
     };
     let mut full = Vec::new();
     let mut trailers = None;
@@ -463,7 +488,7 @@ fn check_in_runtime(data: &[u8]) {
             Event::Data(b) => full.extend_from_slice(b),
             Event::Trailers(t) => trailers = Some(t.clone()),
             Event::Error => fails = true,
-            Event::Pending => {}
+            Event::Pending | Event::Yield => {}
         }
     }
     let starts_empty = body.is_end_stream();
@@ -525,7 +550,7 @@ fn check_in_runtime(data: &[u8]) {
     // Every reader read on to its end, releasing the original whenever it waits.
     h.plan.releases.clear();
     for i in 0..h.readers.len() {
-        for _ in 0..h.plan.events.len() + 4 {
+        for _ in 0..2 * h.plan.events.len() + 4 {
             h.poll(i);
         }
         let r = &h.readers[i];
