@@ -66,8 +66,8 @@
 //! 1. a `2xx` is always an answer (`x-should-retry` is not read on it); a response
 //!    whose status is not retryable is an answer, returned as it is;
 //! 2. a failure re-sending cannot cure (invalid request, configuration, a
-//!    certificate, a failed request body) is never re-sent, nor an error of a kind
-//!    the rules leave out;
+//!    certificate, a failed request body, a response head too large or malformed)
+//!    is never re-sent, nor an error of a kind the rules leave out;
 //! 3. `x-should-retry: true|false` decides when present;
 //! 4. a request the server did not process (425, HTTP/2 `REFUSED_STREAM`, a stream
 //!    refused by `GOAWAY`, canceled or refused before it started, a name that did not
@@ -143,6 +143,7 @@
 //! | h2 remote reset `REFUSED_STREAM` | `RefusedStream` | any method |
 //! | h2 remote `GOAWAY` | `GoAway` | any method |
 //! | hyper user error with a cause (the request body failed) | `BodyWrite` | never |
+//! | hyper `is_parse()`: a response head too large, an invalid status line or header | `InvalidResponse` | never: the same server sends it again (a 2 MB header block is not downloaded once per attempt) |
 //! | hyper `is_incomplete_message()`, io reset / broken pipe, other h2 resets | `Closed` | idempotent or keyed; any method when [`progress`] proves nothing was written |
 //! | an attempt timeout, hyper `is_timeout()`, tokio's or tower's `Elapsed` | `Timeout` | idempotent or keyed; any method when [`progress`] proves nothing was written |
 //! | (feature `reqwest-middleware`) `reqwest::Error` with `is_connect()`: refused, reset, unreachable, a name that did not resolve, timed out while connecting | `Connect`, `Dns`, `ConnectTimeout` | any method |

@@ -201,6 +201,8 @@ fn built_in(
         Outcome::Error(kind) => match kind {
             ErrorKind::Config => return Classification::NotRetryable(NoRetry::Permanent),
             ErrorKind::BodyWrite => return Classification::NotRetryable(NoRetry::BodyFailed),
+            // The same server would send the same head again.
+            ErrorKind::InvalidResponse => return Classification::NotRetryable(NoRetry::Permanent),
             _ if !rules.is_retryable_error(kind) => {
                 return Classification::NotRetryable(NoRetry::KindExcluded)
             }

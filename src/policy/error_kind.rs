@@ -32,6 +32,11 @@ pub enum ErrorKind {
     Closed,
     /// The request body failed while it was being sent.
     BodyWrite,
+    /// The server's response head could not be read: too large, an invalid status
+    /// line or header (a hyper parse error). The same server would send it again,
+    /// so it is never re-sent: a client must not download a huge header block once
+    /// per attempt.
+    InvalidResponse,
     /// Any other failure.
     Other,
 }
@@ -50,6 +55,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Closed => "closed",
             ErrorKind::BodyWrite => "body_write",
+            ErrorKind::InvalidResponse => "invalid_response",
             ErrorKind::Other => "other",
         }
     }
@@ -81,6 +87,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Timeout => "timed out",
             ErrorKind::Closed => "connection closed",
             ErrorKind::BodyWrite => "request body error",
+            ErrorKind::InvalidResponse => "invalid response head",
             ErrorKind::Other => "transport error",
         })
     }
@@ -310,6 +317,10 @@ fn hyper_kind(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
         }
         if he.is_timeout() {
             return Some(ErrorKind::Timeout);
+        }
+        // A head too large or malformed: what the same server sends again.
+        if he.is_parse() {
+            return Some(ErrorKind::InvalidResponse);
         }
         // An HTTP/2 or io cause tells more than hyper's own kind.
         if let Some(kind) = he.source().and_then(chain_kind) {

@@ -38,7 +38,8 @@ impl fmt::Display for NotReplayable {
 #[non_exhaustive]
 pub enum NoRetry {
     /// The same request would fail the same way (an invalid request or
-    /// configuration, a certificate), or a classifier said it cannot be cured.
+    /// configuration, a certificate, or a response head the server would send
+    /// again: too large or malformed), or a classifier said it cannot be cured.
     Permanent,
     /// The server said not to (`x-should-retry: false`, a negative gRPC pushback).
     ServerDeclined,

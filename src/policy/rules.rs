@@ -189,8 +189,8 @@ impl<F> fmt::Debug for ClassifyFn<F> {
 }
 
 /// The error kinds the retryable-errors setting covers: the transient ones.
-/// (`Config` and `BodyWrite` are never curable; `Canceled`, `RefusedStream` and
-/// `GoAway` are not processed and always re-sendable.)
+/// (`Config`, `BodyWrite` and `InvalidResponse` are never curable; `Canceled`,
+/// `RefusedStream` and `GoAway` are not processed and always re-sendable.)
 const SETTABLE_KINDS: [ErrorKind; 6] = [
     ErrorKind::Connect,
     ErrorKind::ConnectTimeout,
@@ -357,7 +357,10 @@ impl Rules {
     /// Whether a failure of `kind` may be sent again under these rules (the ladder's
     /// other rungs still apply).
     pub fn is_retryable_error(&self, kind: ErrorKind) -> bool {
-        !matches!(kind, ErrorKind::Config | ErrorKind::BodyWrite) && self.errors.allows(kind)
+        !matches!(
+            kind,
+            ErrorKind::Config | ErrorKind::BodyWrite | ErrorKind::InvalidResponse
+        ) && self.errors.allows(kind)
     }
 
     /// Whether the rules treat `method` as idempotent.

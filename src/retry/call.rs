@@ -299,6 +299,12 @@ where
                     .and_then(AttemptLog::hedged)
                     .cloned();
                 self.record(AttemptOutcome::Error(kind), hint, progress, hedged, now);
+                // An attempt whose timeout was cut to the deadline timed out: the
+                // deadline ended the call, not the attempts or the method.
+                if err.downcast_ref::<TimedOut>().is_some_and(|t| t.deadline) {
+                    let retryable = class.is_retryable();
+                    return Step::Return(self.fail(kind, err, StopReason::Deadline, retryable));
+                }
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => {

@@ -2,6 +2,7 @@
 
 pub mod gates;
 pub mod mock;
+pub mod raw;
 pub mod requests;
 #[cfg(feature = "test-util")]
 pub mod wire;

@@ -1,0 +1,26 @@
+//! The properties the fuzz targets check, shared by the cargo-fuzz targets
+//! (`fuzz/fuzz_targets/`) and the stable test binary that replays the committed
+//! corpus (`tests/fuzz/`). Each `check` takes raw bytes, decodes them with
+//! [`input::Input`] (so neither side needs `arbitrary`) and panics when backstop
+//! disagrees with the check's own model.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod head_copy;
+pub mod input;
+pub mod replay_body;
+pub mod retry_after;
+
+/// Runs `f` inside a current-thread tokio runtime, made once per thread: the retry
+/// layer creates its timers (the drain's time limit) even when nothing waits on them.
+pub fn in_runtime<T>(f: impl FnOnce() -> T) -> T {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a tokio runtime");
+    }
+    RUNTIME.with(|rt| {
+        let _entered = rt.enter();
+        f()
+    })
+}
