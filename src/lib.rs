@@ -116,6 +116,7 @@ pub mod circuit_breaker;
 mod error;
 pub mod hedge;
 pub mod idempotency_key;
+pub mod observe;
 pub mod policy;
 #[cfg(feature = "hyper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper")))]
@@ -128,6 +129,7 @@ pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 pub use error::{BoxError, Error, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
+pub use observe::ObserveLayer;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;

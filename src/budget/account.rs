@@ -87,6 +87,10 @@ impl BudgetAccount for Account {
     fn refund(&self) {
         Account::refund(self)
     }
+
+    fn available(&self) -> Option<u64> {
+        Some(Account::available(self))
+    }
 }
 
 impl Entry for Account {

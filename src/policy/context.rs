@@ -7,6 +7,7 @@ use http::Extensions;
 use tokio::time::Instant;
 
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
+use crate::observe::Observer;
 
 /// What the outer layers of a stack give the inner ones for one call, carried in
 /// the request's extensions as one value.
@@ -51,6 +52,7 @@ pub struct CallContext {
     deadline: Option<Instant>,
     route: Option<Arc<str>>,
     attempt: Option<AttemptLog>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl CallContext {
@@ -127,6 +129,19 @@ impl CallContext {
     pub fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
         self.attempt = attempt;
     }
+
+    /// The observer the layers tell what they decide for this call (see
+    /// [`observe`](crate::observe)).
+    #[inline]
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.observer.as_ref()
+    }
+
+    /// Sets the observer of this call; an
+    /// [`ObserveLayer`](crate::observe::ObserveLayer) outside keeps it.
+    pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
+        self.observer = Some(observer);
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -138,6 +153,7 @@ impl fmt::Debug for CallContext {
             .field("deadline", &self.deadline)
             .field("route", &self.route)
             .field("attempt", &self.attempt.is_some())
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
@@ -203,6 +219,11 @@ impl<'a> Given<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    #[inline]
+    pub(crate) fn observer(&self) -> Option<&'a Arc<dyn Observer>> {
+        self.context.and_then(CallContext::observer)
     }
 
     #[inline]

@@ -17,6 +17,12 @@ pub trait BudgetAccount: Send + Sync + 'static {
     /// Gives back one withdrawal whose extra attempt was not sent after all (a gate
     /// refused it after the wait). Does nothing by default.
     fn refund(&self) {}
+
+    /// How many extra attempts the account would allow now, when it can tell: for
+    /// observers and metrics. `None` by default.
+    fn available(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The budget account of a call, found in its request extensions.
@@ -58,6 +64,11 @@ impl BudgetHandle {
     /// Gives back one withdrawal whose extra attempt was not sent.
     pub fn refund(&self) {
         self.0.refund()
+    }
+
+    /// How many extra attempts the account would allow now, when it can tell.
+    pub fn available(&self) -> Option<u64> {
+        self.0.available()
     }
 }
 

@@ -226,9 +226,6 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
-                    if let Some(span) = this.span.as_deref() {
-                        span.record("http.request.resend_count", call.attempt - 1);
-                    }
                     let future = call.service.call(req);
                     this.state.set(State::Attempt {
                         future,
@@ -243,8 +240,23 @@ where
             }
         };
         this.state.set(State::Done);
+        drop(_entered);
+        if let Some(span) = this.span.take() {
+            finished(&span, call.attempt);
+        }
+        call.ended(&ended);
         Poll::Ready(ended)
     }
+}
+
+/// Records on the call's span, once, how many times the request was sent again,
+/// and tells that the call ended.
+#[cold]
+fn finished(span: &Span, attempts: u32) {
+    if attempts > 1 {
+        span.record("http.request.resend_count", attempts - 1);
+    }
+    span.in_scope(|| tracing::debug!(attempts, "call finished"));
 }
 
 /// The error a call answers when it is polled again after it ended.
