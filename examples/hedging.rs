@@ -14,6 +14,9 @@
 //! The last line is for scripts:
 //! `hedging p99_none_ms=<a> p99_backstop_ms=<b> extra_load_pct=<c>` (backstop
 //! adaptive).
+//!
+//! It also writes `docs/hedging.svg`: the latency distribution (CDF) of each
+//! client, on a log scale.
 
 mod common;
 
@@ -262,5 +265,46 @@ async fn main() -> Result<(), BoxError> {
         "hedging p99_none_ms={p99_none:.2} p99_backstop_ms={p99_backstop:.2} extra_load_pct={:.2}",
         adaptive.extra_pct()
     );
+
+    use common::chart::{cdf, lines, Series, COLORS};
+    use plotters::prelude::IntoLogRange;
+    let clients = [
+        ("no hedging", &none),
+        ("tower hedge (p95)", &tower),
+        ("backstop fixed 10 ms", &fixed),
+        ("backstop adaptive (p95)", &adaptive),
+    ];
+    let series: Vec<Series> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let ms: Vec<f64> = t.latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            Series {
+                name: format!("{name}: p99 {:.1} ms", t.percentile(0.99)),
+                points: cdf(&ms, 2_000),
+                color: COLORS[i],
+            }
+        })
+        .collect();
+    let slowest = clients
+        .iter()
+        .filter_map(|(_, t)| t.latencies.last())
+        .max()
+        .map_or(1.0, |d| d.as_secs_f64() * 1e3);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hedging.svg");
+    lines(
+        &path,
+        &format!(
+            "Latency CDF: {:.0} % of requests take {} ms instead of {} ms",
+            SLOW_PER_10K as f64 / 100.0,
+            SLOW.as_millis(),
+            FAST.as_millis()
+        ),
+        ("latency, ms (log scale)", "share of calls"),
+        (0.5..slowest * 1.5).log_scale(),
+        0.0..1.02,
+        &series,
+    )?;
+    println!("chart: docs/hedging.svg");
     Ok(())
 }

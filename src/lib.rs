@@ -56,6 +56,14 @@
 //! the shared vocabulary, are in [`policy`]; a layer that finds no handle skips its
 //! check.
 //!
+//! # Seeing what it decides
+//!
+//! An [`ObserveLayer`] put outermost leaves one [`Observer`](observe::Observer) in
+//! each call's context; every layer inside tells it what it decided (calls and
+//! attempts finished, retries scheduled and skipped, refusals, hedges, breaker
+//! state changes, a budget that ran dry), each event naming the call's origin,
+//! route and method. See [`observe`].
+//!
 //! # When is a request sent again?
 //!
 //! The decision ladder ([`policy::classify`]) runs in this order, the first match
@@ -96,6 +104,8 @@
 //!
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
 //!   and [`progress`], which reads hyper-util's connection capture.
+//! - `metrics`: [`observe::MetricsObserver`], which records what the layers decide
+//!   through the `metrics` facade.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
 //!
 //! The other layers need nothing beyond the core dependencies, so they are always
