@@ -104,7 +104,7 @@
 //!
 //! - `hyper` (default): recognise hyper, hyper-util and h2 errors when classifying,
 //!   and [`progress`], which reads hyper-util's connection capture.
-//! - `metrics`: [`observe::MetricsObserver`], which records what the layers decide
+//! - `metrics`: `observe::MetricsObserver`, which records what the layers decide
 //!   through the `metrics` facade.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
 //!

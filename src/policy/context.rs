@@ -18,7 +18,9 @@ use crate::observe::Observer;
 /// their origin's [breaker](CallContext::breaker) and [budget
 /// account](CallContext::budget), the retry layer the call's
 /// [deadline](CallContext::deadline) and, on each attempt whose write safety
-/// depends on it, the attempt's [record](CallContext::attempt). One insert serves
+/// depends on it, the attempt's [record](CallContext::attempt); an
+/// [`ObserveLayer`](crate::observe::ObserveLayer) the call's
+/// [observer](CallContext::observer). One insert serves
 /// the whole stack, and the retry layer copies this one value into each attempt
 /// instead of cloning every extension.
 ///
