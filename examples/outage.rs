@@ -423,8 +423,10 @@ async fn main() -> Result<(), BoxError> {
             OUTAGE.as_secs_f64()
         ),
         ("seconds since the start", "upstream requests / s"),
+        |v| format!("{v:.0}"),
         0.0..(OUTAGE + AFTER).as_secs_f64(),
         0.0..(top * 1.1).max(1.0),
+        plotters::prelude::SeriesLabelPosition::UpperRight,
         &series,
     )?;
     println!("chart: docs/outage.svg");

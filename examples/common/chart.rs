@@ -28,8 +28,10 @@ pub fn lines<X>(
     path: &Path,
     title: &str,
     (x_desc, y_desc): (&str, &str),
+    y_format: fn(&f64) -> String,
     x: X,
     y: Range<f64>,
+    legend: SeriesLabelPosition,
     series: &[Series],
 ) -> Result<(), BoxError>
 where
@@ -52,6 +54,7 @@ where
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .y_label_formatter(&y_format)
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(text)?;
@@ -65,7 +68,7 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
@@ -80,14 +83,16 @@ fn text<E: std::fmt::Display>(e: E) -> BoxError {
 }
 
 /// The points of the empirical CDF of `sorted` (milliseconds), at most `max`
-/// of them: the quantiles at even steps, and the last point.
-pub fn cdf(sorted_ms: &[f64], max: usize) -> Vec<(f64, f64)> {
+/// of them: the quantiles at even steps from the quantile `from` on, and the last
+/// point.
+pub fn cdf(sorted_ms: &[f64], max: usize, from: f64) -> Vec<(f64, f64)> {
     let n = sorted_ms.len();
     if n == 0 {
         return Vec::new();
     }
-    let step = (n / max.max(1)).max(1);
-    let mut points: Vec<_> = (0..n)
+    let first = ((from * n as f64) as usize).min(n - 1);
+    let step = ((n - first) / max.max(1)).max(1);
+    let mut points: Vec<_> = (first..n)
         .step_by(step)
         .map(|i| (sorted_ms[i], (i + 1) as f64 / n as f64))
         .collect();
