@@ -268,7 +268,7 @@ async fn main() -> Result<(), BoxError> {
         adaptive.extra_pct()
     );
 
-    use common::chart::{cdf, lines, Series, COLORS};
+    use common::chart::{cdf, lines, Look, Series, COLORS};
     use plotters::prelude::IntoLogRange;
     let clients = [
         ("no hedging", &none),
@@ -294,19 +294,24 @@ async fn main() -> Result<(), BoxError> {
         .max()
         .map_or(1.0, |d| d.as_secs_f64() * 1e3);
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hedging.svg");
+    let title = format!(
+        "Latency CDF, the slowest 10 % of calls ({:.0} % of requests take {} ms, not {} ms)",
+        SLOW_PER_10K as f64 / 100.0,
+        SLOW.as_millis(),
+        FAST.as_millis()
+    );
+    let look = Look {
+        title: &title,
+        x_desc: "latency, ms (log scale)",
+        y_desc: "share of calls answered",
+        y_format: |v| format!("{v:.2}"),
+        legend: plotters::prelude::SeriesLabelPosition::LowerRight,
+    };
     lines(
         &path,
-        &format!(
-            "Latency CDF, the slowest 10 % of calls ({:.0} % of requests take {} ms, not {} ms)",
-            SLOW_PER_10K as f64 / 100.0,
-            SLOW.as_millis(),
-            FAST.as_millis()
-        ),
-        ("latency, ms (log scale)", "share of calls answered"),
-        |v| format!("{v:.2}"),
+        look,
         (1.0..slowest * 1.5).log_scale(),
         TAIL..1.005,
-        plotters::prelude::SeriesLabelPosition::LowerRight,
         &series,
     )?;
     println!("chart: docs/hedging.svg");

@@ -416,17 +416,22 @@ async fn main() -> Result<(), BoxError> {
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0, f64::max);
+    let title = format!(
+        "Upstream requests per second: down for {:.1} s, then up",
+        OUTAGE.as_secs_f64()
+    );
+    let look = common::chart::Look {
+        title: &title,
+        x_desc: "seconds since the start",
+        y_desc: "upstream requests / s",
+        y_format: |v| format!("{v:.0}"),
+        legend: plotters::prelude::SeriesLabelPosition::UpperRight,
+    };
     common::chart::lines(
         &path,
-        &format!(
-            "Upstream requests per second: down for {:.1} s, then up",
-            OUTAGE.as_secs_f64()
-        ),
-        ("seconds since the start", "upstream requests / s"),
-        |v| format!("{v:.0}"),
+        look,
         0.0..(OUTAGE + AFTER).as_secs_f64(),
         0.0..(top * 1.1).max(1.0),
-        plotters::prelude::SeriesLabelPosition::UpperRight,
         &series,
     )?;
     println!("chart: docs/outage.svg");

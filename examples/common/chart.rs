@@ -23,15 +23,22 @@ pub const COLORS: [RGBColor; 4] = [
     RGBColor(0x2c, 0xa0, 0x2c),
 ];
 
+/// How a chart reads: its title, axis names, the y labels' format and where the
+/// legend goes.
+pub struct Look<'a> {
+    pub title: &'a str,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub y_format: fn(&f64) -> String,
+    pub legend: SeriesLabelPosition,
+}
+
 /// Writes a line chart of `series` to `path` (an SVG file).
 pub fn lines<X>(
     path: &Path,
-    title: &str,
-    (x_desc, y_desc): (&str, &str),
-    y_format: fn(&f64) -> String,
+    look: Look<'_>,
     x: X,
     y: Range<f64>,
-    legend: SeriesLabelPosition,
     series: &[Series],
 ) -> Result<(), BoxError>
 where
@@ -44,7 +51,7 @@ where
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(text)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+        .caption(look.title, ("sans-serif", 20))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
@@ -52,23 +59,28 @@ where
         .map_err(text)?;
     chart
         .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .y_label_formatter(&y_format)
+        .x_desc(look.x_desc)
+        .y_desc(look.y_desc)
+        .y_label_formatter(&look.y_format)
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(text)?;
     for s in series {
         let color = s.color;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(text)?
             .label(s.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
-        .position(legend)
+        .position(look.legend)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()

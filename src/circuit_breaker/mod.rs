@@ -224,9 +224,14 @@ fn refused<B, F>(
 ) -> ResponseFuture<F> {
     tracing::debug!(
         origin,
-        state = if next_probe_at.is_some() { "open" } else { "half-open" },
-        next_probe_in_ms = next_probe_at
-            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64),
+        state = if next_probe_at.is_some() {
+            "open"
+        } else {
+            "half-open"
+        },
+        next_probe_in_ms = next_probe_at.map(|at| at
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_millis() as u64),
         "call refused: circuit open"
     );
     if let Some(observed) = Observed::of(req) {

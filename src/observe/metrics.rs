@@ -223,8 +223,11 @@ impl Observer for MetricsObserver {
             }
             Event::RetrySkipped(e) => {
                 let gate = e.gate.as_str().to_owned();
-                counter!("backstop.retries.skipped", labels(e.call, &[("gate", gate)]))
-                    .increment(1);
+                counter!(
+                    "backstop.retries.skipped",
+                    labels(e.call, &[("gate", gate)])
+                )
+                .increment(1);
             }
             Event::CallRefused(e) => {
                 let refusal = e.refusal.as_str().to_owned();
@@ -235,9 +238,7 @@ impl Observer for MetricsObserver {
                 .increment(1);
             }
             Event::HedgeSent(e) => counter!("backstop.hedges", labels(e.call, &[])).increment(1),
-            Event::HedgeWon(e) => {
-                counter!("backstop.hedges.won", labels(e.call, &[])).increment(1)
-            }
+            Event::HedgeWon(e) => counter!("backstop.hedges.won", labels(e.call, &[])).increment(1),
             Event::LoserCancelled(e) => {
                 counter!("backstop.hedges.cancelled", labels(e.call, &[])).increment(1)
             }

@@ -103,9 +103,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 pub use event::{
-    outcome_label, reason_label, AttemptFinished, BreakerStateChanged, BudgetRanDry,
-    CallFinished, CallInfo, CallRefused, Event, HedgeSent, HedgeWon, LoserCancelled, Origin,
-    Refusal, RetryScheduled, RetrySkipped,
+    outcome_label, reason_label, AttemptFinished, BreakerStateChanged, BudgetRanDry, CallFinished,
+    CallInfo, CallRefused, Event, HedgeSent, HedgeWon, LoserCancelled, Origin, Refusal,
+    RetryScheduled, RetrySkipped,
 };
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

@@ -555,7 +555,12 @@ impl<S, B> Call<S, B> {
             "retry scheduled"
         );
         self.tell(|call, attempt| {
-            Event::RetryScheduled(observe::RetryScheduled { call, attempt, reason, wait })
+            Event::RetryScheduled(observe::RetryScheduled {
+                call,
+                attempt,
+                reason,
+                wait,
+            })
         });
         Step::Wait { wait, response }
     }

@@ -53,13 +53,35 @@ async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
 
     let lines = recorder.lines();
     assert_eq!(lines.len(), 7, "{lines:#?}");
-    assert_eq!(lines[0], format!("attempt_finished attempt=1 outcome=503 tracked=false {ORIGIN}"));
-    assert_eq!(lines[1], format!("retry_scheduled attempt=1 reason=idempotent wait_ms=1000 {ORIGIN}"));
-    assert_eq!(lines[2], format!("attempt_finished attempt=2 outcome=closed tracked=false {ORIGIN}"));
-    assert!(lines[3].starts_with("retry_scheduled attempt=2 reason=idempotent wait_ms="), "{}", lines[3]);
-    assert_eq!(lines[4], format!("attempt_finished attempt=3 outcome=503 tracked=false {ORIGIN}"));
-    assert_eq!(lines[5], format!("retry_skipped attempt=3 gate=attempts_exhausted {ORIGIN}"));
-    assert_eq!(lines[6], format!("call_finished outcome=503 attempts=3 stop=attempts_exhausted {ORIGIN}"));
+    assert_eq!(
+        lines[0],
+        format!("attempt_finished attempt=1 outcome=503 tracked=false {ORIGIN}")
+    );
+    assert_eq!(
+        lines[1],
+        format!("retry_scheduled attempt=1 reason=idempotent wait_ms=1000 {ORIGIN}")
+    );
+    assert_eq!(
+        lines[2],
+        format!("attempt_finished attempt=2 outcome=closed tracked=false {ORIGIN}")
+    );
+    assert!(
+        lines[3].starts_with("retry_scheduled attempt=2 reason=idempotent wait_ms="),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(
+        lines[4],
+        format!("attempt_finished attempt=3 outcome=503 tracked=false {ORIGIN}")
+    );
+    assert_eq!(
+        lines[5],
+        format!("retry_skipped attempt=3 gate=attempts_exhausted {ORIGIN}")
+    );
+    assert_eq!(
+        lines[6],
+        format!("call_finished outcome=503 attempts=3 stop=attempts_exhausted {ORIGIN}")
+    );
     for line in &lines {
         for secret in ["s3cret", "user", "pw@", "/items"] {
             assert!(!line.contains(secret), "{secret} leaked into {line}");
@@ -74,7 +96,13 @@ async fn a_first_answer_is_one_attempt_and_one_call() {
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(Mock::new([status(200)]));
-    let res = svc.ready().await.unwrap().call(get("http://upstream.test:8080/")).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(
         recorder.lines(),
@@ -93,7 +121,9 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
         .layer(ObserveLayer::new(layer.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(Mock::new([Step::Io(io::ErrorKind::ConnectionRefused)]));
-    let mut req = Request::post("http://upstream.test:8080/pay").body(Full::default()).unwrap();
+    let mut req = Request::post("http://upstream.test:8080/pay")
+        .body(Full::default())
+        .unwrap();
     CallContext::of_mut(req.extensions_mut()).set_observer(Arc::new(own.clone()));
     let res = svc.ready().await.unwrap().call(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -101,9 +131,21 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
     let lines = own.lines();
     assert_eq!(lines.len(), 4, "{lines:#?}");
     // A keyless POST is tracked: its attempts carry their wire progress.
-    assert!(lines[0].starts_with("attempt_finished attempt=1 outcome=connect tracked=true"), "{}", lines[0]);
-    assert!(lines[1].starts_with("retry_scheduled attempt=1 reason=not_processed"), "{}", lines[1]);
-    assert!(lines[3].starts_with("call_finished outcome=200 attempts=2 stop=answered"), "{}", lines[3]);
+    assert!(
+        lines[0].starts_with("attempt_finished attempt=1 outcome=connect tracked=true"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("retry_scheduled attempt=1 reason=not_processed"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[3].starts_with("call_finished outcome=200 attempts=2 stop=answered"),
+        "{}",
+        lines[3]
+    );
     assert!(lines[3].ends_with("method=POST"), "{}", lines[3]);
 }
 
@@ -171,7 +213,11 @@ async fn the_breaker_tells_each_state_change_and_each_refusal() {
 #[tokio::test(start_paused = true)]
 async fn a_budget_that_runs_dry_is_told_once() {
     let recorder = Recorder::default();
-    let budget = BudgetPolicy::builder().ratio(0.5).min_per_second(0.0).build().unwrap();
+    let budget = BudgetPolicy::builder()
+        .ratio(0.5)
+        .min_per_second(0.0)
+        .build()
+        .unwrap();
     let mock = Mock::new((0..10).map(|_| status(503)));
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
@@ -179,12 +225,21 @@ async fn a_budget_that_runs_dry_is_told_once() {
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     for _ in 0..2 {
-        let res = svc.ready().await.unwrap().call(get("http://upstream.test:8080/")).await.unwrap();
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get("http://upstream.test:8080/"))
+            .await
+            .unwrap();
         assert_eq!(res.status(), 503);
     }
     // Half a retry per call: the second call's completes one, which its retry takes.
     assert_eq!(mock.calls(), 3);
-    assert_eq!(recorder.named("budget_ran_dry"), [format!("budget_ran_dry {ORIGIN}")]);
+    assert_eq!(
+        recorder.named("budget_ran_dry"),
+        [format!("budget_ran_dry {ORIGIN}")]
+    );
     assert_eq!(
         recorder.named("retry_skipped"),
         [
@@ -202,10 +257,18 @@ async fn a_hedge_that_wins_cancels_the_original() {
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(100))))
+        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+            100,
+        ))))
         .service(mock.clone());
     let started = tokio::time::Instant::now();
-    let res = svc.ready().await.unwrap().call(get("http://upstream.test:8080/")).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(started.elapsed(), Duration::from_millis(100));
     let lines: Vec<_> = recorder
@@ -223,7 +286,9 @@ async fn a_hedge_that_wins_cancels_the_original() {
     );
     assert_eq!(
         recorder.named("call_finished"),
-        [format!("call_finished outcome=200 attempts=2 stop=answered {ORIGIN}")]
+        [format!(
+            "call_finished outcome=200 attempts=2 stop=answered {ORIGIN}"
+        )]
     );
 }
 
@@ -288,7 +353,9 @@ mod wire {
                     lines[5],
                     format!("call_finished outcome=200 attempts=3 stop=answered {origin}")
                 );
-                assert!(lines.iter().all(|l| l.ends_with(&origin) && !l.contains("orders")));
+                assert!(lines
+                    .iter()
+                    .all(|l| l.ends_with(&origin) && !l.contains("orders")));
                 assert_eq!(upstream.requests().len(), 3, "{protocol:?}");
             }
         })
@@ -308,16 +375,27 @@ mod wire {
                 let recorder = Recorder::default();
                 let mut svc = ServiceBuilder::new()
                     .layer(ObserveLayer::new(recorder.clone()))
-                    .layer(CircuitBreakerLayer::new(breaker(2, Duration::from_secs(60))))
+                    .layer(CircuitBreakerLayer::new(breaker(
+                        2,
+                        Duration::from_secs(60),
+                    )))
                     .layer(RetryLayer::new(quick()))
                     .service::<Transport>(client(protocol));
                 for _ in 0..5 {
                     let req = get(&upstream.uri("/").to_string());
                     let _ = svc.ready().await.unwrap().call(req).await;
                 }
-                assert_eq!(upstream.requests().len(), 6, "{protocol:?}: two calls of three");
+                assert_eq!(
+                    upstream.requests().len(),
+                    6,
+                    "{protocol:?}: two calls of three"
+                );
                 assert_eq!(recorder.named("call_refused").len(), 3, "{protocol:?}");
-                assert_eq!(recorder.named("breaker_state_changed").len(), 1, "{protocol:?}");
+                assert_eq!(
+                    recorder.named("breaker_state_changed").len(),
+                    1,
+                    "{protocol:?}"
+                );
                 assert_eq!(recorder.named("attempt_finished").len(), 6, "{protocol:?}");
                 assert_eq!(recorder.named("call_finished").len(), 2, "{protocol:?}");
             }
@@ -340,7 +418,9 @@ mod wire {
                 let mut svc = ServiceBuilder::new()
                     .layer(ObserveLayer::new(recorder.clone()))
                     .layer(RetryLayer::new(quick()))
-                    .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(50))))
+                    .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+                        50,
+                    ))))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/").to_string());
                 let res = svc.ready().await.unwrap().call(req).await.unwrap();

@@ -97,8 +97,14 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
         ("backstop.breaker.transitions{state=open}", 1),
         ("backstop.calls.refused{method=GET,refusal=circuit_open}", 1),
         ("backstop.calls{method=GET,outcome=200,stop=answered}", 1),
-        ("backstop.calls{method=GET,outcome=503,stop=attempts_exhausted}", 2),
-        ("backstop.retries.skipped{gate=attempts_exhausted,method=GET}", 2),
+        (
+            "backstop.calls{method=GET,outcome=503,stop=attempts_exhausted}",
+            2,
+        ),
+        (
+            "backstop.retries.skipped{gate=attempts_exhausted,method=GET}",
+            2,
+        ),
         ("backstop.retries{method=GET,reason=idempotent}", 5),
     ]
     .into_iter()
@@ -119,8 +125,14 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
     let expected_histograms: BTreeMap<String, usize> = [
         ("backstop.attempt.duration{method=GET,outcome=200}", 1),
         ("backstop.attempt.duration{method=GET,outcome=503}", 7),
-        ("http.client.request.duration{http.request.resend_count=1,method=GET,outcome=200}", 1),
-        ("http.client.request.duration{http.request.resend_count=2,method=GET,outcome=503}", 2),
+        (
+            "http.client.request.duration{http.request.resend_count=1,method=GET,outcome=200}",
+            1,
+        ),
+        (
+            "http.client.request.duration{http.request.resend_count=2,method=GET,outcome=503}",
+            2,
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

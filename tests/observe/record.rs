@@ -44,7 +44,11 @@ impl Observer for Recorder {
                 e.wait.as_millis()
             ),
             Event::RetrySkipped(e) => {
-                format!("retry_skipped attempt={} gate={}", e.attempt, e.gate.as_str())
+                format!(
+                    "retry_skipped attempt={} gate={}",
+                    e.attempt,
+                    e.gate.as_str()
+                )
             }
             Event::CallRefused(e) => format!("call_refused refusal={}", e.refusal.as_str()),
             Event::HedgeSent(e) => format!("hedge_sent copy={}", e.copy),
@@ -56,7 +60,11 @@ impl Observer for Recorder {
             Event::BudgetRanDry(_) => "budget_ran_dry".to_owned(),
             _ => "unknown".to_owned(),
         };
-        line.push_str(&format!(" origin={} method={}", call.origin(), call.method()));
+        line.push_str(&format!(
+            " origin={} method={}",
+            call.origin(),
+            call.method()
+        ));
         if let Some(route) = call.route() {
             line.push_str(&format!(" route={route}"));
         }

@@ -40,19 +40,48 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
             .unwrap()
     };
     for _ in 0..2 {
-        assert_eq!(svc.ready().await.unwrap().call(get()).await.unwrap().status(), 503);
+        assert_eq!(
+            svc.ready()
+                .await
+                .unwrap()
+                .call(get())
+                .await
+                .unwrap()
+                .status(),
+            503
+        );
     }
     for _ in 0..2 {
-        assert!(svc.ready().await.unwrap().call(get()).await.unwrap_err().is_circuit_open());
+        assert!(svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get())
+            .await
+            .unwrap_err()
+            .is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    assert_eq!(svc.ready().await.unwrap().call(get()).await.unwrap().status(), 200);
+    assert_eq!(
+        svc.ready()
+            .await
+            .unwrap()
+            .call(get())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     assert_eq!(text.matches("circuit opened").count(), 1, "{text}");
     assert_eq!(text.matches("circuit half-open").count(), 1, "{text}");
     assert_eq!(text.matches("circuit closed").count(), 1, "{text}");
-    assert_eq!(text.matches("call refused: circuit open").count(), 2, "{text}");
+    assert_eq!(
+        text.matches("call refused: circuit open").count(),
+        2,
+        "{text}"
+    );
     assert!(text.contains("next_probe_in_ms=1000"), "{text}");
     assert!(text.contains("origin=http://upstream.test"), "{text}");
     for secret in ["s3cret", "/items"] {

@@ -69,7 +69,11 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
     assert_eq!(text.matches("retry skipped").count(), 1, "{text}");
     assert!(text.contains("gate=\"attempts_exhausted\""), "{text}");
     // Recorded once, when the call ends, on its one last event.
-    assert_eq!(text.matches("http.request.resend_count=").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("http.request.resend_count=").count(),
+        1,
+        "{text}"
+    );
     assert!(text.contains("http.request.resend_count=2"), "{text}");
     assert_eq!(text.matches("call finished").count(), 1, "{text}");
     assert!(text.contains("attempts=3"), "{text}");
