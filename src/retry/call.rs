@@ -453,7 +453,6 @@ impl<S, B> Call<S, B> {
         let slow = self.slow();
         match hedged {
             Some(hedged) => {
-                let attempt_started = slow.attempt_started.unwrap_or(started);
                 let offset = attempt_started.saturating_duration_since(started);
                 let mut records = hedged.attempt_records(attempt, offset);
                 let returned = match hedged.winner() {
