@@ -11,17 +11,19 @@
 //! (`cargo run --release --example outage` measures it at scale). Last, a slow
 //! tail: the same GETs with and without `HedgeLayer`, which sends a copy of a
 //! request still unanswered after 20 ms (`cargo run --release --example hedging`
-//! measures it at scale).
+//! measures it at scale). It ends with a summary of its own run, counted by an
+//! observer (`backstop::observe`) that every backstop stack here shares.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged};
+use backstop::observe::{reason_label, Event, ObserveLayer, Observer, Refusal};
 use backstop::policy::{classify_error, History};
 use backstop::{
     BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
@@ -32,6 +34,40 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// Counts what the backstop layers of this demo decided, by kind of event.
+#[derive(Default)]
+struct Counts(Mutex<BTreeMap<String, u64>>);
+
+impl Observer for Counts {
+    fn on_event(&self, event: &Event<'_>) {
+        let key = match event {
+            Event::CallFinished(_) => "calls finished".to_owned(),
+            Event::AttemptFinished(_) => "attempts".to_owned(),
+            Event::RetryScheduled(e) => format!("retries scheduled: {}", reason_label(e.reason)),
+            Event::RetrySkipped(e) => format!("retries skipped: {}", e.gate.as_str()),
+            Event::CallRefused(e) => match e.refusal {
+                Refusal::CircuitOpen { .. } => "calls refused: circuit open".to_owned(),
+                other => format!("calls refused: {}", other.as_str()),
+            },
+            Event::HedgeSent(_) => "hedges sent".to_owned(),
+            Event::HedgeWon(_) => "hedges won".to_owned(),
+            Event::LoserCancelled(_) => "hedge losers cancelled".to_owned(),
+            Event::BreakerStateChanged(e) => format!("breaker became {}", e.to),
+            Event::BudgetRanDry(_) => "budget ran dry".to_owned(),
+            _ => return,
+        };
+        *self.0.lock().unwrap().entry(key).or_default() += 1;
+    }
+}
+
+/// The one observer every backstop stack of the demo shares.
+static COUNTS: LazyLock<Arc<Counts>> = LazyLock::new(Arc::default);
+
+/// The layer that gives each call the demo's observer; outermost in each stack.
+fn observe() -> ObserveLayer {
+    ObserveLayer::from_arc(COUNTS.clone())
+}
 
 /// What the upstream does with its n-th request: a fixed cycle of ten.
 fn fault(n: usize) -> &'static str {
@@ -267,6 +303,7 @@ async fn main() -> Result<(), BoxError> {
         .timeout(Duration::from_millis(290))
         .build()?;
     let with_retry = ServiceBuilder::new()
+        .layer(observe())
         .layer(RetryLayer::new(policy))
         .service(transport);
     let retried = run(with_retry, &base, calls, &upstream.requests).await;
@@ -286,7 +323,17 @@ async fn main() -> Result<(), BoxError> {
     writes().await?;
     outage().await?;
     slow_tail().await?;
+    summary();
     Ok(())
+}
+
+/// What the observer counted over the whole run.
+fn summary() {
+    println!("\nWhat backstop decided in this run, as its observer counted it:");
+    for (what, n) in COUNTS.0.lock().unwrap().iter() {
+        println!("  {what:<40} {n:>6}");
+    }
+    println!("(feature `metrics`: backstop::observe::MetricsObserver records the same events)");
 }
 
 /// Writes: which POSTs are safe to send again.
@@ -299,6 +346,7 @@ async fn writes() -> Result<(), BoxError> {
             .build()
             .expect("a valid policy");
         ServiceBuilder::new()
+            .layer(observe())
             .option_layer(keys.then(IdempotencyKeyLayer::new))
             .layer(RetryLayer::new(policy))
             .layer(ProgressTrackingLayer::new())
@@ -413,6 +461,7 @@ async fn slow_tail() -> Result<(), BoxError> {
         let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
         let (name, (latencies, hedges, took)) = if hedge {
             let client = ServiceBuilder::new()
+                .layer(observe())
                 .layer(RetryLayer::new(RetryPolicy::default()))
                 .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
                     20,
@@ -421,6 +470,7 @@ async fn slow_tail() -> Result<(), BoxError> {
             ("RetryLayer + HedgeLayer", timed(client, &base, calls).await)
         } else {
             let client = ServiceBuilder::new()
+                .layer(observe())
                 .layer(RetryLayer::new(RetryPolicy::default()))
                 .service(transport);
             ("RetryLayer", timed(client, &base, calls).await)
@@ -484,6 +534,7 @@ async fn outage() -> Result<(), BoxError> {
             .max_cooldown(Duration::from_millis(100))
             .build()?;
         let client = ServiceBuilder::new()
+            .layer(observe())
             .option_layer(protected.then(|| backstop::CircuitBreakerLayer::new(breaker)))
             .option_layer(
                 protected.then(|| backstop::BudgetLayer::new(backstop::BudgetPolicy::default())),

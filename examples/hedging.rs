@@ -14,6 +14,9 @@
 //! The last line is for scripts:
 //! `hedging p99_none_ms=<a> p99_backstop_ms=<b> extra_load_pct=<c>` (backstop
 //! adaptive).
+//!
+//! It also writes `docs/hedging.svg`: the latency distribution (CDF) of each
+//! client from its 90th percentile up, on a log scale.
 
 mod common;
 
@@ -40,6 +43,8 @@ const SEED: u64 = 0x5eed_f00d;
 const SLOW_PER_10K: u64 = 300;
 const FAST: Duration = Duration::from_millis(1);
 const SLOW: Duration = Duration::from_millis(100);
+/// The chart shows the CDF from this quantile up: the tail hedging is about.
+const TAIL: f64 = 0.9;
 
 /// SplitMix64: a tiny seeded generator, one draw per request.
 fn splitmix(mut x: u64) -> u64 {
@@ -262,5 +267,53 @@ async fn main() -> Result<(), BoxError> {
         "hedging p99_none_ms={p99_none:.2} p99_backstop_ms={p99_backstop:.2} extra_load_pct={:.2}",
         adaptive.extra_pct()
     );
+
+    use common::chart::{cdf, lines, Look, Series, COLORS};
+    use plotters::prelude::IntoLogRange;
+    let clients = [
+        ("no hedging", &none),
+        ("tower hedge (p95)", &tower),
+        ("backstop fixed 10 ms", &fixed),
+        ("backstop adaptive (p95)", &adaptive),
+    ];
+    let series: Vec<Series> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let ms: Vec<f64> = t.latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            Series {
+                name: format!("{name}: p99 {:.1} ms", t.percentile(0.99)),
+                points: cdf(&ms, 2_000, TAIL),
+                color: COLORS[i],
+            }
+        })
+        .collect();
+    let slowest = clients
+        .iter()
+        .filter_map(|(_, t)| t.latencies.last())
+        .max()
+        .map_or(1.0, |d| d.as_secs_f64() * 1e3);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hedging.svg");
+    let title = format!(
+        "Latency CDF, the slowest 10 % of calls ({:.0} % of requests take {} ms, not {} ms)",
+        SLOW_PER_10K as f64 / 100.0,
+        SLOW.as_millis(),
+        FAST.as_millis()
+    );
+    let look = Look {
+        title: &title,
+        x_desc: "latency, ms (log scale)",
+        y_desc: "share of calls answered",
+        y_format: |v| format!("{v:.2}"),
+        legend: plotters::prelude::SeriesLabelPosition::LowerRight,
+    };
+    lines(
+        &path,
+        look,
+        (1.0..slowest * 1.5).log_scale(),
+        TAIL..1.005,
+        &series,
+    )?;
+    println!("chart: docs/hedging.svg");
     Ok(())
 }

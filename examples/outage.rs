@@ -29,13 +29,16 @@
 //! ```text
 //! outage naive_amplification=<x> budget_amplification=<y> probes_per_cooldown=<z>
 //! ```
+//!
+//! It also writes `docs/outage.svg`: the upstream's requests per second over time,
+//! per stack, in 100 ms buckets.
 
 mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use backstop::budget::{BudgetLayer, BudgetPolicy};
@@ -59,6 +62,8 @@ const AFTER: Duration = Duration::from_millis(1000);
 const COOLDOWN: Duration = Duration::from_millis(200);
 const JITTER: f64 = 0.2;
 const PHASE: &str = "x-phase";
+/// The chart's time resolution.
+const BUCKET: Duration = Duration::from_millis(100);
 
 /// The upstream: 503 while `down`, 200 after; counts requests by the phase their
 /// call began in.
@@ -67,11 +72,21 @@ struct Upstream {
     down: AtomicBool,
     outage_requests: AtomicU64,
     total_requests: AtomicU64,
+    /// When the callers started, and the requests that arrived in each bucket
+    /// after it.
+    started: OnceLock<Instant>,
+    buckets: Vec<AtomicU64>,
 }
 
 async fn start_upstream(state: Arc<Upstream>) -> std::io::Result<SocketAddr> {
     common::serve(false, move |req: Request<Incoming>| {
         state.total_requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(started) = state.started.get() {
+            let i = (started.elapsed().as_nanos() / BUCKET.as_nanos()) as usize;
+            if let Some(bucket) = state.buckets.get(i) {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if req.headers().get(PHASE).is_some_and(|v| v == "outage") {
             state.outage_requests.fetch_add(1, Ordering::Relaxed);
         }
@@ -191,10 +206,16 @@ struct Report {
     probes: usize,
     probes_per_cooldown: usize,
     recovery: Option<Duration>,
+    /// Upstream requests per second, per bucket: (seconds since the start, rate).
+    rate: Vec<(f64, f64)>,
 }
 
 async fn run(scenario: Scenario) -> Result<Report, BoxError> {
-    let upstream = Arc::new(Upstream::default());
+    let buckets = ((OUTAGE + AFTER).as_nanos() / BUCKET.as_nanos()) as usize;
+    let upstream = Arc::new(Upstream {
+        buckets: (0..buckets).map(|_| AtomicU64::new(0)).collect(),
+        ..Upstream::default()
+    });
     upstream.down.store(true, Ordering::Relaxed);
     let addr = start_upstream(upstream.clone()).await?;
     let uri: http::Uri = format!("http://{addr}/items").parse()?;
@@ -206,6 +227,7 @@ async fn run(scenario: Scenario) -> Result<Report, BoxError> {
     });
 
     let start = Instant::now();
+    let _ = upstream.started.set(start);
     let recovery = start + OUTAGE;
     let end = recovery + AFTER;
     let mut callers = Vec::new();
@@ -282,6 +304,15 @@ async fn run(scenario: Scenario) -> Result<Report, BoxError> {
         probes: probe_times.len(),
         probes_per_cooldown: most_within(&probe_times, COOLDOWN.mul_f64(1.0 - JITTER)),
         recovery: (first != u64::MAX).then(|| Duration::from_nanos(first)),
+        rate: upstream
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let at = (i as f64 + 0.5) * BUCKET.as_secs_f64();
+                (at, b.load(Ordering::Relaxed) as f64 / BUCKET.as_secs_f64())
+            })
+            .collect(),
     })
 }
 
@@ -321,13 +352,22 @@ async fn main() -> Result<(), BoxError> {
     let mut naive = 0.0;
     let mut budget = 0.0;
     let mut per_cooldown = 0;
-    for scenario in [
+    let mut series = Vec::new();
+    for (i, scenario) in [
         Scenario::NoRetries,
         Scenario::Naive,
         Scenario::Budget,
         Scenario::Backstop,
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let r = run(scenario).await?;
+        series.push(common::chart::Series {
+            name: scenario.name().to_owned(),
+            points: r.rate.clone(),
+            color: common::chart::COLORS[(i + 3) % 4],
+        });
         let breaker = scenario == Scenario::Backstop;
         println!(
             "{:<28} {:>13.3} {:>12} {:>9} {:>7} {:>13} {:>17}",
@@ -370,5 +410,30 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "outage naive_amplification={naive:.2} budget_amplification={budget:.2} probes_per_cooldown={per_cooldown}"
     );
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/outage.svg");
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let title = format!(
+        "Upstream requests per second: down for {:.1} s, then up",
+        OUTAGE.as_secs_f64()
+    );
+    let look = common::chart::Look {
+        title: &title,
+        x_desc: "seconds since the start",
+        y_desc: "upstream requests / s",
+        y_format: |v| format!("{v:.0}"),
+        legend: plotters::prelude::SeriesLabelPosition::UpperRight,
+    };
+    common::chart::lines(
+        &path,
+        look,
+        0.0..(OUTAGE + AFTER).as_secs_f64(),
+        0.0..(top * 1.1).max(1.0),
+        &series,
+    )?;
+    println!("chart: docs/outage.svg");
     Ok(())
 }

@@ -56,6 +56,14 @@
 //! the shared vocabulary, are in [`policy`]; a layer that finds no handle skips its
 //! check.
 //!
+//! # Seeing what it decides
+//!
+//! An [`ObserveLayer`] put outermost leaves one [`Observer`](observe::Observer) in
+//! each call's context; every layer inside tells it what it decided (calls and
+//! attempts finished, retries scheduled and skipped, refusals, hedges, breaker
+//! state changes, a budget that ran dry), each event naming the call's origin,
+//! route and method. See [`observe`].
+//!
 //! # When is a request sent again?
 //!
 //! The decision ladder ([`policy::classify`]) runs in this order, the first match
@@ -156,6 +164,8 @@
 //!   and [`progress`], which reads hyper-util's connection capture.
 //! - `grpc`: gRPC's rules for the retry, hedge and breaker layers (no tonic
 //!   dependency).
+//! - `metrics`: `observe::MetricsObserver`, which records what the layers decide
+//!   through the `metrics` facade.
 //! - `test-util`: [`test_util`], a loopback upstream with scripted faults for tests.
 //! - `reqwest-middleware`: [`reqwest`](mod@crate::reqwest), backstop as a
 //!   `reqwest-middleware` middleware (reqwest 0.13, reqwest-middleware 0.5), and
@@ -204,6 +214,7 @@ mod error;
 pub mod grpc;
 pub mod hedge;
 pub mod idempotency_key;
+pub mod observe;
 mod origin;
 pub mod policy;
 #[cfg(feature = "hyper")]
@@ -220,6 +231,7 @@ pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 pub use error::{BoxError, Error, OriginPaused, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
+pub use observe::ObserveLayer;
 pub use origin::Partition;
 pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod chart;
+
 use std::future::Future;
 use std::net::SocketAddr;
 

@@ -221,6 +221,10 @@ impl BudgetAccount for Account {
     fn paused(&self, now: Instant) -> Option<Pause> {
         self.paused_at(now)
     }
+
+    fn available(&self) -> Option<u64> {
+        Some(Account::available(self))
+    }
 }
 
 impl Entry for Account {

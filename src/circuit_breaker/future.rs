@@ -7,8 +7,9 @@ use std::task::{ready, Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::state::{Core, Ticket};
+use super::state::{Change, Core, Ticket};
 use crate::error::{BoxError, Error};
+use crate::observe::{BreakerStateChanged, Event, Observed};
 use crate::policy::Outcome;
 
 pin_project! {
@@ -35,21 +36,43 @@ pub(crate) struct Permit {
     core: Arc<Core>,
     ticket: Ticket,
     recorded: bool,
+    /// The call's observer, told of the state changes its outcome makes.
+    observed: Option<Box<Observed>>,
 }
 
 impl Permit {
-    pub(crate) fn new(core: Arc<Core>, ticket: Ticket) -> Self {
+    pub(crate) fn new(core: Arc<Core>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
+        if ticket.half_opened {
+            changed(observed.as_deref(), core.state_change_to_half_open());
+        }
         Permit {
             core,
             ticket,
             recorded: false,
+            observed,
         }
     }
 
     fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
         let failed = self.core.config.fails(outcome, error);
         self.recorded = true;
-        self.core.record(self.ticket, failed);
+        if let Some(change) = self.core.record(self.ticket, failed) {
+            changed(self.observed.as_deref(), change);
+        }
+    }
+}
+
+/// Tells the observer, if any, of a state change.
+fn changed(observed: Option<&Observed>, change: Change) {
+    if let Some(observed) = observed {
+        observed.tell(|call| {
+            Event::BreakerStateChanged(BreakerStateChanged {
+                call,
+                from: change.from,
+                to: change.to,
+                next_probe_at: change.next_probe_at,
+            })
+        });
     }
 }
 

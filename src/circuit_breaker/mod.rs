@@ -122,6 +122,7 @@ pub use layer::CircuitBreakerLayer;
 pub use state::State;
 
 use crate::error::{BoxError, Error};
+use crate::observe::{CallRefused, Event, Observed, Refusal};
 use crate::policy::{BreakerHandle, CallContext, StopReason};
 use future::Permit;
 use layer::Shared;
@@ -184,16 +185,49 @@ where
         let breaker = self.shared.breakers.get_for(&mut req);
         match breaker.admit() {
             Ok(ticket) => {
-                CallContext::of_mut(req.extensions_mut())
-                    .set_breaker(BreakerHandle::new(breaker.clone()));
+                let context = CallContext::of_mut(req.extensions_mut());
+                context.set_breaker(BreakerHandle::new(breaker.clone()));
+                let observer = context.observer().cloned();
+                let observed = observer.map(|o| Box::new(Observed::new(o, &req)));
                 let future = self.inner.call(req);
-                ResponseFuture::called(future, Permit::new(breaker, ticket))
+                ResponseFuture::called(future, Permit::new(breaker, ticket, observed))
             }
-            Err(next_probe_at) => ResponseFuture::refused(Error::refused(
-                StopReason::CircuitOpen,
-                Box::new(CircuitOpen::new(next_probe_at)),
-                next_probe_at,
-            )),
+            Err(next_probe_at) => refused(&req, breaker.label(), next_probe_at),
         }
     }
+}
+
+/// A call the breaker refuses: traced, told to the call's observer, and answered
+/// with an error that says when the next probe is due.
+#[cold]
+fn refused<B, F>(
+    req: &Request<B>,
+    origin: &str,
+    next_probe_at: Option<tokio::time::Instant>,
+) -> ResponseFuture<F> {
+    tracing::debug!(
+        origin,
+        state = if next_probe_at.is_some() {
+            "open"
+        } else {
+            "half-open"
+        },
+        next_probe_in_ms = next_probe_at.map(|at| at
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_millis() as u64),
+        "call refused: circuit open"
+    );
+    if let Some(observed) = Observed::of(req) {
+        observed.tell(|call| {
+            Event::CallRefused(CallRefused {
+                call,
+                refusal: Refusal::CircuitOpen { next_probe_at },
+            })
+        });
+    }
+    ResponseFuture::refused(Error::refused(
+        StopReason::CircuitOpen,
+        Box::new(CircuitOpen::new(next_probe_at)),
+        next_probe_at,
+    ))
 }

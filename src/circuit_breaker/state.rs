@@ -114,6 +114,17 @@ impl Word {
 pub(crate) struct Ticket {
     gen: u32,
     pub(crate) probe: bool,
+    /// Admitting this call moved the breaker from open to half-open.
+    pub(crate) half_opened: bool,
+}
+
+/// A state change, for the call's observer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Change {
+    pub(crate) from: State,
+    pub(crate) to: State,
+    /// When an open breaker lets the next probe through.
+    pub(crate) next_probe_at: Option<Instant>,
 }
 
 /// One bit of a window slot counts a failure, the upper half counts a call.
@@ -212,6 +223,7 @@ impl Core {
                     return Ok(Ticket {
                         gen: w.gen(),
                         probe: false,
+                        half_opened: false,
                     })
                 }
                 OPEN => {
@@ -225,8 +237,12 @@ impl Core {
                     match self.cas(w, Word::half_open(gen, w.level(), 1, 0)) {
                         Ok(()) => {
                             self.probed(now);
-                            tracing::debug!(origin = %self.label, "circuit half-open");
-                            return Ok(Ticket { gen, probe: true });
+                            tracing::info!(origin = %self.label, "circuit half-open");
+                            return Ok(Ticket {
+                                gen,
+                                probe: true,
+                                half_opened: true,
+                            });
                         }
                         Err(actual) => w = actual,
                     }
@@ -243,6 +259,7 @@ impl Core {
                             return Ok(Ticket {
                                 gen: w.gen(),
                                 probe: true,
+                                half_opened: false,
                             });
                         }
                         Err(actual) => w = actual,
@@ -252,20 +269,35 @@ impl Core {
         }
     }
 
-    /// Records the final outcome of an admitted call.
-    pub(crate) fn record(&self, ticket: Ticket, failed: bool) {
-        if ticket.probe {
-            self.record_probe(ticket.gen, failed);
-        } else {
-            self.record_closed(ticket.gen, failed);
+    /// The breaker's name for logs: scheme, host and port.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The change a call admitted as the first probe made.
+    pub(crate) fn state_change_to_half_open(&self) -> Change {
+        Change {
+            from: State::Open,
+            to: State::HalfOpen,
+            next_probe_at: None,
         }
     }
 
-    fn record_closed(&self, gen: u32, failed: bool) {
+    /// Records the final outcome of an admitted call; the state change it made,
+    /// if any.
+    pub(crate) fn record(&self, ticket: Ticket, failed: bool) -> Option<Change> {
+        if ticket.probe {
+            self.record_probe(ticket.gen, failed)
+        } else {
+            self.record_closed(ticket.gen, failed)
+        }
+    }
+
+    fn record_closed(&self, gen: u32, failed: bool) -> Option<Change> {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {
             // The breaker opened since the call was admitted: its outcome is old news.
-            return;
+            return None;
         }
         let now = Instant::now();
         let slot = self.window.current(now, drop);
@@ -274,7 +306,7 @@ impl Core {
             if self.run.load(Ordering::Relaxed) != 0 {
                 self.run.store(0, Ordering::Relaxed);
             }
-            return;
+            return None;
         }
         let run = self.run.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         let config = &*self.config;
@@ -294,18 +326,24 @@ impl Core {
                     cooldown_ms = until.saturating_sub(self.nanos(now) / 1_000_000),
                     "circuit opened"
                 );
+                return Some(Change {
+                    from: State::Closed,
+                    to: State::Open,
+                    next_probe_at: Some(self.instant_of_ms(until)),
+                });
             }
         }
+        None
     }
 
-    fn record_probe(&self, gen: u32, failed: bool) {
+    fn record_probe(&self, gen: u32, failed: bool) -> Option<Change> {
         let mut w = self.load();
         let now = Instant::now();
         self.probed(now);
         let mut until = None;
         loop {
             if w.kind() != HALF_OPEN || w.gen() != gen || w.in_flight() == 0 {
-                return;
+                return None;
             }
             let next = if failed {
                 let level = (w.level() + 1).min(LEVEL_MAX);
@@ -331,9 +369,14 @@ impl Core {
                             self.run.store(0, Ordering::Relaxed);
                             tracing::info!(origin = %self.label, "circuit closed");
                         }
-                        _ => {}
+                        _ => return None,
                     }
-                    return;
+                    return Some(Change {
+                        from: State::HalfOpen,
+                        to: next.state(),
+                        next_probe_at: (next.kind() == OPEN)
+                            .then(|| self.instant_of_ms(next.until_ms())),
+                    });
                 }
                 Err(actual) => w = actual,
             }

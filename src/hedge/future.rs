@@ -15,6 +15,7 @@ use super::config::Judging;
 use super::estimate::Estimator;
 use super::HedgeBody;
 use crate::error::{BoxError, Error};
+use crate::observe::{Event, HedgeSent, HedgeWon, LoserCancelled, Observed};
 use crate::policy::{
     classify_error, ladder, later, AttemptLog, AttemptOutcome, Classification, ErrorKind, Given,
     Hedged, NotHedged, Outcome, Sent,
@@ -82,6 +83,8 @@ pin_project! {
         not_sent: Option<NotHedged>,
         // The latest retryable failure, returned if every send fails.
         last_failure: Option<Result<S::Response, Failure>>,
+        // The call's observer, when one was set.
+        observed: Option<Observed>,
     }
 
     impl<S, B> PinnedDrop for Race<S, B>
@@ -146,6 +149,7 @@ where
 
     pub(super) fn race(service: S, parts: Parts, future: S::Future, plan: Plan<B>) -> Self {
         let started = plan.started;
+        let observed = Observed::of_parts(&parts);
         let race = Race {
             timer: sleep_until(later(started, plan.delay)),
             service,
@@ -165,6 +169,7 @@ where
             stopped: false,
             not_sent: None,
             last_failure: None,
+            observed,
         };
         ResponseFuture {
             state: State::Original { future },
@@ -302,12 +307,14 @@ where
             }
         }
         let body = this.next_body.take();
-        if Given::new(&this.parts.extensions)
-            .budget()
-            .is_some_and(|b| !b.try_withdraw())
-        {
-            refuse(this.parts, this.stopped, this.not_sent, NotHedged::Budget);
-            return Poll::Pending;
+        if let Some(budget) = Given::new(&this.parts.extensions).budget() {
+            if !budget.try_withdraw() {
+                refuse(this.parts, this.stopped, this.not_sent, NotHedged::Budget);
+                return Poll::Pending;
+            }
+            if let Some(observed) = this.observed.as_ref() {
+                observed.ran_dry_if(budget);
+            }
         }
         let Some(body) = body else {
             return Poll::Pending;
@@ -319,6 +326,10 @@ where
             route = Given::new(&this.parts.extensions).route().map(|r| &**r),
             "hedge sent"
         );
+        if let Some(observed) = this.observed.as_ref() {
+            let after = this.started.elapsed();
+            observed.tell(|call| Event::HedgeSent(HedgeSent { call, copy, after }));
+        }
         let future = this
             .service
             .call(Request::from_parts(this.parts.clone(), body));
@@ -357,6 +368,7 @@ where
 {
     let at = Instant::now();
     let now = at.saturating_duration_since(*this.started);
+    let observed = this.observed.as_ref();
     if this.original.is_none() {
         // The original loses. It had run this long: a lower bound that still
         // counts it as slow, being past the hedge delay.
@@ -364,13 +376,24 @@ where
             estimator.record_at(now, at);
         }
         *this.original = Some((AttemptOutcome::Canceled, now));
+        cancelled(observed, 0);
     }
     // Dropping a loser's future cancels its request: hyper resets an HTTP/2
     // stream and closes an HTTP/1.1 connection.
-    for c in this.copies.iter_mut() {
+    for (i, c) in this.copies.iter_mut().enumerate() {
         if c.future.take().is_some() {
             c.ended = Some((AttemptOutcome::Canceled, now));
+            cancelled(observed, i as u32 + 1);
         }
+    }
+    if let (Some(observed), Some(copy @ 1..)) = (observed, winner) {
+        observed.tell(|call| {
+            Event::HedgeWon(HedgeWon {
+                call,
+                copy,
+                elapsed: now,
+            })
+        });
     }
     *this.next_body = None;
     *this.stopped = true;
@@ -410,6 +433,13 @@ where
             Ok(res)
         }
         Err((kind, err)) => Err(Error::wrap(kind, err).with_attempt(log)),
+    }
+}
+
+/// Tells the observer, if any, that a loser was cancelled.
+fn cancelled(observed: Option<&Observed>, copy: u32) {
+    if let Some(observed) = observed {
+        observed.tell(|call| Event::LoserCancelled(LoserCancelled { call, copy }));
     }
 }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
 use crate::hedge::HedgeChoice;
+use crate::observe::Observer;
 
 /// What the outer layers of a stack give the inner ones for one call, carried in
 /// the request's extensions as one value.
@@ -19,7 +20,9 @@ use crate::hedge::HedgeChoice;
 /// account](CallContext::budget), the retry layer the call's
 /// [deadline](CallContext::deadline), its route's [name](CallContext::route) and
 /// [hedging](CallContext::hedge) and, on each attempt whose write safety depends
-/// on it, the attempt's [record](CallContext::attempt). One insert serves
+/// on it, the attempt's [record](CallContext::attempt); an
+/// [`ObserveLayer`](crate::observe::ObserveLayer) the call's
+/// [observer](CallContext::observer). One insert serves
 /// the whole stack, and the retry layer copies this one value into each attempt
 /// instead of cloning every extension.
 ///
@@ -54,6 +57,7 @@ pub struct CallContext {
     route: Option<Arc<str>>,
     hedge: Option<HedgeChoice>,
     attempt: Option<AttemptLog>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl CallContext {
@@ -141,6 +145,19 @@ impl CallContext {
     pub fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
         self.attempt = attempt;
     }
+
+    /// The observer the layers tell what they decide for this call (see
+    /// [`observe`](crate::observe)).
+    #[inline]
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.observer.as_ref()
+    }
+
+    /// Sets the observer of this call; an
+    /// [`ObserveLayer`](crate::observe::ObserveLayer) outside keeps it.
+    pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
+        self.observer = Some(observer);
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -153,6 +170,7 @@ impl fmt::Debug for CallContext {
             .field("route", &self.route)
             .field("hedge", &self.hedge)
             .field("attempt", &self.attempt.is_some())
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
@@ -230,6 +248,11 @@ impl<'a> Given<'a> {
     #[inline]
     pub(crate) fn hedge(&self) -> Option<&'a HedgeChoice> {
         self.context.and_then(CallContext::hedge)
+    }
+
+    #[inline]
+    pub(crate) fn observer(&self) -> Option<&'a Arc<dyn Observer>> {
+        self.context.and_then(CallContext::observer)
     }
 
     #[inline]

@@ -45,6 +45,12 @@ pub trait BudgetAccount: Send + Sync + 'static {
         let _ = now;
         None
     }
+
+    /// How many extra attempts the account would allow now, when it can tell: for
+    /// observers and metrics. `None` by default.
+    fn available(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The budget account of a call, found in its request extensions.
@@ -102,6 +108,11 @@ impl BudgetHandle {
     /// Until when the origin is paused, if it is paused now.
     pub fn paused_until(&self) -> Option<Instant> {
         self.0.paused(Instant::now()).map(|p| p.until())
+    }
+
+    /// How many extra attempts the account would allow now, when it can tell.
+    pub fn available(&self) -> Option<u64> {
+        self.0.available()
     }
 }
 

@@ -2,7 +2,6 @@
 //! history, and how the call ends. The state machine that drives them is in
 //! `future.rs`.
 
-use std::fmt;
 use std::mem;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -15,10 +14,11 @@ use tokio::time::Instant;
 use super::head::Head;
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
+use crate::observe::{self, Event, Observed};
 use crate::policy::{
     classify_error, is_answer_under, ladder, later, meet, pause_hint, AttemptLog, AttemptOutcome,
     AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged, History, NoRetry,
-    Outcome, Progress, RetryPolicy, StopReason,
+    Outcome, Progress, RetryPolicy, RetryReason, StopReason,
 };
 
 /// Everything a call keeps between attempts.
@@ -43,6 +43,8 @@ pub(super) struct Call<S, B> {
     /// What only a call that is timed, fails or is hedged needs: allocated then,
     /// so the success path moves a smaller future and initialises less.
     slow: Option<Box<SlowPath>>,
+    /// The call's observer, when one was set; taken when the call ends.
+    observed: Option<Box<Observed>>,
 }
 
 /// The part of a call's state that the success path does without.
@@ -118,10 +120,14 @@ where
         // always does), so an answer that is ready at once reads no clock at all.
         let given_deadline = given.deadline();
         let route = given.route().cloned();
+        let observed = given
+            .observer()
+            .map(|o| Box::new(Observed::new(o.clone(), &req)));
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
             || policy.attempt_timeout().is_some();
-        let started = timed.then(Instant::now);
+        // An observer is told the call's time, so its start is read at once too.
+        let started = (timed || observed.is_some()).then(Instant::now);
         let deadline = match (given_deadline, policy.timeout(), started) {
             (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
             (Some(d), _, _) => Some(d),
@@ -160,6 +166,7 @@ where
             route,
             started,
             policy,
+            observed,
         };
         call.track(&mut req);
         let first = match started {
@@ -373,7 +380,12 @@ where
         }
         let withdrawn = match self.budget() {
             Some(budget) if !budget.try_withdraw() => return Err(StopReason::Budget),
-            Some(_) => true,
+            Some(budget) => {
+                if let Some(observed) = self.observed.as_deref() {
+                    observed.ran_dry_if(budget);
+                }
+                true
+            }
             None => false,
         };
         self.slow().withdrawn = withdrawn;
@@ -544,9 +556,18 @@ impl<S, B> Call<S, B> {
         let started = *self.started.get_or_insert(now);
         let attempt = self.attempt;
         let slow = self.slow();
+        let attempt_started = slow.attempt_started.unwrap_or(started);
+        if let Some(observed) = self.observed.as_deref() {
+            observed.attempt_finished(
+                attempt,
+                outcome,
+                progress,
+                now.saturating_duration_since(attempt_started),
+            );
+        }
+        let slow = self.slow();
         match hedged {
             Some(hedged) => {
-                let attempt_started = slow.attempt_started.unwrap_or(started);
                 let offset = attempt_started.saturating_duration_since(started);
                 let mut records = hedged.attempt_records(attempt, offset);
                 let returned = match hedged.winner() {
@@ -581,6 +602,18 @@ impl<S, B> Call<S, B> {
                 gate = stop.as_str(),
                 "retry skipped"
             );
+            let refused = self.slow().history.is_empty();
+            self.tell(|call, attempt| match refused {
+                true => Event::CallRefused(observe::CallRefused {
+                    call,
+                    refusal: observe::Refusal::Deadline,
+                }),
+                false => Event::RetrySkipped(observe::RetrySkipped {
+                    call,
+                    attempt,
+                    gate: stop,
+                }),
+            });
         }
         let route = self.route.clone();
         let history = &mut self.slow().history;
@@ -631,7 +664,7 @@ impl<S, B> Call<S, B> {
         &mut self,
         wait: Duration,
         response: Option<Response<RB>>,
-        reason: impl fmt::Display,
+        reason: RetryReason,
     ) -> Step<RB> {
         if let Some(last) = self.slow().history.last_mut() {
             last.wait = Some(wait);
@@ -642,6 +675,14 @@ impl<S, B> Call<S, B> {
             wait_ms = wait.as_millis() as u64,
             "retry scheduled"
         );
+        self.tell(|call, attempt| {
+            Event::RetryScheduled(observe::RetryScheduled {
+                call,
+                attempt,
+                reason,
+                wait,
+            })
+        });
         Step::Wait { wait, response }
     }
 
@@ -657,6 +698,10 @@ impl<S, B> Call<S, B> {
             && res.extensions().get::<AttemptLog>().is_none();
         if plain {
             self.answered(status);
+            if let Some(observed) = self.observed.as_deref() {
+                let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
+                observed.attempt_finished(1, AttemptOutcome::Status(status), None, elapsed);
+            }
         }
         plain
     }
@@ -700,6 +745,59 @@ impl<S, B> Call<S, B> {
                 })
             }
         }
+    }
+
+    /// Tells the call's observer, if any, the event `make` builds from the call
+    /// and the current attempt's number.
+    #[inline]
+    fn tell(&self, make: impl for<'a> FnOnce(&'a observe::CallInfo, u32) -> Event<'a>) {
+        if let Some(observed) = self.observed.as_deref() {
+            let attempt = self.attempt;
+            observed.tell(|call| make(call, attempt));
+        }
+    }
+
+    /// Tells the observer, once, how the call ended.
+    #[inline]
+    pub(super) fn ended<RB>(&mut self, result: &CallResult<RB>) {
+        if let Some(observed) = self.observed.take() {
+            self.tell_finished(&observed, result);
+        }
+    }
+
+    #[cold]
+    fn tell_finished<RB>(&self, observed: &Observed, result: &CallResult<RB>) {
+        let (outcome, history) = match result {
+            Ok(res) => (
+                AttemptOutcome::Status(res.status()),
+                res.extensions().get::<History>(),
+            ),
+            Err(err) => (
+                err.status()
+                    .map_or(AttemptOutcome::Error(err.kind()), AttemptOutcome::Status),
+                err.history(),
+            ),
+        };
+        let attempts = history.map_or(1, |h| h.len() as u32);
+        let stop = history
+            .and_then(History::stop_reason)
+            .unwrap_or(StopReason::Answered);
+        let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
+        let budget_available = self
+            .template
+            .as_ref()
+            .and_then(|h| h.given().budget())
+            .and_then(|b| b.available());
+        observed.tell(|call| {
+            Event::CallFinished(observe::CallFinished {
+                call,
+                outcome,
+                attempts,
+                elapsed,
+                stop,
+                budget_available,
+            })
+        });
     }
 
     /// Gives the budget back a retry it paid for that will not be sent.

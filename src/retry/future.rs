@@ -133,8 +133,7 @@ where
         let mut this = self.project();
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
-        // Every way a call ends leaves this loop with its result (the success path
-        // returns at once, from the same two lines), and only here.
+        // Every way a call ends leaves this loop with its result, and only here.
         let ended: CallResult<RB> = loop {
             match this.state.as_mut().project() {
                 StateProj::Attempt { future, timeout } => {
@@ -142,8 +141,7 @@ where
                         Poll::Ready(Ok(res)) => {
                             if call.is_plain_answer(&res) {
                                 // The success path: nothing to record, nothing to wait.
-                                this.state.set(State::Done);
-                                return Poll::Ready(Ok(res));
+                                break Ok(res);
                             }
                             Ok(res)
                         }
@@ -249,9 +247,6 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
-                    if let Some(span) = this.span.as_deref() {
-                        span.record("http.request.resend_count", call.attempt - 1);
-                    }
                     let future = call.service.call(req);
                     this.state.set(State::Attempt {
                         future,
@@ -266,8 +261,23 @@ where
             }
         };
         this.state.set(State::Done);
+        drop(_entered);
+        if let Some(span) = this.span.take() {
+            finished(&span, call.attempt);
+        }
+        call.ended(&ended);
         Poll::Ready(ended)
     }
+}
+
+/// Records on the call's span, once, how many times the request was sent again,
+/// and tells that the call ended.
+#[cold]
+fn finished(span: &Span, attempts: u32) {
+    if attempts > 1 {
+        span.record("http.request.resend_count", attempts - 1);
+    }
+    span.in_scope(|| tracing::debug!(attempts, "call finished"));
 }
 
 /// The error a call answers when it is polled again after it ended.

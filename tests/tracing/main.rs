@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod breaker;
 mod pause;
 mod retry;
 mod routes;

@@ -47,7 +47,15 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
     assert!(text.contains("wait_ms=1000"), "{text}");
     assert_eq!(text.matches("retry skipped").count(), 1, "{text}");
     assert!(text.contains("gate=\"attempts_exhausted\""), "{text}");
+    // Recorded once, when the call ends, on its one last event.
+    assert_eq!(
+        text.matches("http.request.resend_count=").count(),
+        1,
+        "{text}"
+    );
     assert!(text.contains("http.request.resend_count=2"), "{text}");
+    assert_eq!(text.matches("call finished").count(), 1, "{text}");
+    assert!(text.contains("attempts=3"), "{text}");
     for secret in ["s3cret", "upstream.test", "/items"] {
         assert!(!text.contains(secret), "{secret} leaked into {text}");
     }

@@ -1,0 +1,113 @@
+//! SVG line charts for the examples that measure, written with `plotters` (SVG
+//! backend, line series, no system libraries).
+
+use std::ops::Range;
+use std::path::Path;
+
+use backstop::BoxError;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+
+/// One line of a chart.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+}
+
+/// The colours the examples use, in order.
+pub const COLORS: [RGBColor; 4] = [
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0x2c, 0xa0, 0x2c),
+];
+
+/// How a chart reads: its title, axis names, the y labels' format and where the
+/// legend goes.
+pub struct Look<'a> {
+    pub title: &'a str,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub y_format: fn(&f64) -> String,
+    pub legend: SeriesLabelPosition,
+}
+
+/// Writes a line chart of `series` to `path` (an SVG file).
+pub fn lines<X>(
+    path: &Path,
+    look: Look<'_>,
+    x: X,
+    y: Range<f64>,
+    series: &[Series],
+) -> Result<(), BoxError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(text)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(look.title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x, y)
+        .map_err(text)?;
+    chart
+        .configure_mesh()
+        .x_desc(look.x_desc)
+        .y_desc(look.y_desc)
+        .y_label_formatter(&look.y_format)
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(text)?;
+    for s in series {
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(text)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(look.legend)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(text)?;
+    root.present().map_err(text)?;
+    Ok(())
+}
+
+/// A chart error as text (plotters' errors borrow the backend's).
+fn text<E: std::fmt::Display>(e: E) -> BoxError {
+    e.to_string().into()
+}
+
+/// The points of the empirical CDF of `sorted` (milliseconds), at most `max`
+/// of them: the quantiles at even steps from the quantile `from` on, and the last
+/// point.
+pub fn cdf(sorted_ms: &[f64], max: usize, from: f64) -> Vec<(f64, f64)> {
+    let n = sorted_ms.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let first = ((from * n as f64) as usize).min(n - 1);
+    let step = ((n - first) / max.max(1)).max(1);
+    let mut points: Vec<_> = (first..n)
+        .step_by(step)
+        .map(|i| (sorted_ms[i], (i + 1) as f64 / n as f64))
+        .collect();
+    points.push((sorted_ms[n - 1], 1.0));
+    points
+}

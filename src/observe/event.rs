@@ -1,0 +1,373 @@
+//! What an observer is told: one event per decision, each naming its call.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use http::{Method, Request, Uri};
+use tokio::time::Instant;
+
+use crate::circuit_breaker::State;
+use crate::policy::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
+
+/// The origin of a call: its scheme, host and port, never its user information,
+/// path or query.
+///
+/// # Examples
+///
+/// ```
+/// use backstop::observe::Origin;
+///
+/// let uri: http::Uri = "https://user:secret@api.example.com:8443/pay?card=4242".parse().unwrap();
+/// let origin = Origin::of(&uri);
+/// assert_eq!(origin.to_string(), "https://api.example.com:8443");
+/// assert_eq!(origin.host(), Some("api.example.com"));
+/// ```
+#[derive(Clone, Default)]
+pub struct Origin {
+    scheme: Option<Scheme>,
+    // Kept whole (a cheap clone of a shared buffer); only its host and port are
+    // ever read, so the user information never leaves it.
+    authority: Option<Authority>,
+}
+
+impl Origin {
+    /// The origin of `uri`.
+    pub fn of(uri: &Uri) -> Self {
+        Origin {
+            scheme: uri.scheme().cloned(),
+            authority: uri.authority().cloned(),
+        }
+    }
+
+    /// The scheme (`http`, `https`), when the URI has one.
+    pub fn scheme(&self) -> Option<&str> {
+        self.scheme.as_ref().map(Scheme::as_str)
+    }
+
+    /// The host, without user information or port.
+    pub fn host(&self) -> Option<&str> {
+        self.authority.as_ref().map(Authority::host)
+    }
+
+    /// The port, when the URI names one.
+    pub fn port(&self) -> Option<u16> {
+        self.authority.as_ref().and_then(Authority::port_u16)
+    }
+}
+
+impl fmt::Display for Origin {
+    /// `scheme://host:port`, each part as far as the URI has it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(scheme) = self.scheme() {
+            write!(f, "{scheme}://")?;
+        }
+        match self.host() {
+            Some(host) => f.write_str(host)?,
+            None => f.write_str("(no authority)")?,
+        }
+        match self.port() {
+            Some(port) => write!(f, ":{port}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Origin({self})")
+    }
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, other: &Self) -> bool {
+        self.scheme == other.scheme && self.host() == other.host() && self.port() == other.port()
+    }
+}
+
+impl Eq for Origin {}
+
+/// What every event says of its call: the origin, the route name when a route
+/// table named one, and the method. Each is bounded, so all three make good
+/// metric labels; none holds a path, query, header value or body.
+#[derive(Clone, Debug)]
+pub struct CallInfo {
+    origin: Origin,
+    route: Option<Arc<str>>,
+    method: Method,
+}
+
+impl CallInfo {
+    /// The call of `req`: its origin, method, and the route its
+    /// [`CallContext`] names.
+    pub fn of<B>(req: &Request<B>) -> Self {
+        CallInfo {
+            origin: Origin::of(req.uri()),
+            route: CallContext::of(req.extensions()).and_then(|c| c.route().map(Arc::from)),
+            method: req.method().clone(),
+        }
+    }
+
+    /// A call to `origin` with `method`, on no route.
+    pub fn new(origin: Origin, method: Method) -> Self {
+        CallInfo {
+            origin,
+            route: None,
+            method,
+        }
+    }
+
+    /// The same call, on the route named `route`.
+    pub fn with_route(mut self, route: impl Into<Arc<str>>) -> Self {
+        self.route = Some(route.into());
+        self
+    }
+
+    /// The call's origin.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The name of the route the call matched, when a route table named it.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// The call's method.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+}
+
+/// Why a call was refused before any attempt was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The origin's circuit breaker refuses calls; `next_probe_at` is when it lets
+    /// the next probe through (`None` while half-open with its probes in flight).
+    CircuitOpen {
+        /// When the cooldown ends.
+        next_probe_at: Option<Instant>,
+    },
+    /// A retry budget refused the call (for a layer of yours that refuses first
+    /// attempts on a spent budget; backstop's budget layer counts first attempts
+    /// and never refuses one).
+    Budget,
+    /// The call's deadline left less than the policy's minimum attempt time.
+    Deadline,
+}
+
+impl Refusal {
+    /// A short `snake_case` name, for metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Refusal::CircuitOpen { .. } => "circuit_open",
+            Refusal::Budget => "budget",
+            Refusal::Deadline => "deadline",
+        }
+    }
+}
+
+/// One logical call ended (told by the retry layer, once per call it ran).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CallFinished<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// What it ended with: the last status or error kind.
+    pub outcome: AttemptOutcome,
+    /// Requests sent, hedges included (`0` when refused before any).
+    pub attempts: u32,
+    /// From the call's start to its end.
+    pub elapsed: Duration,
+    /// Why no further attempt was made.
+    pub stop: StopReason,
+    /// Whole retries left in the call's budget account at the end, when the call
+    /// has one that can tell.
+    pub budget_available: Option<u64>,
+}
+
+/// One attempt of a call ended (told by the retry layer).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct AttemptFinished<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The attempt's number, from 1.
+    pub attempt: u32,
+    /// Its status or error kind.
+    pub outcome: AttemptOutcome,
+    /// How far the request got onto the wire, when the attempt was tracked (a
+    /// keyless non-idempotent request).
+    pub progress: Option<Progress>,
+    /// From the attempt's start to its outcome.
+    pub elapsed: Duration,
+}
+
+/// A retryable outcome passed the gates: another attempt follows the wait.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct RetryScheduled<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Why the outcome may be sent again.
+    pub reason: RetryReason,
+    /// The backoff, or the server's `Retry-After`.
+    pub wait: Duration,
+}
+
+/// A retryable outcome was not retried: a gate refused.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct RetrySkipped<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The attempt whose retry was skipped.
+    pub attempt: u32,
+    /// The gate that refused (attempts, body, deadline, `Retry-After`, budget,
+    /// breaker).
+    pub gate: StopReason,
+}
+
+/// A call was refused without sending anything.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CallRefused<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// Why.
+    pub refusal: Refusal,
+}
+
+/// The hedge layer sent a copy of a slow request.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct HedgeSent<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The copy's number, from 1 (the original is 0).
+    pub copy: u32,
+    /// How long after the original it was sent.
+    pub after: Duration,
+}
+
+/// A hedged copy's answer won the race.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct HedgeWon<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The winning copy's number, from 1.
+    pub copy: u32,
+    /// From the original's start to the winning answer.
+    pub elapsed: Duration,
+}
+
+/// A send that lost a hedge race was cancelled (its future dropped: hyper resets
+/// an HTTP/2 stream and closes an HTTP/1.1 connection).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct LoserCancelled<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// The loser's number: 0 for the original, from 1 for a copy.
+    pub copy: u32,
+}
+
+/// A circuit breaker changed state.
+///
+/// Breakers are per origin by default, and `call` is the call whose admission or
+/// outcome moved it; with [`Partition::global`](crate::Partition::global) one
+/// breaker serves every origin and `call.origin()` is only that call's.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct BreakerStateChanged<'a> {
+    /// The call that moved the breaker.
+    pub call: &'a CallInfo,
+    /// The state before.
+    pub from: State,
+    /// The state now.
+    pub to: State,
+    /// When an open breaker lets its next probe through.
+    pub next_probe_at: Option<Instant>,
+}
+
+/// A retry budget account ran dry: this call's retry or hedge took its last whole
+/// retry, and the next is refused until first attempts refill it.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct BudgetRanDry<'a> {
+    /// The call that spent the last retry.
+    pub call: &'a CallInfo,
+}
+
+/// What an [`Observer`](super::Observer) is told.
+///
+/// Every event names its [call](CallInfo); none holds a URL path, query, header
+/// value or body.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A call ended.
+    CallFinished(CallFinished<'a>),
+    /// An attempt ended.
+    AttemptFinished(AttemptFinished<'a>),
+    /// A retry follows a wait.
+    RetryScheduled(RetryScheduled<'a>),
+    /// A gate refused a retry.
+    RetrySkipped(RetrySkipped<'a>),
+    /// A call was refused before any attempt.
+    CallRefused(CallRefused<'a>),
+    /// A hedge was sent.
+    HedgeSent(HedgeSent<'a>),
+    /// A hedge won.
+    HedgeWon(HedgeWon<'a>),
+    /// A loser of a hedge race was cancelled.
+    LoserCancelled(LoserCancelled<'a>),
+    /// A circuit breaker changed state.
+    BreakerStateChanged(BreakerStateChanged<'a>),
+    /// A retry budget ran dry.
+    BudgetRanDry(BudgetRanDry<'a>),
+}
+
+impl Event<'_> {
+    /// The call the event is about.
+    pub fn call(&self) -> &CallInfo {
+        match self {
+            Event::CallFinished(e) => e.call,
+            Event::AttemptFinished(e) => e.call,
+            Event::RetryScheduled(e) => e.call,
+            Event::RetrySkipped(e) => e.call,
+            Event::CallRefused(e) => e.call,
+            Event::HedgeSent(e) => e.call,
+            Event::HedgeWon(e) => e.call,
+            Event::LoserCancelled(e) => e.call,
+            Event::BreakerStateChanged(e) => e.call,
+            Event::BudgetRanDry(e) => e.call,
+        }
+    }
+}
+
+/// A short `snake_case` name of a retry reason, for metric labels.
+pub fn reason_label(reason: RetryReason) -> &'static str {
+    match reason {
+        RetryReason::ServerAsked => "server_asked",
+        RetryReason::NotProcessed => "not_processed",
+        RetryReason::Idempotent => "idempotent",
+        RetryReason::Keyed => "keyed",
+        RetryReason::NothingWritten => "nothing_written",
+    }
+}
+
+/// A short `snake_case` name of an outcome's kind, for metric labels: the status
+/// code, or the error kind.
+pub fn outcome_label(outcome: AttemptOutcome) -> std::borrow::Cow<'static, str> {
+    match outcome {
+        AttemptOutcome::Status(s) => std::borrow::Cow::Owned(s.as_u16().to_string()),
+        AttemptOutcome::Error(kind) => std::borrow::Cow::Borrowed(kind.as_str()),
+        AttemptOutcome::Canceled => std::borrow::Cow::Borrowed("canceled"),
+    }
+}

@@ -1,0 +1,301 @@
+//! Middleware that lets one observer see what every backstop layer of a stack
+//! decides: calls, attempts, retries scheduled and skipped, refusals, hedges,
+//! breaker state changes and budgets running dry.
+//!
+//! When a retry you expected did not happen, the [`Event`]s say why, per origin
+//! and per route: a [`RetrySkipped`] names the gate that refused, a [`CallRefused`]
+//! the open breaker and when it lets the next probe through. Each event names its
+//! [call](CallInfo) by origin (scheme, host and port, never user information,
+//! path or query), route name and method, so they make bounded metric labels.
+//!
+//! # Setting the observer once
+//!
+//! Put an [`ObserveLayer`] **outermost**. It leaves the observer in each call's
+//! [`CallContext`], which every backstop layer inside reads (the retry layer
+//! copies the context into each attempt, so the hedge layer beneath sees it
+//! too); a layer that finds none tells nothing and pays one branch for it. An
+//! observer set for one call with [`CallContext::set_observer`] wins over the
+//! layer's.
+//!
+//! ```text
+//! ObserveLayer → CircuitBreakerLayer → BudgetLayer → RetryLayer → HedgeLayer → transport
+//! ```
+//!
+//! | layer | tells |
+//! |---|---|
+//! | retry | [`CallFinished`], [`AttemptFinished`], [`RetryScheduled`], [`RetrySkipped`], [`CallRefused`] (deadline), [`BudgetRanDry`] |
+//! | circuit breaker | [`CallRefused`] (circuit open), [`BreakerStateChanged`] |
+//! | hedge | [`HedgeSent`], [`HedgeWon`], [`LoserCancelled`], [`BudgetRanDry`] |
+//!
+//! A call the breaker refuses never reaches the retry layer, so it is told as a
+//! [`CallRefused`] alone; every call the retry layer runs ends with one
+//! [`CallFinished`]. With feature `metrics`, `MetricsObserver` records the events
+//! through the `metrics` facade, with a table of every metric, its type, unit and
+//! labels.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//! use backstop::observe::{Event, ObserveLayer, Observer};
+//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! #[derive(Default)]
+//! struct Retries(AtomicU32);
+//!
+//! impl Observer for Retries {
+//!     fn on_event(&self, event: &Event<'_>) {
+//!         if let Event::RetryScheduled(retry) = event {
+//!             assert_eq!(retry.call.origin().to_string(), "http://example.com");
+//!             self.0.fetch_add(1, Ordering::Relaxed);
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), backstop::Error> {
+//! // A transport that fails once with a 503, then answers.
+//! let calls = Arc::new(AtomicU32::new(0));
+//! let transport = tower::service_fn(move |_req: http::Request<ReplayBody<Full<Bytes>>>| {
+//!     let n = calls.fetch_add(1, Ordering::Relaxed);
+//!     async move {
+//!         let mut res = http::Response::new(Full::<Bytes>::default());
+//!         if n == 0 {
+//!             *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+//!         }
+//!         Ok::<_, std::io::Error>(res)
+//!     }
+//! });
+//! let retries = Arc::new(Retries::default());
+//! let mut client = ServiceBuilder::new()
+//!     .layer(ObserveLayer::from_arc(retries.clone()))
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .service(transport);
+//!
+//! let req = http::Request::get("http://example.com/items?id=7").body(Full::default()).unwrap();
+//! let res = client.ready().await?.call(req).await?;
+//! assert_eq!(res.status(), http::StatusCode::OK);
+//! assert_eq!(retries.0.load(Ordering::Relaxed), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Cost
+//!
+//! Without an observer the layers read one more field of the context they
+//! already read; nothing is allocated or timed for it (`cargo bench --bench
+//! overhead -- added`). With one, each event is a call through a `dyn Observer`
+//! with borrowed data: an observer that must do slow work should hand it off.
+
+mod event;
+#[cfg(feature = "metrics")]
+mod metrics;
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Request;
+use tower_layer::Layer;
+use tower_service::Service;
+
+pub use event::{
+    outcome_label, reason_label, AttemptFinished, BreakerStateChanged, BudgetRanDry, CallFinished,
+    CallInfo, CallRefused, Event, HedgeSent, HedgeWon, LoserCancelled, Origin, Refusal,
+    RetryScheduled, RetrySkipped,
+};
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use metrics::MetricsObserver;
+
+use std::time::Duration;
+
+use crate::policy::{AttemptOutcome, BudgetHandle, CallContext, Progress};
+
+/// Sees what the layers of a stack decide. See the [module docs](self).
+///
+/// It runs on the request path, inside the layers' futures: it must be cheap and
+/// must not block. A closure `Fn(&Event<'_>)` is an observer too.
+pub trait Observer: Send + Sync + 'static {
+    /// Tells the observer of one event.
+    fn on_event(&self, event: &Event<'_>);
+}
+
+impl<F> Observer for F
+where
+    F: Fn(&Event<'_>) + Send + Sync + 'static,
+{
+    fn on_event(&self, event: &Event<'_>) {
+        self(event)
+    }
+}
+
+/// Applies [`Observe`] to a service: leaves the observer in each call's
+/// [`CallContext`] for the backstop layers inside. Put it outermost.
+///
+/// Clones share the observer.
+#[derive(Clone)]
+pub struct ObserveLayer {
+    observer: Arc<dyn Observer>,
+}
+
+impl ObserveLayer {
+    /// A layer telling `observer`.
+    pub fn new(observer: impl Observer) -> Self {
+        ObserveLayer::from_arc(Arc::new(observer))
+    }
+
+    /// A layer telling an observer you keep a handle on.
+    pub fn from_arc(observer: Arc<dyn Observer>) -> Self {
+        ObserveLayer { observer }
+    }
+}
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for ObserveLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObserveLayer").finish_non_exhaustive()
+    }
+}
+
+/// Leaves an observer in each call's [`CallContext`]. Its response, error and
+/// future are the inner service's. See the [module docs](self).
+#[derive(Clone)]
+pub struct Observe<S> {
+    inner: S,
+    observer: Arc<dyn Observer>,
+}
+
+impl<S> Observe<S> {
+    /// Wraps `inner`, telling `observer`.
+    pub fn new(inner: S, observer: Arc<dyn Observer>) -> Self {
+        Observe { inner, observer }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Observe<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observe")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> Service<Request<B>> for Observe<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> S::Future {
+        let context = CallContext::of_mut(req.extensions_mut());
+        if context.observer().is_none() {
+            context.set_observer(self.observer.clone());
+        }
+        self.inner.call(req)
+    }
+}
+
+/// A call's observer and what its events say of the call, read once where a layer
+/// first needs it.
+#[derive(Clone)]
+pub(crate) struct Observed {
+    observer: Arc<dyn Observer>,
+    call: CallInfo,
+}
+
+impl Observed {
+    /// The observer of `req`'s call, if one was set.
+    #[inline]
+    pub(crate) fn of<B>(req: &Request<B>) -> Option<Self> {
+        let observer = CallContext::of(req.extensions())?.observer()?.clone();
+        Some(Observed::new(observer, req))
+    }
+
+    /// `observer`, for `req`'s call.
+    #[cold]
+    pub(crate) fn new<B>(observer: Arc<dyn Observer>, req: &Request<B>) -> Self {
+        Observed {
+            observer,
+            call: CallInfo::of(req),
+        }
+    }
+
+    /// The same, from a request head.
+    pub(crate) fn of_parts(parts: &http::request::Parts) -> Option<Self> {
+        let context = CallContext::of(&parts.extensions)?;
+        let observer = context.observer()?.clone();
+        let call = CallInfo::new(Origin::of(&parts.uri), parts.method.clone());
+        let call = match context.route() {
+            Some(route) => call.with_route(route),
+            None => call,
+        };
+        Some(Observed { observer, call })
+    }
+
+    /// Tells the observer the event `make` builds for the call.
+    pub(crate) fn tell<'a>(&'a self, make: impl FnOnce(&'a CallInfo) -> Event<'a>) {
+        self.observer.on_event(&make(&self.call));
+    }
+
+    /// Tells an attempt's end.
+    pub(crate) fn attempt_finished(
+        &self,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        progress: Option<Progress>,
+        elapsed: Duration,
+    ) {
+        self.tell(|call| {
+            Event::AttemptFinished(AttemptFinished {
+                call,
+                attempt,
+                outcome,
+                progress,
+                elapsed,
+            })
+        });
+    }
+
+    /// After a withdrawal from `budget`: tells that it ran dry if that took its
+    /// last whole retry.
+    pub(crate) fn ran_dry_if(&self, budget: &BudgetHandle) {
+        if budget.available() == Some(0) {
+            self.tell(|call| Event::BudgetRanDry(BudgetRanDry { call }));
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! What each layer tells the observer: retries, gates, refusals, breaker states,
+//! budgets and hedges, on the paused clock and over real loopback upstreams.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::record::Recorder;
+use crate::support::mock::{status, status_with, Mock, Step};
+use backstop::budget::{BudgetLayer, BudgetPolicy};
+use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
+use backstop::hedge::{HedgeLayer, HedgePolicy};
+use backstop::observe::ObserveLayer;
+use backstop::policy::{CallContext, Deadline};
+use backstop::{RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+fn get(uri: &str) -> Request<Full<Bytes>> {
+    Request::get(uri).body(Full::default()).unwrap()
+}
+
+fn breaker(consecutive: u32, cooldown: Duration) -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy::builder()
+        .consecutive_failures(consecutive)
+        .min_calls(u32::MAX)
+        .cooldown(cooldown)
+        .max_cooldown(cooldown)
+        .jitter(0.0)
+        .build()
+        .unwrap()
+}
+
+const ORIGIN: &str = "origin=http://upstream.test:8080 method=GET";
+
+#[tokio::test(start_paused = true)]
+async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([
+        status_with(503, &[("retry-after", "1")]),
+        Step::Io(io::ErrorKind::ConnectionReset),
+        status(503),
+    ]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    let req = get("http://user:pw@upstream.test:8080/items?token=s3cret");
+    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    let lines = recorder.lines();
+    assert_eq!(lines.len(), 7, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        format!("attempt_finished attempt=1 outcome=503 tracked=false {ORIGIN}")
+    );
+    assert_eq!(
+        lines[1],
+        format!("retry_scheduled attempt=1 reason=idempotent wait_ms=1000 {ORIGIN}")
+    );
+    assert_eq!(
+        lines[2],
+        format!("attempt_finished attempt=2 outcome=closed tracked=false {ORIGIN}")
+    );
+    assert!(
+        lines[3].starts_with("retry_scheduled attempt=2 reason=idempotent wait_ms="),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(
+        lines[4],
+        format!("attempt_finished attempt=3 outcome=503 tracked=false {ORIGIN}")
+    );
+    assert_eq!(
+        lines[5],
+        format!("retry_skipped attempt=3 gate=attempts_exhausted {ORIGIN}")
+    );
+    assert_eq!(
+        lines[6],
+        format!("call_finished outcome=503 attempts=3 stop=attempts_exhausted {ORIGIN}")
+    );
+    for line in &lines {
+        for secret in ["s3cret", "user", "pw@", "/items"] {
+            assert!(!line.contains(secret), "{secret} leaked into {line}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_answer_is_one_attempt_and_one_call() {
+    let recorder = Recorder::default();
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(Mock::new([status(200)]));
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        recorder.lines(),
+        [
+            format!("attempt_finished attempt=1 outcome=200 tracked=false {ORIGIN}"),
+            format!("call_finished outcome=200 attempts=1 stop=answered {ORIGIN}"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
+    let layer = Recorder::default();
+    let own = Recorder::default();
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(layer.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(Mock::new([Step::Io(io::ErrorKind::ConnectionRefused)]));
+    let mut req = Request::post("http://upstream.test:8080/pay")
+        .body(Full::default())
+        .unwrap();
+    CallContext::of_mut(req.extensions_mut()).set_observer(Arc::new(own.clone()));
+    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(layer.lines().is_empty(), "{:?}", layer.lines());
+    let lines = own.lines();
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    // A keyless POST is tracked: its attempts carry their wire progress.
+    assert!(
+        lines[0].starts_with("attempt_finished attempt=1 outcome=connect tracked=true"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("retry_scheduled attempt=1 reason=not_processed"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[3].starts_with("call_finished outcome=200 attempts=2 stop=answered"),
+        "{}",
+        lines[3]
+    );
+    assert!(lines[3].ends_with("method=POST"), "{}", lines[3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    let mut req = get("http://upstream.test:8080/");
+    req.extensions_mut().insert(Deadline::after(Duration::ZERO));
+    let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+    assert!(err.is_deadline());
+    assert_eq!(mock.calls(), 0);
+    assert_eq!(
+        recorder.lines(),
+        [
+            format!("call_refused refusal=deadline {ORIGIN}"),
+            format!("call_finished outcome=timeout attempts=0 stop=deadline {ORIGIN}"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_tells_each_state_change_and_each_refusal() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(CircuitBreakerLayer::new(breaker(2, Duration::from_secs(1))))
+        .layer(RetryLayer::new(RetryPolicy::none()))
+        .service(mock.clone());
+    let uri = "http://upstream.test:8080/";
+    for _ in 0..2 {
+        let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+        assert_eq!(res.status(), 503);
+    }
+    for _ in 0..3 {
+        let err = svc.ready().await.unwrap().call(get(uri)).await.unwrap_err();
+        assert!(err.is_circuit_open());
+    }
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(mock.calls(), 3);
+
+    assert_eq!(
+        recorder.named("breaker_state_changed"),
+        [
+            format!("breaker_state_changed from=closed to=open {ORIGIN}"),
+            format!("breaker_state_changed from=open to=half-open {ORIGIN}"),
+            format!("breaker_state_changed from=half-open to=closed {ORIGIN}"),
+        ]
+    );
+    assert_eq!(
+        recorder.named("call_refused"),
+        vec![format!("call_refused refusal=circuit_open {ORIGIN}"); 3]
+    );
+    // A refused call never reaches the retry layer: three calls finished there.
+    assert_eq!(recorder.named("call_finished").len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_that_runs_dry_is_told_once() {
+    let recorder = Recorder::default();
+    let budget = BudgetPolicy::builder()
+        .ratio(0.5)
+        .min_per_second(0.0)
+        .build()
+        .unwrap();
+    let mock = Mock::new((0..10).map(|_| status(503)));
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(BudgetLayer::new(budget))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    for _ in 0..2 {
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get("http://upstream.test:8080/"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503);
+    }
+    // Half a retry per call: the second call's completes one, which its retry takes.
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(
+        recorder.named("budget_ran_dry"),
+        [format!("budget_ran_dry {ORIGIN}")]
+    );
+    assert_eq!(
+        recorder.named("retry_skipped"),
+        [
+            format!("retry_skipped attempt=1 gate=budget {ORIGIN}"),
+            format!("retry_skipped attempt=2 gate=budget {ORIGIN}"),
+        ]
+    );
+    assert_eq!(recorder.named("retry_scheduled").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_that_wins_cancels_the_original() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([Step::Slow(Duration::from_secs(5), 200), status(200)]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+            100,
+        ))))
+        .service(mock.clone());
+    let started = tokio::time::Instant::now();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(started.elapsed(), Duration::from_millis(100));
+    let lines: Vec<_> = recorder
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("hedge") || l.starts_with("loser"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("hedge_sent copy=1 {ORIGIN}"),
+            format!("loser_cancelled copy=0 {ORIGIN}"),
+            format!("hedge_won copy=1 {ORIGIN}"),
+        ]
+    );
+    assert_eq!(
+        recorder.named("call_finished"),
+        [format!(
+            "call_finished outcome=200 attempts=2 stop=answered {ORIGIN}"
+        )]
+    );
+}
+
+// Over real loopback upstreams
+
+#[cfg(feature = "test-util")]
+mod wire {
+    use super::*;
+    use crate::support::wire::{client, within_10s, BOTH};
+    use backstop::test_util::{Reply, Upstream};
+    use backstop::ReplayBody;
+    use hyper_util::client::legacy::{connect::HttpConnector, Client};
+
+    type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
+
+    fn quick() -> RetryPolicy {
+        RetryPolicy::builder()
+            .backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stack_tells_one_call_with_its_attempts_and_retries() {
+        within_10s(async {
+            for protocol in BOTH {
+                let upstream = Upstream::builder()
+                    .protocol(protocol)
+                    .script([Reply::status(503), Reply::status(502)])
+                    .then(Reply::ok().body("ok"))
+                    .start()
+                    .await
+                    .unwrap();
+                let recorder = Recorder::default();
+                let mut svc = ServiceBuilder::new()
+                    .layer(ObserveLayer::new(recorder.clone()))
+                    .layer(CircuitBreakerLayer::default())
+                    .layer(BudgetLayer::default())
+                    .layer(RetryLayer::new(quick()))
+                    .service::<Transport>(client(protocol));
+                let req = get(&upstream.uri("/orders?id=42").to_string());
+                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                assert_eq!(res.status(), 200, "{protocol:?}");
+                let origin = format!("origin=http://{} method=GET", upstream.addr());
+                let lines = recorder.lines();
+                let names: Vec<_> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
+                assert_eq!(
+                    names,
+                    [
+                        "attempt_finished",
+                        "retry_scheduled",
+                        "attempt_finished",
+                        "retry_scheduled",
+                        "attempt_finished",
+                        "call_finished"
+                    ],
+                    "{protocol:?}: {lines:#?}"
+                );
+                assert!(lines[0].contains("outcome=503"), "{}", lines[0]);
+                assert!(lines[2].contains("outcome=502"), "{}", lines[2]);
+                assert_eq!(
+                    lines[5],
+                    format!("call_finished outcome=200 attempts=3 stop=answered {origin}")
+                );
+                assert!(lines
+                    .iter()
+                    .all(|l| l.ends_with(&origin) && !l.contains("orders")));
+                assert_eq!(upstream.requests().len(), 3, "{protocol:?}");
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_open_breaker_is_told_as_refusals_that_reach_no_upstream() {
+        within_10s(async {
+            for protocol in BOTH {
+                let upstream = Upstream::builder()
+                    .protocol(protocol)
+                    .then(Reply::status(503))
+                    .start()
+                    .await
+                    .unwrap();
+                let recorder = Recorder::default();
+                let mut svc = ServiceBuilder::new()
+                    .layer(ObserveLayer::new(recorder.clone()))
+                    .layer(CircuitBreakerLayer::new(breaker(
+                        2,
+                        Duration::from_secs(60),
+                    )))
+                    .layer(RetryLayer::new(quick()))
+                    .service::<Transport>(client(protocol));
+                for _ in 0..5 {
+                    let req = get(&upstream.uri("/").to_string());
+                    let _ = svc.ready().await.unwrap().call(req).await;
+                }
+                assert_eq!(
+                    upstream.requests().len(),
+                    6,
+                    "{protocol:?}: two calls of three"
+                );
+                assert_eq!(recorder.named("call_refused").len(), 3, "{protocol:?}");
+                assert_eq!(
+                    recorder.named("breaker_state_changed").len(),
+                    1,
+                    "{protocol:?}"
+                );
+                assert_eq!(recorder.named("attempt_finished").len(), 6, "{protocol:?}");
+                assert_eq!(recorder.named("call_finished").len(), 2, "{protocol:?}");
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_slow_original_loses_to_its_hedge_over_the_wire() {
+        within_10s(async {
+            for protocol in BOTH {
+                let upstream = Upstream::builder()
+                    .protocol(protocol)
+                    .script([Reply::ok().delay(Duration::from_secs(5))])
+                    .then(Reply::ok().body("fast"))
+                    .start()
+                    .await
+                    .unwrap();
+                let recorder = Recorder::default();
+                let mut svc = ServiceBuilder::new()
+                    .layer(ObserveLayer::new(recorder.clone()))
+                    .layer(RetryLayer::new(quick()))
+                    .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+                        50,
+                    ))))
+                    .service::<Transport>(client(protocol));
+                let req = get(&upstream.uri("/").to_string());
+                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                assert_eq!(res.status(), 200);
+                assert_eq!(recorder.named("hedge_sent").len(), 1, "{protocol:?}");
+                assert_eq!(recorder.named("loser_cancelled").len(), 1, "{protocol:?}");
+                assert!(recorder.named("loser_cancelled")[0].starts_with("loser_cancelled copy=0"));
+                assert!(recorder.named("hedge_won")[0].starts_with("hedge_won copy=1"));
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,141 @@
+//! The `metrics` observer: a scripted run records exactly the expected counts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::support::mock::{status, Mock};
+use backstop::budget::BudgetLayer;
+use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
+use backstop::observe::{MetricsObserver, ObserveLayer};
+use backstop::{RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// `name{label=value,…}` with the labels in order, `origin` left out (it is the
+/// same everywhere, and checked once).
+fn key(key: &metrics::Key) -> String {
+    let mut labels: Vec<_> = key
+        .labels()
+        .filter(|l| l.key() != "origin")
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
+
+#[test]
+fn a_scripted_run_records_exactly_the_expected_counts() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let breaker = CircuitBreakerPolicy::builder()
+                .consecutive_failures(2)
+                .min_calls(u32::MAX)
+                .cooldown(Duration::from_secs(60))
+                .jitter(0.0)
+                .build()
+                .unwrap();
+            // A: 503 then 200. B and C: three 503s each. D: refused.
+            let mock = Mock::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
+            let mut svc = ServiceBuilder::new()
+                .layer(ObserveLayer::new(MetricsObserver::new()))
+                .layer(CircuitBreakerLayer::new(breaker))
+                .layer(BudgetLayer::default())
+                .layer(RetryLayer::new(RetryPolicy::default()))
+                .service(mock.clone());
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                let req = Request::get("http://upstream.test/items?id=1")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                statuses.push(match svc.ready().await.unwrap().call(req).await {
+                    Ok(res) => res.status().as_u16(),
+                    Err(err) => {
+                        assert!(err.is_circuit_open());
+                        0
+                    }
+                });
+            }
+            assert_eq!(statuses, [200, 503, 503, 0]);
+            assert_eq!(mock.calls(), 8);
+        });
+    });
+
+    let mut counters = BTreeMap::new();
+    let mut gauges = BTreeMap::new();
+    let mut histograms = BTreeMap::new();
+    for (composite, _unit, _desc, value) in snapshotter.snapshot().into_vec() {
+        let k = composite.key();
+        let origins: Vec<_> = k.labels().filter(|l| l.key() == "origin").collect();
+        assert_eq!(origins.len(), 1, "{k:?}");
+        assert_eq!(origins[0].value(), "http://upstream.test");
+        assert!(k.labels().all(|l| !l.value().contains("items")), "{k:?}");
+        match value {
+            DebugValue::Counter(n) => {
+                counters.insert(key(k), n);
+            }
+            DebugValue::Gauge(g) => {
+                gauges.insert(key(k), g.into_inner());
+            }
+            DebugValue::Histogram(v) => {
+                histograms.insert(key(k), v.len());
+            }
+        }
+    }
+    let expected_counters: BTreeMap<String, u64> = [
+        ("backstop.attempts{method=GET,outcome=200}", 1),
+        ("backstop.attempts{method=GET,outcome=503}", 7),
+        ("backstop.breaker.transitions{state=open}", 1),
+        ("backstop.calls.refused{method=GET,refusal=circuit_open}", 1),
+        ("backstop.calls{method=GET,outcome=200,stop=answered}", 1),
+        (
+            "backstop.calls{method=GET,outcome=503,stop=attempts_exhausted}",
+            2,
+        ),
+        (
+            "backstop.retries.skipped{gate=attempts_exhausted,method=GET}",
+            2,
+        ),
+        ("backstop.retries{method=GET,reason=idempotent}", 5),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(counters, expected_counters);
+
+    // The floor of 100 retries, plus three deposits of 0.2, less five retries.
+    let expected_gauges: BTreeMap<String, f64> = [
+        ("backstop.breaker.state{}", 1.0),
+        ("backstop.budget.available{}", 95.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(gauges, expected_gauges);
+
+    let expected_histograms: BTreeMap<String, usize> = [
+        ("backstop.attempt.duration{method=GET,outcome=200}", 1),
+        ("backstop.attempt.duration{method=GET,outcome=503}", 7),
+        (
+            "http.client.request.duration{http.request.resend_count=1,method=GET,outcome=200}",
+            1,
+        ),
+        (
+            "http.client.request.duration{http.request.resend_count=2,method=GET,outcome=503}",
+            2,
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(histograms, expected_histograms);
+}
