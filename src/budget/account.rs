@@ -11,8 +11,9 @@ use tokio::time::Instant;
 use super::config::{PauseMode, PauseSettings};
 use super::events::{emit, PauseEvent};
 use super::BudgetPolicy;
+use crate::observe::Observed;
 use crate::origin::{Entry, Ring};
-use crate::policy::{later, BudgetAccount, BudgetHandle, Pause};
+use crate::policy::{later, BudgetAccount, BudgetHandle, Pause, PauseChange};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
 /// rounded to a millionth), a retry withdraws `UNIT`.
@@ -60,36 +61,39 @@ impl PauseState {
     }
 
     /// Pauses until `until`, capped at the settings' maximum from now; a pause
-    /// already set that ends later is kept.
-    fn pause(&self, until: Instant) {
+    /// already set that ends later is kept. Says what changed.
+    fn pause(&self, until: Instant) -> Option<PauseChange> {
         if self.settings.mode == PauseMode::Off {
-            return;
+            return None;
         }
         let now = Instant::now();
         let until = until.min(later(now, self.settings.max));
         if until <= now {
-            return;
+            return None;
         }
         let new = self.encode(until);
         let old = self.until.fetch_max(new, Ordering::AcqRel);
         if old >= new {
-            return;
+            return None;
         }
         let old_end = (old != 0).then(|| self.decode(old)).filter(|&e| e > now);
-        emit(match old_end {
-            Some(end) => PauseEvent::Extended { by: until - end },
-            None => PauseEvent::Paused { pause: until - now },
-        });
+        let change = match old_end {
+            Some(end) => PauseChange::Extended { by: until - end },
+            None => PauseChange::Paused { pause: until - now },
+        };
+        emit(PauseEvent::Account(change));
+        Some(change)
     }
 
     /// The pause at `now`, with this call's release drawn over the spread; `None`
-    /// when not paused. The first call to find a pause over clears it.
+    /// when not paused. The first call to find a pause over clears it, and is
+    /// told [`PauseChange::Resumed`].
     #[inline]
-    fn paused(&self, now: Instant) -> Option<Pause> {
+    fn paused(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
         loop {
             let stored = self.until.load(Ordering::Acquire);
             if stored == 0 {
-                return None;
+                return (None, None);
             }
             let until = self.decode(stored);
             if until > now {
@@ -98,11 +102,10 @@ impl PauseState {
                     0 => Duration::ZERO,
                     n => Duration::from_nanos(rand::rng().random_range(0..n)),
                 };
-                return Some(
-                    Pause::new(until)
-                        .with_release(later(until, jitter))
-                        .fail_fast(self.settings.mode == PauseMode::FailFast),
-                );
+                let pause = Pause::new(until)
+                    .with_release(later(until, jitter))
+                    .fail_fast(self.settings.mode == PauseMode::FailFast);
+                return (Some(pause), None);
             }
             // Over: clear it, unless a new pause was set meanwhile (then look again).
             if self
@@ -110,8 +113,8 @@ impl PauseState {
                 .compare_exchange(stored, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                emit(PauseEvent::Resumed);
-                return None;
+                emit(PauseEvent::Account(PauseChange::Resumed));
+                return (None, Some(PauseChange::Resumed));
             }
         }
     }
@@ -139,20 +142,32 @@ impl Account {
         self.pause.pause(until);
     }
 
-    /// The origin's pause at `now`, if it is paused.
+    /// The same, telling the call's observer what changed.
+    pub(crate) fn pause_told(&self, until: Instant, observed: Option<&Observed>) {
+        if let (Some(change), Some(observed)) = (self.pause.pause(until), observed) {
+            observed.pause_changed(change);
+        }
+    }
+
+    /// The origin's pause at `now`, if it is paused; tells the call's observer
+    /// when this look resumed it.
     #[inline]
-    pub(crate) fn paused_at(&self, now: Instant) -> Option<Pause> {
-        self.pause.paused(now)
+    pub(crate) fn paused_at(&self, now: Instant, observed: Option<&Observed>) -> Option<Pause> {
+        let (pause, change) = self.pause.paused(now);
+        if let (Some(change), Some(observed)) = (change, observed) {
+            observed.pause_changed(change);
+        }
+        pause
     }
 
     /// The origin's pause now, if it is paused; reads the clock only when a pause
     /// is set, so an account that was never paused costs one atomic load.
     #[inline]
-    pub(crate) fn paused_now(&self) -> Option<Pause> {
+    pub(crate) fn paused_now(&self, observed: Option<&Observed>) -> Option<Pause> {
         if self.pause.until.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        self.pause.paused(Instant::now())
+        self.paused_at(Instant::now(), observed)
     }
 
     /// The least time a call must have left after a pause to wait for it.
@@ -219,11 +234,19 @@ impl BudgetAccount for Account {
     }
 
     fn paused(&self, now: Instant) -> Option<Pause> {
-        self.paused_at(now)
+        self.paused_at(now, None)
     }
 
     fn available(&self) -> Option<u64> {
         Some(Account::available(self))
+    }
+
+    fn pause_reporting(&self, until: Instant) -> Option<PauseChange> {
+        self.pause.pause(until)
+    }
+
+    fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
+        self.pause.paused(now)
     }
 }
 
@@ -304,7 +327,7 @@ impl OriginAccount {
 
     /// Until when the account's origin is paused, if it is paused now.
     pub fn paused_until(&self) -> Option<Instant> {
-        self.0.paused_now().map(|p| p.until())
+        self.0.paused_now(None).map(|p| p.until())
     }
 
     /// The handle the retry and hedge layers look for in request extensions.

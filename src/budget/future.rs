@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
@@ -16,6 +16,7 @@ use tower_service::Service;
 use super::account::Account;
 use super::events::{emit, PauseEvent};
 use crate::error::{BoxError, Error};
+use crate::observe::{CallRefused, CallWaited, Event, Observed, Refusal};
 use crate::policy::{later, meet, pause_hint, Pause};
 
 pin_project! {
@@ -28,6 +29,8 @@ pin_project! {
         state: State<S::Future, Held<S, B>>,
         // The call's account, for the hint of its final answer.
         account: Arc<Account>,
+        // The call's observer, when one rides in its context.
+        observed: Option<Observed>,
     }
 }
 
@@ -59,10 +62,15 @@ where
     S: Service<Request<B>>,
 {
     #[inline]
-    pub(super) fn called(future: S::Future, account: Arc<Account>) -> Self {
+    pub(super) fn called(
+        future: S::Future,
+        account: Arc<Account>,
+        observed: Option<Observed>,
+    ) -> Self {
         ResponseFuture {
             state: State::Called { future },
             account,
+            observed,
         }
     }
 
@@ -73,13 +81,12 @@ where
         pause: Pause,
         now: Instant,
         account: Arc<Account>,
+        observed: Option<Observed>,
     ) -> Self {
         let deadline = crate::policy::Given::new(request.extensions()).deadline();
         let state = match meet(&pause, now, deadline, account.pause_min_attempt_time()) {
             Ok(release) => {
-                emit(PauseEvent::Waited {
-                    wait: release.saturating_duration_since(now),
-                });
+                waited(observed.as_ref(), release.saturating_duration_since(now));
                 State::Held {
                     held: Box::new(Held {
                         service,
@@ -90,17 +97,35 @@ where
                 }
             }
             Err(()) => State::Done {
-                error: Some(refuse(pause, now)),
+                error: Some(refuse(pause, now, observed.as_ref())),
             },
         };
-        ResponseFuture { state, account }
+        ResponseFuture {
+            state,
+            account,
+            observed,
+        }
     }
 }
 
-fn refuse(pause: Pause, now: Instant) -> Error {
+/// Tells that a call waits `wait` for its origin's pause before its attempt.
+fn waited(observed: Option<&Observed>, wait: Duration) {
+    emit(PauseEvent::Waited { wait });
+    if let Some(observed) = observed {
+        observed.tell(|call| Event::CallWaited(CallWaited { call, wait }));
+    }
+}
+
+fn refuse(pause: Pause, now: Instant, observed: Option<&Observed>) -> Error {
     emit(PauseEvent::Refused {
         left: pause.until().saturating_duration_since(now),
     });
+    if let Some(observed) = observed {
+        let refusal = Refusal::Paused {
+            until: pause.until(),
+        };
+        observed.tell(|call| Event::CallRefused(CallRefused { call, refusal }));
+    }
     Error::paused(pause.until(), now)
 }
 
@@ -118,7 +143,7 @@ where
                 StateProj::Called { future } => {
                     let res = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
                     if let Ok(res) = &res {
-                        pause_from(this.account, res);
+                        pause_from(this.account, res, this.observed.as_ref());
                     }
                     this.state.set(State::Done { error: None });
                     return Poll::Ready(res);
@@ -127,15 +152,17 @@ where
                     ready!(held.release.as_mut().poll(cx));
                     // A later hint may have moved the pause's end while we waited.
                     let now = Instant::now();
-                    if let Some(pause) = this.account.paused_at(now) {
+                    let observed = this.observed.as_ref();
+                    if let Some(pause) = this.account.paused_at(now, observed) {
                         let min = this.account.pause_min_attempt_time();
                         match meet(&pause, now, held.deadline, min) {
                             Ok(release) => {
+                                waited(observed, release.saturating_duration_since(now));
                                 held.release.as_mut().reset(release);
                                 continue;
                             }
                             Err(()) => {
-                                let error = refuse(pause, now);
+                                let error = refuse(pause, now, observed);
                                 this.state.set(State::Done { error: Some(error) });
                                 continue;
                             }
@@ -169,13 +196,9 @@ where
 /// Pauses the origin on the hint of the call's final answer. A retry layer inside
 /// paused it on each answer it retried after; the last one reaches here.
 #[inline]
-fn pause_from<RB>(account: &Account, res: &Response<RB>) {
-    let status = res.status();
-    if status.is_success() {
-        return;
-    }
-    if let Some(hint) = pause_hint(status, res.headers(), SystemTime::now()) {
-        account.pause_until(later(Instant::now(), hint));
+fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
+    if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now()) {
+        account.pause_told(later(Instant::now(), hint), observed);
     }
 }
 

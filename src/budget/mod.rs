@@ -246,7 +246,8 @@ where
             .set_budget(crate::policy::BudgetHandle::new(account.clone()));
         // A paused origin: the first attempt is held (or refused) here; its
         // retries are held by the retry layer, which asks the same account.
-        if let Some(pause) = account.paused_now() {
+        let observed = crate::observe::Observed::of(&req);
+        if let Some(pause) = account.paused_now(observed.as_ref()) {
             let service = self.inner.clone();
             return ResponseFuture::paused(
                 service,
@@ -254,8 +255,9 @@ where
                 pause,
                 tokio::time::Instant::now(),
                 account,
+                observed,
             );
         }
-        ResponseFuture::called(self.inner.call(req), account)
+        ResponseFuture::called(self.inner.call(req), account, observed)
     }
 }

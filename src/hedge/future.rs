@@ -275,7 +275,10 @@ where
                 Some(NotHedged::Deadline)
             } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
                 Some(NotHedged::CircuitOpen)
-            } else if given.budget().is_some_and(|b| b.paused(now).is_some()) {
+            } else if given
+                .budget()
+                .is_some_and(|b| b.paused_told(now, this.observed.as_ref()).is_some())
+            {
                 // A server asked the whole origin to come back later.
                 Some(NotHedged::Paused)
             } else {

@@ -156,6 +156,13 @@ pub enum Refusal {
     Budget,
     /// The call's deadline left less than the policy's minimum attempt time.
     Deadline,
+    /// The call's origin is paused (a server asked it to come back later) and the
+    /// call may not wait: the budget fails fast, or its deadline ends inside the
+    /// pause (told by the budget layer).
+    Paused {
+        /// When the pause ends.
+        until: Instant,
+    },
 }
 
 impl Refusal {
@@ -165,6 +172,7 @@ impl Refusal {
             Refusal::CircuitOpen { .. } => "circuit_open",
             Refusal::Budget => "budget",
             Refusal::Deadline => "deadline",
+            Refusal::Paused { .. } => "paused",
         }
     }
 }
@@ -304,6 +312,52 @@ pub struct BudgetRanDry<'a> {
     pub call: &'a CallInfo,
 }
 
+/// A call's origin was paused: its answer (a 429 or 503 with a wait hint, or a
+/// gRPC pushback) asks every call to the origin to come back later.
+///
+/// Pauses are kept per budget account (per origin by default), and `call` is the
+/// call whose answer paused it.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct OriginPaused<'a> {
+    /// The call whose answer paused the origin.
+    pub call: &'a CallInfo,
+    /// From now to the pause's end (the hint, capped by the budget's `max_pause`).
+    pub pause: Duration,
+}
+
+/// An ongoing pause of a call's origin was moved out by a later hint.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct OriginPauseExtended<'a> {
+    /// The call whose answer extended the pause.
+    pub call: &'a CallInfo,
+    /// How much later the pause ends.
+    pub by: Duration,
+}
+
+/// A call's origin is no longer paused: the call is the first to find the pause
+/// over (told once per pause).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct OriginResumed<'a> {
+    /// The call that found the pause over.
+    pub call: &'a CallInfo,
+}
+
+/// A call met its origin's pause and waits for it before an attempt: its first
+/// (told by the budget layer) or a retry (told by the retry layer). A call told
+/// again waits again: a later hint moved the pause's end.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CallWaited<'a> {
+    /// The call.
+    pub call: &'a CallInfo,
+    /// From now to the attempt: the pause's end plus the call's share of the
+    /// release spread (for a retry, its own backoff included).
+    pub wait: Duration,
+}
+
 /// What an [`Observer`](super::Observer) is told.
 ///
 /// Every event names its [call](CallInfo); none holds a URL path, query, header
@@ -331,6 +385,14 @@ pub enum Event<'a> {
     BreakerStateChanged(BreakerStateChanged<'a>),
     /// A retry budget ran dry.
     BudgetRanDry(BudgetRanDry<'a>),
+    /// An origin was paused.
+    OriginPaused(OriginPaused<'a>),
+    /// An origin's pause was extended.
+    OriginPauseExtended(OriginPauseExtended<'a>),
+    /// An origin's pause ended.
+    OriginResumed(OriginResumed<'a>),
+    /// A call waits for its origin's pause.
+    CallWaited(CallWaited<'a>),
 }
 
 impl Event<'_> {
@@ -347,6 +409,10 @@ impl Event<'_> {
             Event::LoserCancelled(e) => e.call,
             Event::BreakerStateChanged(e) => e.call,
             Event::BudgetRanDry(e) => e.call,
+            Event::OriginPaused(e) => e.call,
+            Event::OriginPauseExtended(e) => e.call,
+            Event::OriginResumed(e) => e.call,
+            Event::CallWaited(e) => e.call,
         }
     }
 }

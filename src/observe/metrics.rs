@@ -23,7 +23,7 @@ use crate::circuit_breaker::State;
 /// | `backstop.attempt.duration` | histogram | seconds | origin, route, method, outcome | one attempt, from its send to its outcome |
 /// | `backstop.retries` | counter | requests | origin, route, method, reason | retries scheduled, by why the outcome was retryable |
 /// | `backstop.retries.skipped` | counter | requests | origin, route, method, gate | retryable outcomes not retried, by the gate that refused |
-/// | `backstop.calls.refused` | counter | calls | origin, route, method, refusal | calls refused before any attempt (`circuit_open`, `budget`, `deadline`) |
+/// | `backstop.calls.refused` | counter | calls | origin, route, method, refusal | calls refused before any attempt (`circuit_open`, `budget`, `deadline`, `paused`) |
 /// | `backstop.hedges` | counter | requests | origin, route, method | hedged copies sent |
 /// | `backstop.hedges.won` | counter | requests | origin, route, method | hedged copies whose answer won |
 /// | `backstop.hedges.cancelled` | counter | requests | origin, route, method | losers of a hedge race cancelled (the original included) |
@@ -31,6 +31,11 @@ use crate::circuit_breaker::State;
 /// | `backstop.breaker.state` | gauge | — | origin | the breaker's state: 0 closed, 1 open, 2 half-open |
 /// | `backstop.budget.ran_dry` | counter | events | origin | a retry or hedge took the budget's last whole retry |
 /// | `backstop.budget.available` | gauge | retries | origin | whole retries left in the origin's budget, at each call's end (0 when it ran dry) |
+/// | `backstop.origin.pauses` | counter | pauses | origin | origins paused by a server's wait hint (429/503 `Retry-After`, gRPC pushback) |
+/// | `backstop.origin.pauses.extended` | counter | pauses | origin | ongoing pauses moved out by a later hint |
+/// | `backstop.origin.resumes` | counter | pauses | origin | pauses that ended (told by the first call after the end) |
+/// | `backstop.origin.paused` | gauge | — | origin | 1 while the origin is paused, 0 once resumed |
+/// | `backstop.pause.wait` | histogram | seconds | origin, route, method | each wait of a call for its origin's pause (the count is the calls that waited; refused ones are `backstop.calls.refused` with `refusal="paused"`) |
 ///
 /// The labels are bounded:
 ///
@@ -136,6 +141,30 @@ fn describe() {
         "backstop.budget.available",
         Unit::Count,
         "Whole retries left in the retry budget"
+    );
+    describe_counter!(
+        "backstop.origin.pauses",
+        Unit::Count,
+        "Origins paused by a server's wait hint"
+    );
+    describe_counter!(
+        "backstop.origin.pauses.extended",
+        Unit::Count,
+        "Origin pauses moved out by a later hint"
+    );
+    describe_counter!(
+        "backstop.origin.resumes",
+        Unit::Count,
+        "Origin pauses that ended"
+    );
+    describe_gauge!(
+        "backstop.origin.paused",
+        "Whether the origin is paused: 1 paused, 0 resumed"
+    );
+    describe_histogram!(
+        "backstop.pause.wait",
+        Unit::Seconds,
+        "Waits of calls for their origin's pause"
     );
 }
 
@@ -251,6 +280,20 @@ impl Observer for MetricsObserver {
             Event::BudgetRanDry(e) => {
                 counter!("backstop.budget.ran_dry", origin(e.call)).increment(1);
                 gauge!("backstop.budget.available", origin(e.call)).set(0.0);
+            }
+            Event::OriginPaused(e) => {
+                counter!("backstop.origin.pauses", origin(e.call)).increment(1);
+                gauge!("backstop.origin.paused", origin(e.call)).set(1.0);
+            }
+            Event::OriginPauseExtended(e) => {
+                counter!("backstop.origin.pauses.extended", origin(e.call)).increment(1)
+            }
+            Event::OriginResumed(e) => {
+                counter!("backstop.origin.resumes", origin(e.call)).increment(1);
+                gauge!("backstop.origin.paused", origin(e.call)).set(0.0);
+            }
+            Event::CallWaited(e) => {
+                histogram!("backstop.pause.wait", labels(e.call, &[])).record(e.wait.as_secs_f64())
             }
         }
     }

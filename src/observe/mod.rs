@@ -26,9 +26,17 @@
 //! | retry | [`CallFinished`], [`AttemptFinished`], [`RetryScheduled`], [`RetrySkipped`], [`CallRefused`] (deadline), [`BudgetRanDry`] |
 //! | circuit breaker | [`CallRefused`] (circuit open), [`BreakerStateChanged`] |
 //! | hedge | [`HedgeSent`], [`HedgeWon`], [`LoserCancelled`], [`BudgetRanDry`] |
+//! | budget (origin pause) | [`OriginPaused`], [`OriginPauseExtended`], [`OriginResumed`], [`CallWaited`], [`CallRefused`] (paused) |
 //!
-//! A call the breaker refuses never reaches the retry layer, so it is told as a
-//! [`CallRefused`] alone; every call the retry layer runs ends with one
+//! An origin's pause is told by whichever layer moves it, with the call that
+//! did: the retry layer pauses on an answer it retries after and waits for a
+//! pause before a retry ([`CallWaited`]; a retry the pause forbids is a
+//! [`RetrySkipped`] with gate `paused`), the budget layer pauses on a call's final
+//! answer and holds or refuses a first attempt; the first call to find a pause
+//! over tells [`OriginResumed`].
+//!
+//! A call the breaker or the pause refuses never reaches the retry layer, so it
+//! is told as a [`CallRefused`] alone; every call the retry layer runs ends with one
 //! [`CallFinished`]. With feature `metrics`, `MetricsObserver` records the events
 //! through the `metrics` facade, with a table of every metric, its type, unit and
 //! labels.
@@ -104,8 +112,8 @@ use tower_service::Service;
 
 pub use event::{
     outcome_label, reason_label, AttemptFinished, BreakerStateChanged, BudgetRanDry, CallFinished,
-    CallInfo, CallRefused, Event, HedgeSent, HedgeWon, LoserCancelled, Origin, Refusal,
-    RetryScheduled, RetrySkipped,
+    CallInfo, CallRefused, CallWaited, Event, HedgeSent, HedgeWon, LoserCancelled, Origin,
+    OriginPauseExtended, OriginPaused, OriginResumed, Refusal, RetryScheduled, RetrySkipped,
 };
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -113,7 +121,7 @@ pub use metrics::MetricsObserver;
 
 use std::time::Duration;
 
-use crate::policy::{AttemptOutcome, BudgetHandle, CallContext, Progress};
+use crate::policy::{AttemptOutcome, BudgetHandle, CallContext, PauseChange, Progress};
 
 /// Sees what the layers of a stack decide. See the [module docs](self).
 ///
@@ -288,6 +296,17 @@ impl Observed {
                 progress,
                 elapsed,
             })
+        });
+    }
+
+    /// Tells what a pause changed in the call's origin's pause.
+    pub(crate) fn pause_changed(&self, change: PauseChange) {
+        self.tell(|call| match change {
+            PauseChange::Paused { pause } => Event::OriginPaused(OriginPaused { call, pause }),
+            PauseChange::Extended { by } => {
+                Event::OriginPauseExtended(OriginPauseExtended { call, by })
+            }
+            PauseChange::Resumed => Event::OriginResumed(OriginResumed { call }),
         });
     }
 

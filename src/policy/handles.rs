@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::Pause;
+use super::{Pause, PauseChange};
 
 /// A retry budget account: the retry and hedge layers withdraw from it before each
 /// extra attempt.
@@ -50,6 +50,22 @@ pub trait BudgetAccount: Send + Sync + 'static {
     /// observers and metrics. `None` by default.
     fn available(&self) -> Option<u64> {
         None
+    }
+
+    /// [`pause`](BudgetAccount::pause), saying what it changed: the origin paused,
+    /// its pause extended, or nothing (`None`). The layers call this one, to tell
+    /// the call's observer; by default it calls `pause` and says nothing.
+    fn pause_reporting(&self, until: Instant) -> Option<PauseChange> {
+        self.pause(until);
+        None
+    }
+
+    /// [`paused`](BudgetAccount::paused), saying
+    /// [`PauseChange::Resumed`] when this look found the pause over and ended it
+    /// (once per pause). The layers call this one, to tell the call's observer; by
+    /// default it calls `paused` and says nothing.
+    fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
+        (self.paused(now), None)
     }
 }
 
@@ -103,6 +119,39 @@ impl BudgetHandle {
     /// [`BudgetAccount::paused`]).
     pub fn paused(&self, now: Instant) -> Option<Pause> {
         self.0.paused(now)
+    }
+
+    /// Pauses the origin until `until`, saying what changed (see
+    /// [`BudgetAccount::pause_reporting`]).
+    pub fn pause_reporting(&self, until: Instant) -> Option<PauseChange> {
+        self.0.pause_reporting(until)
+    }
+
+    /// The origin's pause at `now`, and whether this look resumed it (see
+    /// [`BudgetAccount::paused_reporting`]).
+    pub fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
+        self.0.paused_reporting(now)
+    }
+
+    /// Pauses the origin until `until`, telling the call's observer what changed.
+    pub(crate) fn pause_told(&self, until: Instant, observed: Option<&crate::observe::Observed>) {
+        if let (Some(change), Some(observed)) = (self.0.pause_reporting(until), observed) {
+            observed.pause_changed(change);
+        }
+    }
+
+    /// The origin's pause at `now`, telling the call's observer when this look
+    /// resumed it.
+    pub(crate) fn paused_told(
+        &self,
+        now: Instant,
+        observed: Option<&crate::observe::Observed>,
+    ) -> Option<Pause> {
+        let (pause, change) = self.0.paused_reporting(now);
+        if let (Some(change), Some(observed)) = (change, observed) {
+            observed.pause_changed(change);
+        }
+        pause
     }
 
     /// Until when the origin is paused, if it is paused now.

@@ -41,8 +41,8 @@ pub use hedged::{Hedged, NotHedged, Sent};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};
-pub use pause::Pause;
 pub(crate) use pause::{meet, pause_hint};
+pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};
 pub use report::{CallError, Report};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_MS};

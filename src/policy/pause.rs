@@ -82,6 +82,49 @@ impl Pause {
     }
 }
 
+/// What a pause or a look at one changed in an origin's pause: what
+/// [`BudgetAccount::pause_reporting`](crate::policy::BudgetAccount::pause_reporting)
+/// and [`paused_reporting`](crate::policy::BudgetAccount::paused_reporting) return,
+/// for the layers to tell the call's observer.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::budget::BudgetPolicy;
+/// use backstop::policy::PauseChange;
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let handle = BudgetPolicy::default().account().handle();
+/// let s = Duration::from_secs;
+/// assert_eq!(handle.pause_reporting(Instant::now() + s(2)), Some(PauseChange::Paused { pause: s(2) }));
+/// assert_eq!(handle.pause_reporting(Instant::now() + s(3)), Some(PauseChange::Extended { by: s(1) }));
+/// // A pause that ends sooner changes nothing.
+/// assert_eq!(handle.pause_reporting(Instant::now() + s(1)), None);
+/// tokio::time::advance(s(3)).await;
+/// // The first look after its end ends it.
+/// assert_eq!(handle.paused_reporting(Instant::now()), (None, Some(PauseChange::Resumed)));
+/// assert_eq!(handle.paused_reporting(Instant::now()), (None, None));
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PauseChange {
+    /// The origin was not paused and now is, for `pause` from now.
+    Paused {
+        /// From now to the pause's end.
+        pause: Duration,
+    },
+    /// An ongoing pause now ends `by` later.
+    Extended {
+        /// How much later the pause ends.
+        by: Duration,
+    },
+    /// A pause was over and this look ended it: the origin is resumed.
+    Resumed,
+}
+
 /// The wait a response asks of its whole origin, if any: the hint of a 429 (Too
 /// Many Requests) or a 503 (Service Unavailable), read as the retry layer reads it
 /// (`retry-after-ms`, then `Retry-After` as seconds or an HTTP-date).

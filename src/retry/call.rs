@@ -405,7 +405,7 @@ impl<S, B> Call<S, B> {
     fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
         if let Some(budget) = self.budget() {
             if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now()) {
-                budget.pause(later(now, hint));
+                budget.pause_told(later(now, hint), self.observed.as_deref());
             }
         }
     }
@@ -422,7 +422,8 @@ impl<S, B> Call<S, B> {
         now: Instant,
         own_end: Instant,
     ) -> Result<Option<Instant>, StopReason> {
-        let Some(pause) = self.budget().and_then(|b| b.paused(now)) else {
+        let observed = self.observed.as_deref();
+        let Some(pause) = self.budget().and_then(|b| b.paused_told(now, observed)) else {
             return Ok(None);
         };
         if pause.until() <= own_end {
@@ -441,6 +442,10 @@ impl<S, B> Call<S, B> {
                     wait_ms = release.saturating_duration_since(now).as_millis() as u64,
                     "retry waits for origin pause"
                 );
+                if let Some(observed) = self.observed.as_deref() {
+                    let wait = release.saturating_duration_since(now);
+                    observed.tell(|call| Event::CallWaited(observe::CallWaited { call, wait }));
+                }
                 Ok(Some(release))
             }
             Err(()) => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::record::Recorder;
 use crate::support::mock::{status, status_with, Mock, Step};
-use backstop::budget::{BudgetLayer, BudgetPolicy};
+use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::hedge::{HedgeLayer, HedgePolicy};
 use backstop::observe::ObserveLayer;
@@ -432,5 +432,133 @@ mod wire {
             }
         })
         .await;
+    }
+}
+
+fn pausing_budget(mode: PauseMode) -> BudgetLayer {
+    BudgetLayer::new(
+        BudgetPolicy::builder()
+            .pause_mode(mode)
+            .pause_spread(Duration::ZERO)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_then_resumed_origin_is_told_with_the_calls_that_waited() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(pausing_budget(PauseMode::Wait))
+        .layer(RetryLayer::new(RetryPolicy::none()))
+        .service(mock.clone());
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/a?token=s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let before = recorder.lines().len();
+    let start = tokio::time::Instant::now();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/b"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(mock.calls(), 2);
+    let lines = recorder.lines();
+    assert_eq!(before, 4);
+    assert_eq!(
+        lines,
+        [
+            // The first call's final answer pauses the origin (budget layer)...
+            format!("attempt_finished attempt=1 outcome=429 tracked=false {ORIGIN}"),
+            format!("retry_skipped attempt=1 gate=attempts_exhausted {ORIGIN}"),
+            format!("call_finished outcome=429 attempts=1 stop=attempts_exhausted {ORIGIN}"),
+            format!("origin_paused pause_ms=2000 {ORIGIN}"),
+            // ...the second waits for it, and is the first to find it over.
+            format!("call_waited wait_ms=2000 {ORIGIN}"),
+            format!("origin_resumed {ORIGIN}"),
+            format!("attempt_finished attempt=1 outcome=200 tracked=false {ORIGIN}"),
+            format!("call_finished outcome=200 attempts=1 stop=answered {ORIGIN}"),
+        ]
+    );
+    assert!(lines.iter().all(|l| !l.contains("s3cret")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_paused_its_origin_tells_the_pause_and_its_end() {
+    let recorder = Recorder::default();
+    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(pausing_budget(PauseMode::Wait))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        recorder.lines(),
+        [
+            format!("attempt_finished attempt=1 outcome=503 tracked=false {ORIGIN}"),
+            // The retry layer pauses on the answer it retries after...
+            format!("origin_paused pause_ms=1000 {ORIGIN}"),
+            format!("retry_scheduled attempt=1 reason=idempotent wait_ms=1000 {ORIGIN}"),
+            // ...and finds the pause over when its own wait (the same hint) ends.
+            format!("origin_resumed {ORIGIN}"),
+            format!("attempt_finished attempt=2 outcome=200 tracked=false {ORIGIN}"),
+            format!("call_finished outcome=200 attempts=2 stop=answered {ORIGIN}"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_pause_refuses_is_told_as_a_refusal_alone() {
+    for (mode, deadline) in [
+        (PauseMode::Wait, Some(Duration::from_secs(1))),
+        (PauseMode::FailFast, None),
+    ] {
+        let recorder = Recorder::default();
+        let mock = Mock::new([status_with(429, &[("retry-after", "2")])]);
+        let mut svc = ServiceBuilder::new()
+            .layer(ObserveLayer::new(recorder.clone()))
+            .layer(pausing_budget(mode))
+            .layer(RetryLayer::new(RetryPolicy::none()))
+            .service(mock.clone());
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get("http://upstream.test:8080/"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let before = recorder.lines().len();
+        let mut req = get("http://upstream.test:8080/");
+        if let Some(after) = deadline {
+            req.extensions_mut().insert(Deadline::after(after));
+        }
+        let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+        assert!(err.is_paused(), "{mode:?}");
+        assert_eq!(mock.calls(), 1);
+        assert_eq!(
+            recorder.lines()[before..],
+            [format!("call_refused refusal=paused {ORIGIN}")],
+            "{mode:?}"
+        );
     }
 }

@@ -58,6 +58,12 @@ impl Observer for Recorder {
                 format!("breaker_state_changed from={} to={}", e.from, e.to)
             }
             Event::BudgetRanDry(_) => "budget_ran_dry".to_owned(),
+            Event::OriginPaused(e) => format!("origin_paused pause_ms={}", e.pause.as_millis()),
+            Event::OriginPauseExtended(e) => {
+                format!("origin_pause_extended by_ms={}", e.by.as_millis())
+            }
+            Event::OriginResumed(_) => "origin_resumed".to_owned(),
+            Event::CallWaited(e) => format!("call_waited wait_ms={}", e.wait.as_millis()),
             _ => "unknown".to_owned(),
         };
         line.push_str(&format!(
