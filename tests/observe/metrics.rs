@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
-use backstop::budget::BudgetLayer;
+use crate::support::mock::{status, status_with, Mock};
+use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::observe::{MetricsObserver, ObserveLayer};
+use backstop::policy::Deadline;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::Request;
@@ -138,4 +139,94 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     assert_eq!(histograms, expected_histograms);
+}
+
+#[test]
+fn an_origin_pause_is_counted_with_its_waits_and_refusals() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let budget = BudgetPolicy::builder()
+                .pause_spread(Duration::ZERO)
+                .build()
+                .unwrap();
+            // A: a 429 that pauses for 2 s. B: refused (its deadline ends inside
+            // the pause). C: waits 2 s, then answered.
+            let mock = Mock::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+            let mut svc = ServiceBuilder::new()
+                .layer(ObserveLayer::new(MetricsObserver::new()))
+                .layer(BudgetLayer::new(budget))
+                .layer(RetryLayer::new(RetryPolicy::none()))
+                .service(mock.clone());
+            let mut statuses = Vec::new();
+            for deadline in [None, Some(Duration::from_secs(1)), None] {
+                let mut req = Request::get("http://upstream.test/items?id=1")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                if let Some(after) = deadline {
+                    req.extensions_mut().insert(Deadline::after(after));
+                }
+                statuses.push(match svc.ready().await.unwrap().call(req).await {
+                    Ok(res) => res.status().as_u16(),
+                    Err(err) => {
+                        assert!(err.is_paused());
+                        0
+                    }
+                });
+            }
+            assert_eq!(statuses, [429, 0, 200]);
+            assert_eq!(mock.calls(), 2);
+        });
+    });
+
+    let mut counters = BTreeMap::new();
+    let mut gauges = BTreeMap::new();
+    let mut histograms = BTreeMap::new();
+    for (composite, _unit, _desc, value) in snapshotter.snapshot().into_vec() {
+        let k = composite.key();
+        if !k.name().contains("pause") && !k.name().contains("resume") {
+            if k.name() == "backstop.calls.refused" {
+                if let DebugValue::Counter(n) = value {
+                    counters.insert(key(k), n);
+                }
+            }
+            continue;
+        }
+        match value {
+            DebugValue::Counter(n) => {
+                counters.insert(key(k), n);
+            }
+            DebugValue::Gauge(g) => {
+                gauges.insert(key(k), g.into_inner());
+            }
+            DebugValue::Histogram(v) => {
+                histograms.insert(key(k), v);
+            }
+        }
+    }
+    let expected_counters: BTreeMap<String, u64> = [
+        ("backstop.calls.refused{method=GET,refusal=paused}", 1),
+        ("backstop.origin.pauses{}", 1),
+        ("backstop.origin.resumes{}", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(counters, expected_counters);
+    assert_eq!(
+        gauges,
+        BTreeMap::from([("backstop.origin.paused{}".to_owned(), 0.0)])
+    );
+    let waits: Vec<f64> = histograms["backstop.pause.wait{method=GET}"]
+        .iter()
+        .map(|v| v.into_inner())
+        .collect();
+    assert_eq!(waits, [2.0]);
+    assert_eq!(histograms.len(), 1);
 }
