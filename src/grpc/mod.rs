@@ -19,6 +19,14 @@
 //!   leaves no time for, ends the call, as a long `Retry-After` does); a negative or
 //!   unparsable value means "do not retry"
 //!   ([`NoRetry::ServerDeclined`](crate::policy::NoRetry::ServerDeclined)).
+//! - **The pushback pauses the origin** as a 429's `Retry-After` does, when a
+//!   [`BudgetLayer`](crate::BudgetLayer) keeps the origin's account: a valid
+//!   pushback above zero on an `UNAVAILABLE` or `RESOURCE_EXHAUSTED` trailers-only
+//!   response keeps every call to the origin away until it ends (capped by the
+//!   budget's [`max_pause`](crate::budget::BudgetPolicy::max_pause)), whether the
+//!   call retries it or returns it. The response itself says it is gRPC
+//!   (`content-type: application/grpc`), so the budget layer, which runs no
+//!   rules, reads it too.
 //! - **Idempotency** comes from the method path, not the HTTP method (every gRPC
 //!   request is a POST): a list of idempotent `/package.Service/Method` paths, or a
 //!   whole `/package.Service/`, or [`all_idempotent`](GrpcRulesBuilder::all_idempotent)
@@ -156,6 +164,27 @@ impl Code {
     fn bit(self) -> u32 {
         1 << self as u32
     }
+}
+
+/// The pause a gRPC response asks of its whole origin: a trailers-only response
+/// (HTTP 200, `content-type: application/grpc…`) whose `grpc-status` is
+/// `UNAVAILABLE` or `RESOURCE_EXHAUSTED` and whose `grpc-retry-pushback-ms` is a
+/// valid value above zero. It is read by `policy::pause_hint`, so the retry and
+/// budget layers pause the origin on it as on a 429's `Retry-After` (capped by
+/// the budget's `max_pause` the same way).
+pub(crate) fn pushback_pause(headers: &HeaderMap) -> Option<Duration> {
+    let code = Code::from_header(headers.get(&GRPC_STATUS)?);
+    if !matches!(code, Code::Unavailable | Code::ResourceExhausted) {
+        return None;
+    }
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if !grpc {
+        return None;
+    }
+    let ms = parse_digits(headers.get(&PUSHBACK)?.as_bytes(), 19)?;
+    Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
 }
 
 /// The digits of `bytes` as a number, when they are 1 to `max_len` ASCII digits.

@@ -127,11 +127,13 @@ pub enum PauseChange {
 
 /// The wait a response asks of its whole origin, if any: the hint of a 429 (Too
 /// Many Requests) or a 503 (Service Unavailable), read as the retry layer reads it
-/// (`retry-after-ms`, then `Retry-After` as seconds or an HTTP-date).
+/// (`retry-after-ms`, then `Retry-After` as seconds or an HTTP-date); with feature
+/// `grpc`, the `grpc-retry-pushback-ms` of a gRPC `UNAVAILABLE` or
+/// `RESOURCE_EXHAUSTED` (`grpc::pushback_pause`).
 ///
-/// This is the one place where a hint that pauses an origin is read: another
-/// source of such hints (gRPC's `grpc-retry-pushback-ms`) is added here, and every
-/// layer that pauses an origin picks it up.
+/// This is the one place where a hint that pauses an origin is read: every layer
+/// that pauses an origin (the retry layer on an answer it retries after, the
+/// budget layer on a call's final answer) picks up each source of such hints.
 pub(crate) fn pause_hint(
     status: StatusCode,
     headers: &HeaderMap,
@@ -141,6 +143,8 @@ pub(crate) fn pause_hint(
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
             super::parse_retry_after(headers, now).filter(|h| !h.is_zero())
         }
+        #[cfg(feature = "grpc")]
+        StatusCode::OK => crate::grpc::pushback_pause(headers),
         _ => None,
     }
 }
@@ -197,6 +201,42 @@ mod tests {
             pause_hint(StatusCode::TOO_MANY_REQUESTS, &headers, now),
             None
         );
+    }
+
+    #[cfg(feature = "grpc")]
+    #[test]
+    fn a_grpc_pushback_on_unavailable_or_resource_exhausted_pauses() {
+        let now = SystemTime::now();
+        let hint = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            pause_hint(StatusCode::OK, &h, now)
+        };
+        let grpc = ("content-type", "application/grpc+proto");
+        let push = ("grpc-retry-pushback-ms", "1500");
+        let s15 = Some(Duration::from_millis(1500));
+        assert_eq!(hint(&[grpc, ("grpc-status", "14"), push]), s15);
+        assert_eq!(hint(&[grpc, ("grpc-status", "8"), push]), s15);
+        // Another code, no pushback, a zero, negative or junk one: no pause.
+        assert_eq!(hint(&[grpc, ("grpc-status", "13"), push]), None);
+        assert_eq!(hint(&[grpc, ("grpc-status", "0"), push]), None);
+        assert_eq!(hint(&[grpc, ("grpc-status", "14")]), None);
+        for bad in ["0", "-1", "soon", "", "99999999999999999999"] {
+            let push = ("grpc-retry-pushback-ms", bad);
+            assert_eq!(hint(&[grpc, ("grpc-status", "14"), push]), None, "{bad}");
+        }
+        // Not a gRPC response: its headers mean nothing.
+        assert_eq!(hint(&[("grpc-status", "14"), push]), None);
+        let json = ("content-type", "application/json");
+        assert_eq!(hint(&[json, ("grpc-status", "14"), push]), None);
+        // A trailers-only response is an HTTP 200; another status is not read so.
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("application/grpc"));
+        h.insert("grpc-status", HeaderValue::from_static("14"));
+        h.insert("grpc-retry-pushback-ms", HeaderValue::from_static("1500"));
+        assert_eq!(pause_hint(StatusCode::INTERNAL_SERVER_ERROR, &h, now), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -472,3 +472,92 @@ async fn a_retry_does_not_wait_for_a_pause_longer_than_its_max_retry_after() {
     assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
     assert_eq!(mock.calls(), 1);
 }
+
+/// gRPC's pushback pauses the origin as a 429's `Retry-After` does: on the
+/// answer the retry layer retries after, and on a final answer the budget layer
+/// sees; capped by `max_pause` the same way.
+#[cfg(feature = "grpc")]
+#[tokio::test(start_paused = true)]
+async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
+    use backstop::grpc::{self, Code};
+
+    let trailers_only = |code: &'static str, pushback: &'static str| {
+        status_with(
+            200,
+            &[
+                ("content-type", "application/grpc"),
+                ("grpc-status", code),
+                ("grpc-retry-pushback-ms", pushback),
+            ],
+        )
+    };
+    let rules = grpc::rules()
+        .retryable_codes([Code::Unavailable])
+        .all_idempotent()
+        .build()
+        .unwrap();
+    let grpc_retries = RetryPolicy::builder()
+        .rules(rules)
+        .max_attempts(2)
+        .build()
+        .unwrap();
+
+    // UNAVAILABLE, retried after its pushback: other calls wait for it too.
+    let layer = BudgetLayer::new(
+        BudgetPolicy::builder()
+            .pause_spread(Duration::ZERO)
+            .build()
+            .unwrap(),
+    );
+    let mock = Mock::new([trailers_only("14", "2000")]);
+    let c = client(&layer, grpc_retries.clone(), &mock);
+    let t0 = Instant::now();
+    let first = spawn_call(c.clone(), A);
+    sleep(ms(1)).await;
+    let account = layer.account(&head(A));
+    assert_eq!(account.paused_until(), Some(t0 + Duration::from_secs(2)));
+    let other = spawn_call(c.clone(), A);
+    sleep(ms(1998)).await;
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(other.await.unwrap().unwrap().status(), StatusCode::OK);
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(seen[1..]
+        .iter()
+        .all(|s| s.at == t0 + Duration::from_secs(2)));
+
+    // RESOURCE_EXHAUSTED, not retryable here: the final answer's pushback pauses
+    // the origin, capped by max_pause (5 s) as a Retry-After is.
+    let layer = BudgetLayer::new(
+        BudgetPolicy::builder()
+            .max_pause(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    );
+    let mock = Mock::new([trailers_only("8", "60000")]);
+    let mut c = client(&layer, grpc_retries.clone(), &mock);
+    let t1 = Instant::now();
+    let res = call(&mut c, A).await.unwrap();
+    assert_eq!(res.headers()["grpc-status"], "8");
+    assert_eq!(
+        layer.account(&head(A)).paused_until(),
+        Some(t1 + Duration::from_secs(5))
+    );
+
+    // Another code, or a response that is not gRPC, pauses nothing.
+    for headers in [
+        &[
+            ("content-type", "application/grpc"),
+            ("grpc-status", "13"),
+            ("grpc-retry-pushback-ms", "2000"),
+        ][..],
+        &[("grpc-status", "14"), ("grpc-retry-pushback-ms", "2000")][..],
+    ] {
+        let layer = BudgetLayer::default();
+        let mock = Mock::new([status_with(200, headers)]);
+        let mut c = client(&layer, RetryPolicy::none(), &mock);
+        call(&mut c, A).await.unwrap();
+        assert_eq!(layer.account(&head(A)).paused_until(), None, "{headers:?}");
+    }
+}

@@ -12,7 +12,7 @@ use crate::support::wire::within_10s;
 use backstop::grpc::{self, Code};
 use backstop::policy::{History, NoRetry, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
-use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{BudgetLayer, BudgetPolicy, ReplayBody, RetryLayer, RetryPolicy};
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Request, Response};
@@ -371,6 +371,54 @@ async fn a_proxy_503_is_unavailable() {
         let status = call(&mut grpc, "/echo.Echo/Get").await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::NotFound);
         assert_eq!(up.processed_count(), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pushback_pauses_the_origin_for_every_call() {
+    within_10s(async {
+        let (addr, seen) = grpc_server(vec![Answer::TrailersOnly(14, Some("300"))]).await;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let budget = BudgetLayer::new(
+            BudgetPolicy::builder()
+                .pause_spread(Duration::ZERO)
+                .build()
+                .unwrap(),
+        );
+        let svc: Svc = tower::util::BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(budget.clone())
+                .layer(RetryLayer::new(policy()))
+                .map_request(|req: Request<ReplayBody<tonic::body::Body>>| {
+                    req.map(tonic::body::Body::new)
+                })
+                .service(channel),
+        );
+        let mut grpc = tonic::client::Grpc::new(svc);
+        // Not idempotent: its UNAVAILABLE is the call's answer, and its pushback
+        // pauses the origin (the budget layer reads it from the final answer)...
+        let status = call(&mut grpc, "/echo.Echo/Put").await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        // Tonic leaves the origin to its channel: the request is path only.
+        let head = Request::get("/echo.Echo/Get")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert!(budget.account(&head).paused_until().is_some());
+        // ...so the next call, to another method, waits for it.
+        let res = call(&mut grpc, "/echo.Echo/Get").await.unwrap();
+        assert_eq!(res.into_inner(), Bytes::from_static(b"done"));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        let gap = seen[1].at - seen[0].at;
+        assert!(gap >= Duration::from_millis(300), "{gap:?}");
+        assert!(gap < Duration::from_millis(800), "{gap:?}");
     })
     .await;
 }
