@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::record::Recorder;
-use crate::support::mock::{status, status_with, Mock, Step};
+use crate::support::script::{io_error, slow, status, status_with, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::hedge::{HedgeLayer, HedgePolicy};
@@ -38,9 +38,9 @@ const ORIGIN: &str = "origin=http://upstream.test:8080 method=GET";
 #[tokio::test(start_paused = true)]
 async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
     let recorder = Recorder::default();
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "1")]),
-        Step::Io(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
         status(503),
     ]);
     let mut svc = ServiceBuilder::new()
@@ -48,7 +48,12 @@ async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     let req = get("http://user:pw@upstream.test:8080/items?token=s3cret");
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let lines = recorder.lines();
@@ -95,9 +100,8 @@ async fn a_first_answer_is_one_attempt_and_one_call() {
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .service(Mock::new([status(200)]));
-    let res = svc
-        .ready()
+        .service(Script::new([status(200)]));
+    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
         .await
         .unwrap()
         .call(get("http://upstream.test:8080/"))
@@ -120,12 +124,17 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(layer.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .service(Mock::new([Step::Io(io::ErrorKind::ConnectionRefused)]));
+        .service(Script::new([io_error(io::ErrorKind::ConnectionRefused)]));
     let mut req = Request::post("http://upstream.test:8080/pay")
-        .body(Full::default())
+        .body(Full::<Bytes>::default())
         .unwrap();
     CallContext::of_mut(req.extensions_mut()).set_observer(Arc::new(own.clone()));
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(layer.lines().is_empty(), "{:?}", layer.lines());
     let lines = own.lines();
@@ -152,14 +161,19 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
 #[tokio::test(start_paused = true)]
 async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
     let recorder = Recorder::default();
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     let mut req = get("http://upstream.test:8080/");
     req.extensions_mut().insert(Deadline::after(Duration::ZERO));
-    let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+    let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap_err();
     assert!(err.is_deadline());
     assert_eq!(mock.calls(), 0);
     assert_eq!(
@@ -174,7 +188,7 @@ async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
 #[tokio::test(start_paused = true)]
 async fn the_breaker_tells_each_state_change_and_each_refusal() {
     let recorder = Recorder::default();
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(CircuitBreakerLayer::new(breaker(2, Duration::from_secs(1))))
@@ -182,15 +196,30 @@ async fn the_breaker_tells_each_state_change_and_each_refusal() {
         .service(mock.clone());
     let uri = "http://upstream.test:8080/";
     for _ in 0..2 {
-        let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+        let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(get(uri))
+            .await
+            .unwrap();
         assert_eq!(res.status(), 503);
     }
     for _ in 0..3 {
-        let err = svc.ready().await.unwrap().call(get(uri)).await.unwrap_err();
+        let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(get(uri))
+            .await
+            .unwrap_err();
         assert!(err.is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(get(uri))
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(mock.calls(), 3);
 
@@ -218,15 +247,14 @@ async fn a_budget_that_runs_dry_is_told_once() {
         .min_per_second(0.0)
         .build()
         .unwrap();
-    let mock = Mock::new((0..10).map(|_| status(503)));
+    let mock = Script::new((0..10).map(|_| status(503)));
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(BudgetLayer::new(budget))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     for _ in 0..2 {
-        let res = svc
-            .ready()
+        let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
             .await
             .unwrap()
             .call(get("http://upstream.test:8080/"))
@@ -253,7 +281,7 @@ async fn a_budget_that_runs_dry_is_told_once() {
 #[tokio::test(start_paused = true)]
 async fn a_hedge_that_wins_cancels_the_original() {
     let recorder = Recorder::default();
-    let mock = Mock::new([Step::Slow(Duration::from_secs(5), 200), status(200)]);
+    let mock = Script::new([slow(Duration::from_secs(5), 200), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
@@ -262,8 +290,7 @@ async fn a_hedge_that_wins_cancels_the_original() {
         ))))
         .service(mock.clone());
     let started = tokio::time::Instant::now();
-    let res = svc
-        .ready()
+    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
         .await
         .unwrap()
         .call(get("http://upstream.test:8080/"))
@@ -330,7 +357,12 @@ mod wire {
                     .layer(RetryLayer::new(quick()))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/orders?id=42").to_string());
-                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(req)
+                    .await
+                    .unwrap();
                 assert_eq!(res.status(), 200, "{protocol:?}");
                 let origin = format!("origin=http://{} method=GET", upstream.addr());
                 let lines = recorder.lines();
@@ -383,7 +415,11 @@ mod wire {
                     .service::<Transport>(client(protocol));
                 for _ in 0..5 {
                     let req = get(&upstream.uri("/").to_string());
-                    let _ = svc.ready().await.unwrap().call(req).await;
+                    let _ = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                        .await
+                        .unwrap()
+                        .call(req)
+                        .await;
                 }
                 assert_eq!(
                     upstream.requests().len(),
@@ -423,7 +459,12 @@ mod wire {
                     ))))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/").to_string());
-                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(req)
+                    .await
+                    .unwrap();
                 assert_eq!(res.status(), 200);
                 assert_eq!(recorder.named("hedge_sent").len(), 1, "{protocol:?}");
                 assert_eq!(recorder.named("loser_cancelled").len(), 1, "{protocol:?}");

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
+use crate::support::script::{status, Script};
 use backstop::budget::BudgetLayer;
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::observe::{MetricsObserver, ObserveLayer};
@@ -45,7 +45,7 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
                 .build()
                 .unwrap();
             // A: 503 then 200. B and C: three 503s each. D: refused.
-            let mock = Mock::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
+            let mock = Script::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
             let mut svc = ServiceBuilder::new()
                 .layer(ObserveLayer::new(MetricsObserver::new()))
                 .layer(CircuitBreakerLayer::new(breaker))
@@ -57,13 +57,20 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
                 let req = Request::get("http://upstream.test/items?id=1")
                     .body(Full::<Bytes>::default())
                     .unwrap();
-                statuses.push(match svc.ready().await.unwrap().call(req).await {
-                    Ok(res) => res.status().as_u16(),
-                    Err(err) => {
-                        assert!(err.is_circuit_open());
-                        0
-                    }
-                });
+                statuses.push(
+                    match ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                        .await
+                        .unwrap()
+                        .call(req)
+                        .await
+                    {
+                        Ok(res) => res.status().as_u16(),
+                        Err(err) => {
+                            assert!(err.is_circuit_open());
+                            0
+                        }
+                    },
+                );
             }
             assert_eq!(statuses, [200, 503, 503, 0]);
             assert_eq!(mock.calls(), 8);

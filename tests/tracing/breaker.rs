@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
+use crate::support::script::{status, Script};
 use crate::Captured;
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::{RetryLayer, RetryPolicy};
@@ -29,7 +29,7 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
         .jitter(0.0)
         .build()
         .unwrap();
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(CircuitBreakerLayer::new(breaker))
         .layer(RetryLayer::new(RetryPolicy::none()))
@@ -41,7 +41,7 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
     };
     for _ in 0..2 {
         assert_eq!(
-            svc.ready()
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
                 .await
                 .unwrap()
                 .call(get())
@@ -52,8 +52,7 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
         );
     }
     for _ in 0..2 {
-        assert!(svc
-            .ready()
+        assert!(ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
             .await
             .unwrap()
             .call(get())
@@ -63,7 +62,7 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
     }
     tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(
-        svc.ready()
+        ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
             .await
             .unwrap()
             .call(get())
