@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::support::gates::{Switch, Tokens};
+use crate::support::requests::call_with;
 use crate::support::script::{ms, slow, Fate, Reply, Script, Step};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History};
@@ -394,12 +395,7 @@ async fn the_adaptive_delay_converges_to_the_p95() {
     let other = Request::get("http://elsewhere.test/")
         .body(Full::default())
         .unwrap();
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(other)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, other).await.unwrap();
     assert_eq!(hedged(&res).sent()[1].started, ms(500));
 }
 

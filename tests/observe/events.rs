@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::record::Recorder;
+use crate::support::requests::call_with;
 use crate::support::script::{io_error, slow, status, status_with, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
@@ -16,7 +17,7 @@ use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 fn get(uri: &str) -> Request<Full<Bytes>> {
     Request::get(uri).body(Full::default()).unwrap()
@@ -48,12 +49,7 @@ async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     let req = get("http://user:pw@upstream.test:8080/items?token=s3cret");
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(req)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let lines = recorder.lines();
@@ -101,10 +97,7 @@ async fn a_first_answer_is_one_attempt_and_one_call() {
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(Script::new([status(200)]));
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -129,12 +122,7 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
         .body(Full::<Bytes>::default())
         .unwrap();
     CallContext::of_mut(req.extensions_mut()).set_observer(Arc::new(own.clone()));
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(req)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(layer.lines().is_empty(), "{:?}", layer.lines());
     let lines = own.lines();
@@ -168,12 +156,7 @@ async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
         .service(mock.clone());
     let mut req = get("http://upstream.test:8080/");
     req.extensions_mut().insert(Deadline::after(Duration::ZERO));
-    let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(req)
-        .await
-        .unwrap_err();
+    let err = call_with(&mut svc, req).await.unwrap_err();
     assert!(err.is_deadline());
     assert_eq!(mock.calls(), 0);
     assert_eq!(
@@ -196,30 +179,15 @@ async fn the_breaker_tells_each_state_change_and_each_refusal() {
         .service(mock.clone());
     let uri = "http://upstream.test:8080/";
     for _ in 0..2 {
-        let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(get(uri))
-            .await
-            .unwrap();
+        let res = call_with(&mut svc, get(uri)).await.unwrap();
         assert_eq!(res.status(), 503);
     }
     for _ in 0..3 {
-        let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(get(uri))
-            .await
-            .unwrap_err();
+        let err = call_with(&mut svc, get(uri)).await.unwrap_err();
         assert!(err.is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get(uri))
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, get(uri)).await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(mock.calls(), 3);
 
@@ -254,10 +222,7 @@ async fn a_budget_that_runs_dry_is_told_once() {
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     for _ in 0..2 {
-        let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(get("http://upstream.test:8080/"))
+        let res = call_with(&mut svc, get("http://upstream.test:8080/"))
             .await
             .unwrap();
         assert_eq!(res.status(), 503);
@@ -290,10 +255,7 @@ async fn a_hedge_that_wins_cancels_the_original() {
         ))))
         .service(mock.clone());
     let started = tokio::time::Instant::now();
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
@@ -357,12 +319,7 @@ mod wire {
                     .layer(RetryLayer::new(quick()))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/orders?id=42").to_string());
-                let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                    .await
-                    .unwrap()
-                    .call(req)
-                    .await
-                    .unwrap();
+                let res = call_with(&mut svc, req).await.unwrap();
                 assert_eq!(res.status(), 200, "{protocol:?}");
                 let origin = format!("origin=http://{} method=GET", upstream.addr());
                 let lines = recorder.lines();
@@ -415,11 +372,7 @@ mod wire {
                     .service::<Transport>(client(protocol));
                 for _ in 0..5 {
                     let req = get(&upstream.uri("/").to_string());
-                    let _ = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                        .await
-                        .unwrap()
-                        .call(req)
-                        .await;
+                    let _ = call_with(&mut svc, req).await;
                 }
                 assert_eq!(
                     upstream.requests().len(),
@@ -459,12 +412,7 @@ mod wire {
                     ))))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/").to_string());
-                let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                    .await
-                    .unwrap()
-                    .call(req)
-                    .await
-                    .unwrap();
+                let res = call_with(&mut svc, req).await.unwrap();
                 assert_eq!(res.status(), 200);
                 assert_eq!(recorder.named("hedge_sent").len(), 1, "{protocol:?}");
                 assert_eq!(recorder.named("loser_cancelled").len(), 1, "{protocol:?}");

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::requests::call_with;
 use crate::support::script::{status, Script};
 use backstop::budget::BudgetLayer;
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
@@ -12,7 +13,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 /// `name{label=value,…}` with the labels in order, `origin` left out (it is the
 /// same everywhere, and checked once).
@@ -57,20 +58,13 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
                 let req = Request::get("http://upstream.test/items?id=1")
                     .body(Full::<Bytes>::default())
                     .unwrap();
-                statuses.push(
-                    match ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                        .await
-                        .unwrap()
-                        .call(req)
-                        .await
-                    {
-                        Ok(res) => res.status().as_u16(),
-                        Err(err) => {
-                            assert!(err.is_circuit_open());
-                            0
-                        }
-                    },
-                );
+                statuses.push(match call_with(&mut svc, req).await {
+                    Ok(res) => res.status().as_u16(),
+                    Err(err) => {
+                        assert!(err.is_circuit_open());
+                        0
+                    }
+                });
             }
             assert_eq!(statuses, [200, 503, 503, 0]);
             assert_eq!(mock.calls(), 8);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::gates::{Switch, Tokens};
+use crate::support::requests::call_with;
 use crate::support::script::{io_error, slow, status, status_with, Reply, Script, Step};
 use backstop::policy::{Deadline, ErrorKind, History, NoRetry, NotReplayable, StopReason};
 use backstop::{OneShot, RetryLayer, RetryPolicy};
@@ -444,23 +445,13 @@ async fn routes_pick_the_policy() {
     let routes = Routes::new(fast()).route(Route::path_prefix("/items"), RetryPolicy::none());
     let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = RetryLayer::with_routes(routes).layer(mock.clone());
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get())
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
     let other = Request::get("http://upstream.test/other")
         .body(Full::<Bytes>::default())
         .unwrap();
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(other)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, other).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);
 }
@@ -554,12 +545,7 @@ async fn a_failed_body_is_drained_before_the_wait() {
     });
     let started = tokio::time::Instant::now();
     let mut svc = RetryLayer::new(fast()).layer(inner);
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get())
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(started.elapsed(), Duration::from_secs(5));
     let read = read_at.lock().unwrap().expect("the failed body was read");
@@ -607,12 +593,7 @@ async fn the_deadline_covers_waiting_for_the_inner_service_to_be_ready() {
         .unwrap();
     let mut svc = RetryLayer::new(policy).layer(ReadyOnce(calls.clone()));
     let started = tokio::time::Instant::now();
-    let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get())
-        .await
-        .unwrap_err();
+    let err = call_with(&mut svc, get()).await.unwrap_err();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(err.is_deadline(), "{err}");
     assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
@@ -678,12 +659,7 @@ async fn an_inner_error_that_names_its_url_does_not_leak_through_ours() {
         ))
     });
     let mut svc = RetryLayer::new(RetryPolicy::none()).layer(inner);
-    let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get())
-        .await
-        .unwrap_err();
+    let err = call_with(&mut svc, get()).await.unwrap_err();
     let text = format!("{err} {err:?} {}", err.history().unwrap());
     assert!(!text.contains("s3cret"), "{text}");
     assert!(!text.contains("upstream.test"), "{text}");
@@ -776,12 +752,7 @@ async fn each_attempt_gets_the_call_context_and_nothing_else_is_lost() {
         if let Some(m) = mine {
             req.extensions_mut().insert(Mine(m));
         }
-        let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(req)
-            .await
-            .unwrap();
+        let res = call_with(&mut svc, req).await.unwrap();
         assert_eq!(history(&res).len(), 3);
     }
     let seen = seen.lock().unwrap();

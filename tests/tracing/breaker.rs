@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::support::requests::call_with;
 use crate::support::script::{status, Script};
 use crate::Captured;
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
@@ -9,7 +10,7 @@ use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
@@ -40,37 +41,16 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
             .unwrap()
     };
     for _ in 0..2 {
-        assert_eq!(
-            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                .await
-                .unwrap()
-                .call(get())
-                .await
-                .unwrap()
-                .status(),
-            503
-        );
+        assert_eq!(call_with(&mut svc, get()).await.unwrap().status(), 503);
     }
     for _ in 0..2 {
-        assert!(ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(get())
+        assert!(call_with(&mut svc, get())
             .await
             .unwrap_err()
             .is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    assert_eq!(
-        ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-            .await
-            .unwrap()
-            .call(get())
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(call_with(&mut svc, get()).await.unwrap().status(), 200);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     assert_eq!(text.matches("circuit opened").count(), 1, "{text}");

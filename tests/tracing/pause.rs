@@ -4,6 +4,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::requests::call_with;
 use crate::support::script::{status_with, Script};
 use backstop::budget::BudgetLayer;
 use backstop::policy::Deadline;
@@ -76,20 +77,12 @@ async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
     };
     tokio::time::sleep(Duration::from_millis(1)).await;
     // Refused: its deadline ends inside the pause.
-    let err = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get(Some(Duration::from_secs(1))))
+    let err = call_with(&mut svc, get(Some(Duration::from_secs(1))))
         .await
         .unwrap_err();
     assert!(err.is_paused());
     // Waits, then goes after the pause.
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(get(None))
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, get(None)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(pausing.await.unwrap().unwrap().status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);

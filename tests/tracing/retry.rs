@@ -2,6 +2,7 @@
 
 use std::io;
 
+use crate::support::requests::call_with;
 use crate::support::script::{io_error, status, status_with, Script};
 use crate::Captured;
 use backstop::{RetryLayer, RetryPolicy};
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
-use tower::{Layer, Service, ServiceExt};
+use tower::Layer;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
@@ -34,12 +35,7 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
         .body(Full::<Bytes>::default())
         .unwrap();
     let mut svc = RetryLayer::new(policy).layer(mock.clone());
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(req)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
