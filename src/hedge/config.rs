@@ -326,12 +326,7 @@ impl HedgePolicyBuilder {
     /// when it is larger (100 for a p99).
     pub fn min_samples(mut self, n: u32) -> Self {
         self.min_samples_set = true;
-        if !(1..=100_000).contains(&n) {
-            self.error.fail(
-                "min_samples",
-                format!("must be between 1 and 100000, got {n}"),
-            );
-        }
+        self.error.count("min_samples", n, 100_000);
         if let Some(a) = self.adaptive_mut("min_samples") {
             a.min_samples = n;
         }
@@ -356,12 +351,7 @@ impl HedgePolicyBuilder {
     /// The most extra copies per request, 1 to 8 (default 1). Each is sent one
     /// delay after the one before.
     pub fn max_extra(mut self, n: u32) -> Self {
-        if !(1..=MAX_EXTRA_LIMIT).contains(&n) {
-            self.error.fail(
-                "max_extra",
-                format!("must be between 1 and {MAX_EXTRA_LIMIT}, got {n}"),
-            );
-        }
+        self.error.count("max_extra", n, MAX_EXTRA_LIMIT);
         self.max_extra = n;
         self
     }

@@ -243,12 +243,7 @@ pub struct RetryPolicyBuilder {
 impl RetryPolicyBuilder {
     /// Attempts per call, the first included: 1 to 100.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
-            self.error.fail(
-                "max_attempts",
-                format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {n}"),
-            );
-        }
+        self.error.count("max_attempts", n, MAX_ATTEMPTS_LIMIT);
         self.policy.max_attempts = n;
         self
     }
@@ -459,6 +454,13 @@ impl FirstError {
         self.0.map_or(Ok(()), Err)
     }
 
+    /// A count of at least 1 and at most `max`.
+    pub(crate) fn count(&mut self, setting: &'static str, n: u32, max: u32) {
+        if !(1..=max).contains(&n) {
+            self.fail(setting, format!("must be between 1 and {max}, got {n}"));
+        }
+    }
+
     /// A time window of 10ms to 1h, the range the budget's and the breaker's
     /// sliding windows share.
     pub(crate) fn window(&mut self, window: Duration) {
@@ -473,6 +475,31 @@ impl FirstError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_problem_wins_and_the_shared_checks_name_their_setting() {
+        let mut errors = FirstError::default();
+        errors.count("max_extra", 1, 8);
+        errors.count("max_extra", 8, 8);
+        errors.window(Duration::from_millis(10));
+        errors.window(Duration::from_secs(3600));
+        assert_eq!(errors.clone().check(), Ok(()));
+        errors.count("max_extra", 0, 8);
+        errors.window(Duration::from_secs(3601));
+        errors.fail("other", "later".to_owned());
+        let err = errors.check().unwrap_err();
+        assert_eq!(err.setting(), "max_extra");
+        assert_eq!(
+            err.to_string(),
+            "invalid max_extra: must be between 1 and 8, got 0"
+        );
+        let mut errors = FirstError::default();
+        errors.window(Duration::from_millis(9));
+        assert_eq!(
+            errors.check().unwrap_err().to_string(),
+            "invalid window: must be from 10ms to 1h, got 9ms"
+        );
+    }
 
     #[test]
     fn defaults_retry_the_transient_statuses() {
