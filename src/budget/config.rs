@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use super::account::{Account, UNIT};
 use super::{OriginAccount, Partition};
-use crate::policy::InvalidConfig;
+use crate::policy::{FirstError, InvalidConfig};
 
 /// The largest ratio a budget accepts: a thousand retries per first attempt.
 const MAX_RATIO: f64 = 1000.0;
 /// The largest floor rate, in retries per second.
 const MAX_MIN_PER_SECOND: f64 = 1_000_000.0;
-const MIN_WINDOW: Duration = Duration::from_millis(10);
-const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// The longest pause a budget accepts as its cap.
 const MAX_MAX_PAUSE: Duration = Duration::from_secs(3600);
 /// The longest release spread and minimum attempt time a budget accepts.
@@ -166,7 +164,7 @@ impl BudgetPolicy {
             window: Duration::from_secs(10),
             partition: Partition::origin(),
             pause: PauseSettings::default(),
-            error: None,
+            error: FirstError::default(),
         }
     }
 
@@ -235,21 +233,15 @@ pub struct BudgetPolicyBuilder {
     window: Duration,
     partition: Partition,
     pause: PauseSettings,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl BudgetPolicyBuilder {
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
     /// Retries allowed per first attempt, from 0 to 1000 (default 0.2: one retry
     /// per five first attempts). Kept to a millionth.
     pub fn ratio(mut self, ratio: f64) -> Self {
         if !(0.0..=MAX_RATIO).contains(&ratio) {
-            self.fail(
+            self.error.fail(
                 "ratio",
                 format!("must be a number from 0 to {MAX_RATIO}, got {ratio}"),
             );
@@ -263,7 +255,7 @@ impl BudgetPolicyBuilder {
     /// traffic. 0 means no floor.
     pub fn min_per_second(mut self, rate: f64) -> Self {
         if !(0.0..=MAX_MIN_PER_SECOND).contains(&rate) {
-            self.fail(
+            self.error.fail(
                 "min_per_second",
                 format!("must be a number from 0 to {MAX_MIN_PER_SECOND}, got {rate}"),
             );
@@ -275,9 +267,7 @@ impl BudgetPolicyBuilder {
     /// The window over which first attempts and retries are counted, from 10 ms to
     /// one hour (default 10 s).
     pub fn window(mut self, window: Duration) -> Self {
-        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
-        }
+        self.error.window(window);
         self.window = window;
         self
     }
@@ -300,7 +290,8 @@ impl BudgetPolicyBuilder {
     /// pauses the origin for this long.
     pub fn max_pause(mut self, max: Duration) -> Self {
         if !(Duration::from_millis(1)..=MAX_MAX_PAUSE).contains(&max) {
-            self.fail("max_pause", format!("must be from 1ms to 1h, got {max:?}"));
+            self.error
+                .fail("max_pause", format!("must be from 1ms to 1h, got {max:?}"));
         }
         self.pause.max = max;
         self
@@ -311,7 +302,7 @@ impl BudgetPolicyBuilder {
     /// of it.
     pub fn pause_spread(mut self, spread: Duration) -> Self {
         if spread > MAX_PAUSE_SPREAD {
-            self.fail(
+            self.error.fail(
                 "pause_spread",
                 format!("must be from 0 to 60s, got {spread:?}"),
             );
@@ -324,7 +315,7 @@ impl BudgetPolicyBuilder {
     /// to 60 s (default 10 ms, the retry layer's default `min_attempt_time`).
     pub fn pause_min_attempt_time(mut self, min: Duration) -> Self {
         if min > MAX_PAUSE_SPREAD {
-            self.fail(
+            self.error.fail(
                 "pause_min_attempt_time",
                 format!("must be from 0 to 60s, got {min:?}"),
             );
@@ -339,9 +330,7 @@ impl BudgetPolicyBuilder {
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
     pub fn build(self) -> Result<BudgetPolicy, InvalidConfig> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
+        self.error.check()?;
         // Both products are bounded (1e9 and 3.6e15 units), far inside an i64.
         let deposit_units = (self.ratio * UNIT as f64).round() as i64;
         let floor = (self.min_per_second * self.window.as_secs_f64() * UNIT as f64).round() as i64;

@@ -5,12 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::origin::Partition;
-use crate::policy::{ErrorKind, InvalidConfig, Observed, Outcome, Rules, Verdict};
+use crate::policy::{ErrorKind, FirstError, InvalidConfig, Observed, Outcome, Rules, Verdict};
 
 type FailureFn = dyn Fn(Outcome<'_>) -> bool + Send + Sync;
 
-const MIN_WINDOW: Duration = Duration::from_millis(10);
-const MAX_WINDOW: Duration = Duration::from_secs(3600);
 const MIN_COOLDOWN: Duration = Duration::from_millis(1);
 const MAX_COOLDOWN: Duration = Duration::from_secs(86_400);
 /// The most probes a half-open breaker may let through at once.
@@ -133,7 +131,7 @@ impl CircuitBreakerPolicy {
         CircuitBreakerPolicyBuilder {
             config: CircuitBreakerPolicy::default(),
             max_set: false,
-            error: None,
+            error: FirstError::default(),
         }
     }
 
@@ -246,21 +244,15 @@ pub struct CircuitBreakerPolicyBuilder {
     config: CircuitBreakerPolicy,
     /// Whether `max_cooldown` was set, or is the default.
     max_set: bool,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl CircuitBreakerPolicyBuilder {
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
     /// The share of failed calls in the window that trips the breaker: more than 0,
     /// at most 1 (default 0.5). Kept to a millionth.
     pub fn failure_ratio(mut self, ratio: f64) -> Self {
         if !(ratio > 0.0 && ratio <= 1.0) {
-            self.fail(
+            self.error.fail(
                 "failure_ratio",
                 format!("must be more than 0 and at most 1, got {ratio}"),
             );
@@ -274,7 +266,8 @@ impl CircuitBreakerPolicyBuilder {
     /// (default 20). A large number leaves only the consecutive-failures signal.
     pub fn min_calls(mut self, calls: u32) -> Self {
         if calls == 0 {
-            self.fail("min_calls", "must be at least 1".to_owned());
+            self.error
+                .fail("min_calls", "must be at least 1".to_owned());
         }
         self.config.min_calls = calls;
         self
@@ -283,9 +276,7 @@ impl CircuitBreakerPolicyBuilder {
     /// The window over which calls are counted, from 10 ms to one hour (default
     /// 30 s). It is cut into ten slots that expire one at a time.
     pub fn window(mut self, window: Duration) -> Self {
-        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
-        }
+        self.error.window(window);
         self.config.window = window;
         self
     }
@@ -302,7 +293,7 @@ impl CircuitBreakerPolicyBuilder {
     /// is raised to this.
     pub fn cooldown(mut self, cooldown: Duration) -> Self {
         if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&cooldown) {
-            self.fail(
+            self.error.fail(
                 "cooldown",
                 format!("must be from 1ms to 1 day, got {cooldown:?}"),
             );
@@ -315,7 +306,7 @@ impl CircuitBreakerPolicyBuilder {
     /// doubles the cooldown up to this. Set it to the cooldown to keep it fixed.
     pub fn max_cooldown(mut self, max: Duration) -> Self {
         if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&max) {
-            self.fail(
+            self.error.fail(
                 "max_cooldown",
                 format!("must be from 1ms to 1 day, got {max:?}"),
             );
@@ -329,7 +320,8 @@ impl CircuitBreakerPolicyBuilder {
     /// cooldown is multiplied by a factor drawn from `[1 − jitter, 1 + jitter]`.
     pub fn jitter(mut self, jitter: f64) -> Self {
         if !(0.0..=0.9).contains(&jitter) {
-            self.fail("jitter", format!("must be from 0 to 0.9, got {jitter}"));
+            self.error
+                .fail("jitter", format!("must be from 0 to 0.9, got {jitter}"));
         }
         self.config.jitter = jitter;
         self
@@ -339,7 +331,7 @@ impl CircuitBreakerPolicyBuilder {
     /// All must succeed for the breaker to close; one failure opens it again.
     pub fn probes(mut self, probes: u32) -> Self {
         if !(1..=MAX_PROBES).contains(&probes) {
-            self.fail(
+            self.error.fail(
                 "probes",
                 format!("must be from 1 to {MAX_PROBES}, got {probes}"),
             );
@@ -379,9 +371,7 @@ impl CircuitBreakerPolicyBuilder {
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
     pub fn build(self) -> Result<CircuitBreakerPolicy, InvalidConfig> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
+        self.error.check()?;
         let mut config = self.config;
         if config.cooldown > config.max_cooldown {
             if self.max_set {

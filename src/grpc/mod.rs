@@ -83,7 +83,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use crate::policy::{Classifier, Decision, InvalidConfig, Observed, Rules, Verdict};
+use crate::policy::{Classifier, Decision, FirstError, InvalidConfig, Observed, Rules, Verdict};
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
@@ -202,7 +202,7 @@ pub fn rules() -> GrpcRulesBuilder {
         codes: Code::Unavailable.bit(),
         paths: Vec::new(),
         all: false,
-        error: None,
+        error: FirstError::default(),
     }
 }
 
@@ -212,7 +212,7 @@ pub struct GrpcRulesBuilder {
     codes: u32,
     paths: Vec<String>,
     all: bool,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl GrpcRulesBuilder {
@@ -222,7 +222,8 @@ impl GrpcRulesBuilder {
         self.codes = 0;
         for code in codes {
             if code == Code::Ok {
-                self.fail("retryable_codes", "OK is an answer, never retried".into());
+                self.error
+                    .fail("retryable_codes", "OK is an answer, never retried".into());
             }
             self.codes |= code.bit();
         }
@@ -240,7 +241,7 @@ impl GrpcRulesBuilder {
         if valid {
             self.paths.push(path.to_owned());
         } else {
-            self.fail(
+            self.error.fail(
                 "idempotent",
                 "must be /package.Service/Method or /package.Service/".into(),
             );
@@ -254,21 +255,13 @@ impl GrpcRulesBuilder {
         self
     }
 
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
     /// The rules, or the first invalid setting.
     ///
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
     pub fn build(self) -> Result<Rules, InvalidConfig> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
+        self.error.check()?;
         Rules::builder()
             .classifier(GrpcClassifier {
                 codes: self.codes,

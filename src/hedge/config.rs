@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::estimate::{Adaptive, Estimators};
-use crate::policy::{InvalidConfig, RetryPolicy, Rules};
+use crate::policy::{FirstError, InvalidConfig, RetryPolicy, Rules};
 
 /// Hedges at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
@@ -199,7 +199,7 @@ impl HedgePolicy {
             rules: Rules::default(),
             min_attempt_time: RetryPolicy::default().min_attempt_time(),
             min_samples_set: false,
-            error: None,
+            error: FirstError::default(),
         }
     }
 
@@ -268,19 +268,13 @@ pub struct HedgePolicyBuilder {
     min_attempt_time: Duration,
     /// `min_samples` was set, so it is not raised to suit the percentile.
     min_samples_set: bool,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl HedgePolicyBuilder {
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
     fn adaptive_mut(&mut self, setting: &'static str) -> Option<&mut Adaptive> {
         if let BuilderDelay::Fixed(_) = self.delay {
-            self.fail(
+            self.error.fail(
                 setting,
                 "applies to an adaptive delay, and the delay is fixed".to_owned(),
             );
@@ -315,7 +309,7 @@ impl HedgePolicyBuilder {
     /// is hedged, so about `1 - percentile` of the requests are sent again.
     pub fn percentile(mut self, percentile: f64) -> Self {
         if !(0.5..=0.999).contains(&percentile) {
-            self.fail(
+            self.error.fail(
                 "percentile",
                 format!("must be between 0.5 and 0.999, got {percentile}"),
             );
@@ -332,12 +326,7 @@ impl HedgePolicyBuilder {
     /// when it is larger (100 for a p99).
     pub fn min_samples(mut self, n: u32) -> Self {
         self.min_samples_set = true;
-        if !(1..=100_000).contains(&n) {
-            self.fail(
-                "min_samples",
-                format!("must be between 1 and 100000, got {n}"),
-            );
-        }
+        self.error.count("min_samples", n, 100_000);
         if let Some(a) = self.adaptive_mut("min_samples") {
             a.min_samples = n;
         }
@@ -348,7 +337,7 @@ impl HedgePolicyBuilder {
     /// The percentile is read over the current window and the one before it.
     pub fn window(mut self, window: Duration) -> Self {
         if window < Duration::from_millis(100) || window > Duration::from_secs(3600) {
-            self.fail(
+            self.error.fail(
                 "window",
                 format!("must be between 100 ms and one hour, got {window:?}"),
             );
@@ -362,12 +351,7 @@ impl HedgePolicyBuilder {
     /// The most extra copies per request, 1 to 8 (default 1). Each is sent one
     /// delay after the one before.
     pub fn max_extra(mut self, n: u32) -> Self {
-        if !(1..=MAX_EXTRA_LIMIT).contains(&n) {
-            self.fail(
-                "max_extra",
-                format!("must be between 1 and {MAX_EXTRA_LIMIT}, got {n}"),
-            );
-        }
+        self.error.count("max_extra", n, MAX_EXTRA_LIMIT);
         self.max_extra = n;
         self
     }
@@ -395,7 +379,7 @@ impl HedgePolicyBuilder {
     /// most one day; default 10 ms).
     pub fn min_attempt_time(mut self, min: Duration) -> Self {
         if min > Duration::from_secs(86_400) {
-            self.fail(
+            self.error.fail(
                 "min_attempt_time",
                 format!("must be at most one day, got {min:?}"),
             );
@@ -421,9 +405,7 @@ impl HedgePolicyBuilder {
     /// of range, a non-idempotent method in [`methods`](HedgePolicyBuilder::methods),
     /// or too few `min_samples` for the percentile.
     pub fn build(self) -> Result<HedgePolicy, InvalidConfig> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
+        self.error.check()?;
         // Checked here, against the policy whichever setter came last.
         let mut methods = self.methods.iter().flatten();
         if let Some(m) = methods.find(|m| !self.rules.is_idempotent_method(m)) {

@@ -99,7 +99,7 @@ impl RetryPolicy {
         RetryPolicyBuilder {
             policy: RetryPolicy::default(),
             rules: Rules::builder(),
-            error: None,
+            error: FirstError::default(),
         }
     }
 
@@ -237,24 +237,13 @@ pub(crate) fn carries_key(
 pub struct RetryPolicyBuilder {
     policy: RetryPolicy,
     rules: RulesBuilder,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl RetryPolicyBuilder {
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig { setting, problem });
-        }
-    }
-
     /// Attempts per call, the first included: 1 to 100.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
-            self.fail(
-                "max_attempts",
-                format!("must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {n}"),
-            );
-        }
+        self.error.count("max_attempts", n, MAX_ATTEMPTS_LIMIT);
         self.policy.max_attempts = n;
         self
     }
@@ -263,13 +252,13 @@ impl RetryPolicyBuilder {
     /// (`base <= max`).
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
         if max > MAX_SETTING {
-            self.fail(
+            self.error.fail(
                 "backoff",
                 format!("max must be at most one day, got {max:?}"),
             );
         }
         if base > max {
-            self.fail(
+            self.error.fail(
                 "backoff",
                 format!("base {base:?} is larger than max {max:?}"),
             );
@@ -309,7 +298,7 @@ impl RetryPolicyBuilder {
     /// call with the response, and the hint is reported to the caller.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
         if max > MAX_SETTING {
-            self.fail(
+            self.error.fail(
                 "max_retry_after",
                 format!("must be at most one day, got {max:?}"),
             );
@@ -322,7 +311,7 @@ impl RetryPolicyBuilder {
     /// deadline.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         if timeout.is_zero() || timeout > MAX_SETTING {
-            self.fail(
+            self.error.fail(
                 "attempt_timeout",
                 format!("must be more than zero and at most one day, got {timeout:?}"),
             );
@@ -334,7 +323,7 @@ impl RetryPolicyBuilder {
     /// The total time of a call, every attempt and wait included (more than zero).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         if timeout.is_zero() || timeout > MAX_SETTING {
-            self.fail(
+            self.error.fail(
                 "timeout",
                 format!("must be more than zero and at most one day, got {timeout:?}"),
             );
@@ -346,7 +335,7 @@ impl RetryPolicyBuilder {
     /// No attempt or wait starts with less time than this left before the deadline.
     pub fn min_attempt_time(mut self, min: Duration) -> Self {
         if min > MAX_SETTING {
-            self.fail(
+            self.error.fail(
                 "min_attempt_time",
                 format!("must be at most one day, got {min:?}"),
             );
@@ -359,7 +348,8 @@ impl RetryPolicyBuilder {
     /// larger than this is sent once and never again.
     pub fn replay_cap(mut self, bytes: usize) -> Self {
         if bytes > 64 * 1024 * 1024 {
-            self.fail("replay_cap", format!("must be at most 64 MiB, got {bytes}"));
+            self.error
+                .fail("replay_cap", format!("must be at most 64 MiB, got {bytes}"));
         }
         self.policy.replay_cap = bytes;
         self
@@ -370,10 +360,12 @@ impl RetryPolicyBuilder {
     /// `timeout` (up to 10 s).
     pub fn drain(mut self, bytes: usize, timeout: Duration) -> Self {
         if bytes > 1024 * 1024 {
-            self.fail("drain", format!("must read at most 1 MiB, got {bytes}"));
+            self.error
+                .fail("drain", format!("must read at most 1 MiB, got {bytes}"));
         }
         if timeout > Duration::from_secs(10) {
-            self.fail("drain", format!("must take at most 10 s, got {timeout:?}"));
+            self.error
+                .fail("drain", format!("must take at most 10 s, got {timeout:?}"));
         }
         self.policy.drain_limit = bytes;
         self.policy.drain_timeout = timeout;
@@ -400,9 +392,7 @@ impl RetryPolicyBuilder {
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
     pub fn build(mut self) -> Result<RetryPolicy, InvalidConfig> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
+        self.error.check()?;
         self.policy.rules = self.rules.build()?;
         let p = &self.policy;
         if let Some(total) = p.timeout {
@@ -446,9 +436,70 @@ impl fmt::Display for InvalidConfig {
 
 impl StdError for InvalidConfig {}
 
+/// A builder's validation: setters record problems, the first one wins, and
+/// `build` reports it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FirstError(Option<InvalidConfig>);
+
+impl FirstError {
+    /// Records a problem unless an earlier setting already failed.
+    pub(crate) fn fail(&mut self, setting: &'static str, problem: String) {
+        if self.0.is_none() {
+            self.0 = Some(InvalidConfig::new(setting, problem));
+        }
+    }
+
+    /// The first problem recorded, if any.
+    pub(crate) fn check(self) -> Result<(), InvalidConfig> {
+        self.0.map_or(Ok(()), Err)
+    }
+
+    /// A count of at least 1 and at most `max`.
+    pub(crate) fn count(&mut self, setting: &'static str, n: u32, max: u32) {
+        if !(1..=max).contains(&n) {
+            self.fail(setting, format!("must be between 1 and {max}, got {n}"));
+        }
+    }
+
+    /// A time window of 10ms to 1h, the range the budget's and the breaker's
+    /// sliding windows share.
+    pub(crate) fn window(&mut self, window: Duration) {
+        const WINDOW: std::ops::RangeInclusive<Duration> =
+            Duration::from_millis(10)..=Duration::from_secs(3600);
+        if !WINDOW.contains(&window) {
+            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_problem_wins_and_the_shared_checks_name_their_setting() {
+        let mut errors = FirstError::default();
+        errors.count("max_extra", 1, 8);
+        errors.count("max_extra", 8, 8);
+        errors.window(Duration::from_millis(10));
+        errors.window(Duration::from_secs(3600));
+        assert_eq!(errors.clone().check(), Ok(()));
+        errors.count("max_extra", 0, 8);
+        errors.window(Duration::from_secs(3601));
+        errors.fail("other", "later".to_owned());
+        let err = errors.check().unwrap_err();
+        assert_eq!(err.setting(), "max_extra");
+        assert_eq!(
+            err.to_string(),
+            "invalid max_extra: must be between 1 and 8, got 0"
+        );
+        let mut errors = FirstError::default();
+        errors.window(Duration::from_millis(9));
+        assert_eq!(
+            errors.check().unwrap_err().to_string(),
+            "invalid window: must be from 10ms to 1h, got 9ms"
+        );
+    }
 
     #[test]
     fn defaults_retry_the_transient_statuses() {

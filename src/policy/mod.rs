@@ -29,6 +29,7 @@ pub use error_kind::{classify_error, ErrorKind};
 
 pub use backoff::Backoff;
 pub(crate) use classify::{is_answer_under, ladder};
+pub(crate) use config::FirstError;
 pub(crate) use config::{carries_key, IDEMPOTENCY_KEY_HEADER};
 pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
 pub use context::CallContext;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use super::{is_idempotent, ErrorKind, InvalidConfig, IDEMPOTENCY_KEY_HEADER};
+use super::{is_idempotent, ErrorKind, FirstError, InvalidConfig, IDEMPOTENCY_KEY_HEADER};
 
 /// What a [`Classifier`] says about one outcome, in the decision ladder's own
 /// words.
@@ -344,7 +344,7 @@ impl Rules {
     pub fn builder() -> RulesBuilder {
         RulesBuilder {
             rules: Rules::default(),
-            error: None,
+            error: FirstError::default(),
         }
     }
 
@@ -454,7 +454,7 @@ impl fmt::Debug for Rules {
 #[derive(Clone)]
 pub struct RulesBuilder {
     rules: Rules,
-    error: Option<InvalidConfig>,
+    error: FirstError,
 }
 
 impl fmt::Debug for RulesBuilder {
@@ -467,16 +467,10 @@ impl fmt::Debug for RulesBuilder {
 }
 
 impl RulesBuilder {
-    fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.error.is_none() {
-            self.error = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
     /// Also retry responses with this status (400 to 599).
     pub fn retry_on(mut self, status: u16) -> Self {
         if !(400..=599).contains(&status) {
-            self.fail(
+            self.error.fail(
                 "retry_on",
                 format!("status must be 400 to 599, got {status}"),
             );
@@ -512,7 +506,7 @@ impl RulesBuilder {
         for kind in kinds {
             match KindSet::bit(kind) {
                 Some(b) => set.0 |= b,
-                None => self.fail(
+                None => self.error.fail(
                     "retryable_errors",
                     format!(
                         "{} is not a setting: it is always or never retried",
@@ -577,10 +571,8 @@ impl RulesBuilder {
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it.
     pub fn build(self) -> Result<Rules, InvalidConfig> {
-        match self.error {
-            Some(err) => Err(err),
-            None => Ok(self.rules),
-        }
+        self.error.check()?;
+        Ok(self.rules)
     }
 }
 

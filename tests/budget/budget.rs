@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
 use crate::support::requests::{call, head, paused};
+use crate::support::script::{status, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount};
 use backstop::policy::{CallContext, History, StopReason};
 use backstop::Partition;
-use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -331,7 +331,7 @@ proptest! {
 #[tokio::test(start_paused = true)]
 async fn under_the_retry_layer_an_outage_costs_the_ratio() {
     // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
-    let mock = Mock::new((0..1000).map(|_| status(503)));
+    let mock = Script::new((0..1000).map(|_| status(503)));
     let b = BudgetPolicy::builder()
         .ratio(0.2)
         .min_per_second(0.0)
@@ -358,7 +358,7 @@ async fn under_the_retry_layer_an_outage_costs_the_ratio() {
 
 #[tokio::test(start_paused = true)]
 async fn the_floor_serves_a_fresh_client() {
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut client = ServiceBuilder::new()
         .layer(BudgetLayer::default())
         .layer(RetryLayer::new(fast_retries(3)))
@@ -371,8 +371,8 @@ async fn the_floor_serves_a_fresh_client() {
 #[tokio::test(start_paused = true)]
 async fn each_origin_has_its_own_account() {
     let layer = BudgetLayer::new(budget(0.5, 0.0));
-    let healthy = Mock::new([]); // 200 for ever
-    let failing = Mock::new((0..100).map(|_| status(503)));
+    let healthy = Script::new([]); // 200 for ever
+    let failing = Script::new((0..100).map(|_| status(503)));
     let mut to_healthy = ServiceBuilder::new()
         .layer(layer.clone())
         .layer(RetryLayer::new(fast_retries(4)))
@@ -413,8 +413,8 @@ async fn a_global_account_is_shared_by_every_origin() {
         .build()
         .unwrap();
     let layer = BudgetLayer::new(b);
-    let healthy = Mock::new([]);
-    let failing = Mock::new((0..100).map(|_| status(503)));
+    let healthy = Script::new([]);
+    let failing = Script::new((0..100).map(|_| status(503)));
     let mut to_healthy = layer
         .clone()
         .layer(RetryLayer::new(fast_retries(4)).layer(healthy));
@@ -509,34 +509,14 @@ async fn clones_of_a_layer_share_accounts() {
 
 /// A transport that answers 503 and, on each attempt, sends a stand-in hedge:
 /// one withdrawal from the account the budget layer left in the extensions.
-#[derive(Clone, Default)]
-struct HedgingTransport {
-    attempts: Arc<AtomicUsize>,
-    hedges: Arc<Mutex<Vec<bool>>>,
-}
-
-impl Service<Request<ReplayBody<Full<Bytes>>>> for HedgingTransport {
-    type Response = Response<Full<Bytes>>;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
-        let handle = CallContext::of(req.extensions())
+fn hedging_transport(hedges: &Arc<Mutex<Vec<bool>>>) -> Script {
+    let hedges = hedges.clone();
+    Script::new(vec![status(503); 4]).on_send(move |ext| {
+        let handle = CallContext::of(ext)
             .and_then(CallContext::budget)
             .expect("the budget layer's handle reaches every attempt");
-        self.hedges.lock().unwrap().push(handle.try_withdraw());
-        let mut res = Response::new(Full::default());
-        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        std::future::ready(Ok(res))
-    }
+        hedges.lock().unwrap().push(handle.try_withdraw());
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -544,15 +524,16 @@ async fn retries_and_hedges_spend_one_account() {
     // Each call deposits two retries' worth. The first attempt's hedge spends one,
     // the retry the other; the second attempt's hedge then finds nothing.
     let layer = BudgetLayer::new(budget(2.0, 0.0));
-    let transport = HedgingTransport::default();
+    let hedges = Arc::default();
+    let transport = hedging_transport(&hedges);
     let mut client = ServiceBuilder::new()
         .layer(layer.clone())
         .layer(RetryLayer::new(fast_retries(4)))
         .service(transport.clone());
     let res = call(&mut client, "http://upstream.test/").await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(transport.attempts.load(Ordering::Relaxed), 2);
-    assert_eq!(*transport.hedges.lock().unwrap(), [true, false]);
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(*hedges.lock().unwrap(), [true, false]);
     let h = res.extensions().get::<History>().unwrap();
     assert_eq!(h.stop_reason(), Some(StopReason::Budget));
     assert_eq!(layer.account(&head("http://upstream.test/")).available(), 0);
@@ -583,7 +564,7 @@ fn services_are_clone_send_and_sync() {
     fn check<T: Clone + Send + Sync + 'static>() {}
     check::<BudgetLayer>();
     check::<OriginAccount>();
-    check::<backstop::budget::Budget<Mock>>();
+    check::<backstop::budget::Budget<Script>>();
     check::<BudgetPolicy>();
 }
 

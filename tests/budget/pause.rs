@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::support::mock::{status, status_with, Mock};
 use crate::support::requests::{call, get, head};
+use crate::support::script::{slow, status, status_with, Reply, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};
 use backstop::policy::{BudgetAccount, BudgetHandle, Deadline, History, StopReason};
 use backstop::{RetryLayer, RetryPolicy};
@@ -16,7 +16,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 type Client = BoxCloneService<
     http::Request<http_body_util::Full<bytes::Bytes>>,
-    http::Response<http_body_util::Full<bytes::Bytes>>,
+    http::Response<Reply>,
     backstop::Error,
 >;
 
@@ -31,7 +31,7 @@ fn retries() -> RetryPolicy {
 }
 
 /// Budget → Retry → `mock`.
-fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Mock) -> Client {
+fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) -> Client {
     BoxCloneService::new(
         ServiceBuilder::new()
             .layer(layer.clone())
@@ -43,9 +43,7 @@ fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Mock) -> Client {
 fn spawn_call(
     mut client: Client,
     uri: &'static str,
-) -> tokio::task::JoinHandle<
-    Result<http::Response<http_body_util::Full<bytes::Bytes>>, backstop::Error>,
-> {
+) -> tokio::task::JoinHandle<Result<http::Response<Reply>, backstop::Error>> {
     tokio::spawn(async move { call(&mut client, uri).await })
 }
 
@@ -54,7 +52,7 @@ async fn call_within(
     client: &mut Client,
     uri: &str,
     after: Duration,
-) -> Result<http::Response<http_body_util::Full<bytes::Bytes>>, backstop::Error> {
+) -> Result<http::Response<Reply>, backstop::Error> {
     let mut req = get(uri);
     req.extensions_mut().insert(Deadline::after(after));
     client.ready().await?.call(req).await
@@ -63,7 +61,7 @@ async fn call_within(
 /// Pauses `a.test` with one call that is not retried: its 429's hint reaches the
 /// budget layer as the final answer.
 async fn pause_with(layer: &BudgetLayer, headers: &[(&'static str, &'static str)]) {
-    let mock = Mock::new([status_with(429, headers)]);
+    let mock = Script::new([status_with(429, headers)]);
     let mut once = client(layer, RetryPolicy::none(), &mock);
     let res = call(&mut once, A).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -76,7 +74,7 @@ fn ms(n: u64) -> Duration {
 #[tokio::test(start_paused = true)]
 async fn a_429_with_retry_after_2_pauses_the_origin_and_other_calls_wait() {
     let layer = BudgetLayer::default();
-    let mock = Mock::new([status_with(429, &[("retry-after", "2")])]);
+    let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
     let c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     let first = spawn_call(c.clone(), A);
@@ -117,7 +115,7 @@ async fn a_429_with_retry_after_2_pauses_the_origin_and_other_calls_wait() {
 async fn a_call_whose_deadline_ends_inside_the_pause_fails_at_once_with_the_hint() {
     let layer = BudgetLayer::default();
     pause_with(&layer, &[("retry-after", "2")]).await;
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
 
@@ -147,7 +145,7 @@ async fn a_call_whose_deadline_ends_inside_the_pause_fails_at_once_with_the_hint
 #[tokio::test(start_paused = true)]
 async fn a_retry_whose_deadline_ends_inside_the_pause_stops_with_paused() {
     let layer = BudgetLayer::default();
-    let mock = Mock::new([status(503)]);
+    let mock = Script::new([status(503)]);
     let mut c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     // The first attempt goes before the pause; another call's answer then pauses
@@ -176,7 +174,7 @@ async fn a_retry_whose_deadline_ends_inside_the_pause_stops_with_paused() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_in_its_backoff_waits_for_a_pause_set_meanwhile() {
     let layer = BudgetLayer::default();
-    let mock = Mock::new([status(503)]);
+    let mock = Script::new([status(503)]);
     let c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     let call = spawn_call(c, A);
@@ -201,7 +199,7 @@ async fn fail_fast_refuses_every_call_until_the_pause_ends() {
         .unwrap();
     let layer = BudgetLayer::new(policy);
     pause_with(&layer, &[("retry-after", "2")]).await;
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut c = client(&layer, retries(), &mock);
     // No deadline at all: still refused.
     let err = call(&mut c, A).await.unwrap_err();
@@ -219,7 +217,7 @@ async fn fail_fast_refuses_every_call_until_the_pause_ends() {
 async fn release_is_spread_over_the_spread() {
     let layer = BudgetLayer::default();
     pause_with(&layer, &[("retry-after", "2")]).await;
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     let calls: Vec<_> = (0..50).map(|_| spawn_call(c.clone(), A)).collect();
@@ -252,7 +250,7 @@ async fn a_zero_spread_releases_at_the_end_exactly() {
         .unwrap();
     let layer = BudgetLayer::new(policy);
     pause_with(&layer, &[("retry-after", "1")]).await;
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     let calls: Vec<_> = (0..5).map(|_| spawn_call(c.clone(), A)).collect();
@@ -269,7 +267,7 @@ async fn a_zero_spread_releases_at_the_end_exactly() {
 async fn another_origin_is_never_paused() {
     let layer = BudgetLayer::default();
     pause_with(&layer, &[("retry-after", "2")]).await;
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     for uri in ["http://b.test/", "https://a.test/", "http://a.test:8080/"] {
@@ -313,7 +311,7 @@ async fn every_form_of_the_hint_pauses_and_the_cap_holds() {
         (200, &[("retry-after", "2")][..]),
     ] {
         let layer = BudgetLayer::default();
-        let mock = Mock::new([status_with(code, headers)]);
+        let mock = Script::new([status_with(code, headers)]);
         call(&mut client(&layer, RetryPolicy::none(), &mock), A)
             .await
             .unwrap();
@@ -321,7 +319,7 @@ async fn every_form_of_the_hint_pauses_and_the_cap_holds() {
     }
     // A 503's hint pauses too, and a shorter later hint does not shorten it.
     let layer = BudgetLayer::default();
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "3")]),
         status_with(429, &[("retry-after", "1")]),
     ]);
@@ -345,7 +343,7 @@ async fn the_retry_layer_pauses_the_origin_on_an_answer_it_retries_after() {
         .build()
         .unwrap();
     let layer = BudgetLayer::new(policy);
-    let mock = Mock::new([status_with(503, &[("retry-after", "8")])]);
+    let mock = Script::new([status_with(503, &[("retry-after", "8")])]);
     let c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     let first = spawn_call(c.clone(), A);
@@ -371,7 +369,7 @@ async fn with_the_pause_off_only_the_call_that_got_the_hint_waits() {
     let layer = BudgetLayer::new(policy);
     pause_with(&layer, &[("retry-after", "2")]).await;
     assert_eq!(layer.account(&head(A)).paused_until(), None);
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut c = client(&layer, retries(), &mock);
     let t0 = Instant::now();
     call(&mut c, A).await.unwrap();
@@ -425,10 +423,9 @@ async fn a_custom_account_never_pauses() {
 
 #[tokio::test(start_paused = true)]
 async fn no_hedge_is_sent_to_a_paused_origin() {
-    use crate::support::mock::Step;
     use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
     let layer = BudgetLayer::default();
-    let mock = Mock::new([Step::Slow(ms(300), 200)]);
+    let mock = Script::new([slow(ms(300), 200)]);
     let mut c = ServiceBuilder::new()
         .layer(layer.clone())
         .layer(RetryLayer::new(retries()))
@@ -453,7 +450,7 @@ async fn no_hedge_is_sent_to_a_paused_origin() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_does_not_wait_for_a_pause_longer_than_its_max_retry_after() {
     let layer = BudgetLayer::default();
-    let mock = Mock::new([status(503)]);
+    let mock = Script::new([status(503)]);
     let policy = RetryPolicy::builder()
         .max_attempts(3)
         .backoff(ms(10), ms(50))
@@ -509,7 +506,7 @@ async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
             .build()
             .unwrap(),
     );
-    let mock = Mock::new([trailers_only("14", "2000")]);
+    let mock = Script::new([trailers_only("14", "2000")]);
     let c = client(&layer, grpc_retries.clone(), &mock);
     let t0 = Instant::now();
     let first = spawn_call(c.clone(), A);
@@ -535,7 +532,7 @@ async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
             .build()
             .unwrap(),
     );
-    let mock = Mock::new([trailers_only("8", "60000")]);
+    let mock = Script::new([trailers_only("8", "60000")]);
     let mut c = client(&layer, grpc_retries.clone(), &mock);
     let t1 = Instant::now();
     let res = call(&mut c, A).await.unwrap();
@@ -555,7 +552,7 @@ async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
         &[("grpc-status", "14"), ("grpc-retry-pushback-ms", "2000")][..],
     ] {
         let layer = BudgetLayer::default();
-        let mock = Mock::new([status_with(200, headers)]);
+        let mock = Script::new([status_with(200, headers)]);
         let mut c = client(&layer, RetryPolicy::none(), &mock);
         call(&mut c, A).await.unwrap();
         assert_eq!(layer.account(&head(A)).paused_until(), None, "{headers:?}");

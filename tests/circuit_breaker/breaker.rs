@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::support::mock::{status, status_with, Mock};
 use crate::support::requests::{call, get, head, paused};
+use crate::support::script::{status, status_with, Script};
 use backstop::circuit_breaker::{
     CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
 };
@@ -47,52 +47,12 @@ fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
         .unwrap()
 }
 
-/// An upstream answering each call with the next status of its script (200 after
-/// it), counting the calls it saw.
-#[derive(Clone, Default)]
-struct Script {
-    statuses: Arc<Mutex<std::collections::VecDeque<u16>>>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Script {
-    fn new(statuses: impl IntoIterator<Item = u16>) -> Self {
-        Script {
-            statuses: Arc::new(Mutex::new(statuses.into_iter().collect())),
-            calls: Arc::default(),
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl Service<Request<Full<Bytes>>> for Script {
-    type Response = Res;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Res, std::io::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let code = self.statuses.lock().unwrap().pop_front().unwrap_or(200);
-        std::future::ready(match code {
-            0 => Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
-            code => Ok(response(code)),
-        })
-    }
-}
-
 // ---------------------------------------------------------------------------------
 // Tripping, refusing, probing
 
 #[tokio::test(start_paused = true)]
 async fn consecutive_failures_open_it_and_it_refuses_without_calling() {
-    let upstream = Script::new([503, 500, 0, 503]);
+    let upstream = Script::codes([503, 500, 0, 503]);
     let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
     let mut svc = layer.layer(upstream.clone());
     assert_eq!(
@@ -145,7 +105,7 @@ async fn consecutive_failures_open_it_and_it_refuses_without_calling() {
 
 #[tokio::test(start_paused = true)]
 async fn a_success_breaks_the_run() {
-    let upstream = Script::new([503, 503, 200, 503, 503, 404, 503, 503]);
+    let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
     let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
     let mut svc = layer.layer(upstream.clone());
     for _ in 0..8 {
@@ -165,7 +125,7 @@ async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
         .consecutive_failures(0)
         .build()
         .unwrap();
-    let upstream = Script::new([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
+    let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
     let layer = CircuitBreakerLayer::new(cfg);
     let mut svc = layer.layer(upstream.clone());
     for i in 0..9 {
@@ -190,7 +150,7 @@ async fn old_outcomes_leave_the_window() {
         .window(Duration::from_secs(10))
         .build()
         .unwrap();
-    let upstream = Script::new([503, 503, 503, 200, 503]);
+    let upstream = Script::codes([503, 503, 503, 200, 503]);
     let layer = CircuitBreakerLayer::new(cfg);
     let mut svc = layer.layer(upstream);
     for _ in 0..3 {
@@ -205,7 +165,7 @@ async fn old_outcomes_leave_the_window() {
 
 #[tokio::test(start_paused = true)]
 async fn four_xx_never_counts() {
-    let upstream = Script::new((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
+    let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
     let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
     let mut svc = layer.layer(upstream.clone());
     for _ in 0..50 {
@@ -217,7 +177,7 @@ async fn four_xx_never_counts() {
 
 #[tokio::test(start_paused = true)]
 async fn a_successful_probe_closes_it() {
-    let upstream = Script::new([503, 503]);
+    let upstream = Script::codes([503, 503]);
     let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
     let mut svc = layer.layer(upstream.clone());
     call(&mut svc, "http://a.test/").await.unwrap();
@@ -245,7 +205,7 @@ async fn a_failed_probe_reopens_it_for_twice_as_long() {
         .jitter(0.0)
         .build()
         .unwrap();
-    let upstream = Script::new([503; 5]);
+    let upstream = Script::codes([503; 5]);
     let layer = CircuitBreakerLayer::new(cfg);
     let mut svc = layer.layer(upstream.clone());
     call(&mut svc, "http://a.test/").await.unwrap();
@@ -279,7 +239,7 @@ async fn several_probes_must_all_succeed() {
         .probes(3)
         .build()
         .unwrap();
-    let upstream = Script::new([503, 200, 200, 503]);
+    let upstream = Script::codes([503, 200, 200, 503]);
     let layer = CircuitBreakerLayer::new(cfg);
     let mut svc = layer.layer(upstream.clone());
     call(&mut svc, "http://a.test/").await.unwrap();
@@ -301,7 +261,7 @@ async fn cooldowns_have_jitter() {
         .build()
         .unwrap();
     let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(Script::new([503; 200]));
+    let mut svc = layer.layer(Script::codes([503; 200]));
     let mut seen = std::collections::BTreeSet::new();
     for i in 0..200 {
         let uri = format!("http://h{i}.test/");
@@ -318,7 +278,7 @@ async fn cooldowns_have_jitter() {
 
 #[tokio::test(start_paused = true)]
 async fn each_origin_has_its_own_breaker() {
-    let upstream = Script::new([503, 503]);
+    let upstream = Script::codes([503, 503]);
     let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
     let mut svc = layer.layer(upstream.clone());
     call(&mut svc, "http://bad.test/").await.unwrap();
@@ -339,7 +299,7 @@ async fn each_origin_has_its_own_breaker() {
         .partition(Partition::global())
         .build()
         .unwrap();
-    let mut svc = CircuitBreaker::new(Script::new([503, 503]), cfg);
+    let mut svc = CircuitBreaker::new(Script::codes([503, 503]), cfg);
     call(&mut svc, "http://bad.test/").await.unwrap();
     call(&mut svc, "http://bad.test/").await.unwrap();
     assert!(call(&mut svc, "http://good.test/")
@@ -895,7 +855,7 @@ fn fast_retries() -> RetryPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn a_whole_retry_sequence_counts_once() {
-    let mock = Mock::new(
+    let mock = Script::new(
         [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
             .into_iter()
             .map(status),
@@ -930,7 +890,7 @@ async fn a_whole_retry_sequence_counts_once() {
 async fn retries_stop_when_the_breaker_opens_during_the_wait() {
     // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
     // retried) and opens the breaker; A stops after its wait instead of retrying.
-    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(500)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
     let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
     let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
     let client = ServiceBuilder::new()
@@ -961,7 +921,7 @@ fn services_are_clone_send_and_sync() {
     fn check<T: Clone + Send + Sync + 'static>() {}
     check::<CircuitBreakerLayer>();
     check::<CircuitBreakerPolicy>();
-    check::<CircuitBreaker<Mock>>();
+    check::<CircuitBreaker<Script>>();
     fn error<T: std::error::Error + Send + Sync + 'static>() {}
     error::<CircuitOpen>();
 }

@@ -1,19 +1,19 @@
 //! The hedge layer: its timing on tokio's paused clock over a scripted in-process
 //! transport, then cancellation over real loopback servers (HTTP/1.1 and HTTP/2).
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::support::gates::{Switch, Tokens};
+use crate::support::requests::call_with;
+use crate::support::script::{ms, slow, Fate, Reply, Script, Step};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
-use backstop::policy::{AttemptOutcome, CallContext, Deadline, ErrorKind, History};
+use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -21,218 +21,6 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-
-// ---------------------------------------------------------------------------
-// A scripted in-process transport.
-// ---------------------------------------------------------------------------
-
-/// What the transport does with one send.
-#[derive(Clone, Debug)]
-enum Step {
-    /// Reads the request body, then answers with `status` after `after`.
-    Answer(Duration, u16),
-    /// Reads the request body, then fails with an io error after `after`.
-    Fail(Duration, io::ErrorKind),
-    /// Answers `status` after `after` without reading the request body.
-    Unread(Duration, u16),
-    /// Reads the request body, then never answers.
-    Hang,
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// How a send ended on the transport's side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fate {
-    Running,
-    Answered,
-    /// Its future was dropped before it answered: the send was canceled.
-    Dropped,
-}
-
-/// What the transport saw of one send.
-#[derive(Debug)]
-struct Seen {
-    at: Instant,
-    method: Method,
-    key: Option<String>,
-    marker: bool,
-    body: Option<Bytes>,
-    fate: Fate,
-    /// The response body handed back, if any.
-    response: Option<Arc<Probe>>,
-}
-
-/// Whether a response body was read, and whether it was dropped.
-#[derive(Debug, Default)]
-struct Probe {
-    polled: AtomicBool,
-    dropped: AtomicBool,
-}
-
-#[derive(Debug)]
-struct ProbeBody {
-    probe: Arc<Probe>,
-    data: Option<Bytes>,
-}
-
-impl Body for ProbeBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.probe.polled.store(true, Ordering::SeqCst);
-        Poll::Ready(self.data.take().map(|d| Ok(Frame::data(d))))
-    }
-}
-
-impl Drop for ProbeBody {
-    fn drop(&mut self) {
-        self.probe.dropped.store(true, Ordering::SeqCst);
-    }
-}
-
-#[derive(Clone, Default)]
-struct Script {
-    steps: Arc<Mutex<VecDeque<Step>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Script {
-    fn new(steps: impl IntoIterator<Item = Step>) -> Self {
-        Script {
-            steps: Arc::new(Mutex::new(steps.into_iter().collect())),
-            seen: Arc::default(),
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&[Seen]) -> T) -> T {
-        f(&self.seen.lock().unwrap())
-    }
-
-    /// When each send started, after the first.
-    fn starts(&self) -> Vec<Duration> {
-        self.with(|seen| seen.iter().map(|s| s.at - seen[0].at).collect())
-    }
-
-    fn fates(&self) -> Vec<Fate> {
-        self.with(|seen| seen.iter().map(|s| s.fate).collect())
-    }
-}
-
-/// Marks the send dropped if its future goes away before it answered.
-struct FateGuard {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    index: usize,
-}
-
-impl Drop for FateGuard {
-    fn drop(&mut self) {
-        let mut seen = self.seen.lock().unwrap();
-        if seen[self.index].fate == Fate::Running {
-            seen[self.index].fate = Fate::Dropped;
-        }
-    }
-}
-
-impl<B> Service<Request<B>> for Script
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    type Response = Response<ProbeBody>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ProbeBody>, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let step = self
-            .steps
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Step::Answer(Duration::ZERO, 200));
-        let index = {
-            let mut seen = self.seen.lock().unwrap();
-            seen.push(Seen {
-                at: Instant::now(),
-                method: req.method().clone(),
-                key: req
-                    .headers()
-                    .get("idempotency-key")
-                    .map(|v| v.to_str().unwrap().to_owned()),
-                marker: CallContext::of(req.extensions()).is_some_and(CallContext::is_keyed),
-                body: None,
-                fate: Fate::Running,
-                response: None,
-            });
-            seen.len() - 1
-        };
-        let seen = self.seen.clone();
-        Box::pin(async move {
-            let guard = FateGuard {
-                seen: seen.clone(),
-                index,
-            };
-            let (after, outcome) = match step {
-                Step::Answer(after, status) => (after, Ok(status)),
-                Step::Fail(after, kind) => (after, Err(kind)),
-                Step::Unread(after, status) => (after, Ok(status)),
-                Step::Hang => (Duration::MAX, Ok(0)),
-            };
-            let body = if matches!(step, Step::Unread(..)) {
-                // Keep the body unread (and alive) while the send runs.
-                let body = req.into_body();
-                tokio::time::sleep(after).await;
-                drop(body);
-                None
-            } else {
-                let body = req.into_body().collect().await.map_err(Into::into)?;
-                let body = body.to_bytes();
-                seen.lock().unwrap()[index].body = Some(body.clone());
-                if after == Duration::MAX {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(after).await;
-                Some(body)
-            };
-            let _ = body;
-            let mut seen_now = seen.lock().unwrap();
-            seen_now[index].fate = Fate::Answered;
-            match outcome {
-                Ok(status) => {
-                    let probe = Arc::new(Probe::default());
-                    seen_now[index].response = Some(probe.clone());
-                    drop(seen_now);
-                    drop(guard);
-                    let mut res = Response::new(ProbeBody {
-                        probe,
-                        data: Some(Bytes::from_static(b"body")),
-                    });
-                    *res.status_mut() = StatusCode::from_u16(status).unwrap();
-                    Ok(res)
-                }
-                Err(kind) => {
-                    drop(seen_now);
-                    drop(guard);
-                    Err(io::Error::from(kind).into())
-                }
-            }
-        })
-    }
-}
 
 fn get() -> Request<Full<Bytes>> {
     Request::get("http://upstream.test/items?token=s3cret")
@@ -252,7 +40,7 @@ async fn send_alone(
     script: &Script,
     hedge: HedgePolicy,
     req: Request<Full<Bytes>>,
-) -> Result<Response<ProbeBody>, backstop::Error> {
+) -> Result<Response<Reply>, backstop::Error> {
     HedgeLayer::new(hedge)
         .layer(script.clone())
         .oneshot(req)
@@ -269,7 +57,7 @@ fn hedged<B>(res: &Response<B>) -> &Hedged {
 
 #[tokio::test(start_paused = true)]
 async fn the_hedge_fires_exactly_at_the_delay() {
-    let script = Script::new([Step::Answer(ms(1_000), 200), Step::Answer(ms(10), 200)]);
+    let script = Script::new([slow(ms(1_000), 200), slow(ms(10), 200)]);
     let started = Instant::now();
     let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
@@ -305,7 +93,7 @@ async fn the_hedge_fires_exactly_at_the_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn no_hedge_when_the_answer_comes_first() {
-    let script = Script::new([Step::Answer(ms(99), 200)]);
+    let script = Script::new([slow(ms(99), 200)]);
     let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
@@ -318,7 +106,7 @@ async fn no_hedge_when_the_answer_comes_first() {
 
 #[tokio::test(start_paused = true)]
 async fn a_delay_too_long_to_represent_never_fires() {
-    let script = Script::new([Step::Answer(ms(10), 200)]);
+    let script = Script::new([slow(ms(10), 200)]);
     let res = send_alone(&script, HedgePolicy::after(Duration::MAX), get())
         .await
         .unwrap();
@@ -344,7 +132,7 @@ async fn max_extra_is_respected() {
 
 #[tokio::test(start_paused = true)]
 async fn the_third_copy_can_win() {
-    let script = Script::new([Step::Hang, Step::Hang, Step::Answer(ms(5), 200)]);
+    let script = Script::new([Step::Hang, Step::Hang, slow(ms(5), 200)]);
     let hedge = HedgePolicy::builder()
         .after(ms(100))
         .max_extra(2)
@@ -362,10 +150,10 @@ async fn the_third_copy_can_win() {
 #[tokio::test(start_paused = true)]
 async fn a_fast_error_does_not_beat_a_slower_success() {
     for fast_failure in [
-        Step::Answer(ms(10), 503),
+        slow(ms(10), 503),
         Step::Fail(ms(10), io::ErrorKind::ConnectionReset),
     ] {
-        let script = Script::new([Step::Answer(ms(300), 200), fast_failure.clone()]);
+        let script = Script::new([slow(ms(300), 200), fast_failure.clone()]);
         let started = Instant::now();
         let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
             .await
@@ -393,7 +181,7 @@ async fn a_fast_error_does_not_beat_a_slower_success() {
 #[tokio::test(start_paused = true)]
 async fn an_answer_that_is_not_retryable_wins_at_once() {
     // 404 is an answer, not a failure to wait out.
-    let script = Script::new([Step::Answer(ms(300), 200), Step::Answer(ms(10), 404)]);
+    let script = Script::new([slow(ms(300), 200), slow(ms(10), 404)]);
     let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
@@ -405,7 +193,7 @@ async fn an_answer_that_is_not_retryable_wins_at_once() {
 #[tokio::test(start_paused = true)]
 async fn when_every_send_fails_the_latest_failure_is_returned() {
     // Responses: the latest (the original's 502, at 150 ms) is returned.
-    let script = Script::new([Step::Answer(ms(150), 502), Step::Answer(ms(10), 503)]);
+    let script = Script::new([slow(ms(150), 502), slow(ms(10), 503)]);
     let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
         .unwrap();
@@ -416,7 +204,7 @@ async fn when_every_send_fails_the_latest_failure_is_returned() {
 
     // Errors: a backstop::Error of the latest failure's kind, with the record.
     let script = Script::new([
-        Step::Answer(ms(150), 503),
+        slow(ms(150), 503),
         Step::Fail(ms(100), io::ErrorKind::ConnectionReset),
     ]);
     let err = send_alone(&script, HedgePolicy::after(ms(100)), get())
@@ -448,7 +236,7 @@ async fn when_every_send_fails_the_latest_failure_is_returned() {
 #[tokio::test(start_paused = true)]
 async fn a_failure_before_the_delay_is_returned_at_once() {
     // Hedging is not retrying: a 503 before the delay goes back to the caller.
-    let script = Script::new([Step::Answer(ms(20), 503)]);
+    let script = Script::new([slow(ms(20), 503)]);
     let started = Instant::now();
     let res = send_alone(&script, HedgePolicy::after(ms(100)), get())
         .await
@@ -461,7 +249,7 @@ async fn a_failure_before_the_delay_is_returned_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_exhausted_budget_prevents_the_hedge() {
-    let script = Script::new([Step::Answer(ms(300), 200)]);
+    let script = Script::new([slow(ms(300), 200)]);
     let (budget, tokens) = Tokens::handle(0);
     let mut req = get();
     req.extensions_mut().insert(budget);
@@ -478,7 +266,7 @@ async fn an_exhausted_budget_prevents_the_hedge() {
 
 #[tokio::test(start_paused = true)]
 async fn each_hedge_spends_the_budget() {
-    let script = Script::new([Step::Hang, Step::Hang, Step::Answer(ms(500), 200)]);
+    let script = Script::new([Step::Hang, Step::Hang, slow(ms(500), 200)]);
     let (budget, tokens) = Tokens::handle(1);
     let mut req = get();
     req.extensions_mut().insert(budget);
@@ -497,7 +285,7 @@ async fn each_hedge_spends_the_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_prevents_the_hedge() {
-    let script = Script::new([Step::Answer(ms(300), 200)]);
+    let script = Script::new([slow(ms(300), 200)]);
     let (budget, tokens) = Tokens::handle(10);
     let mut req = get();
     req.extensions_mut().insert(budget);
@@ -514,7 +302,7 @@ async fn an_open_breaker_prevents_the_hedge() {
 #[tokio::test(start_paused = true)]
 async fn the_deadline_prevents_a_hedge_too_late_to_help() {
     // At 100 ms, 5 ms are left: less than the policy's 10 ms minimum attempt time.
-    let script = Script::new([Step::Answer(ms(104), 200)]);
+    let script = Script::new([slow(ms(104), 200)]);
     let mut req = get();
     req.extensions_mut().insert(Deadline::after(ms(105)));
     let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
@@ -524,7 +312,7 @@ async fn the_deadline_prevents_a_hedge_too_late_to_help() {
     assert_eq!(hedged(&res).not_sent(), Some(NotHedged::Deadline));
 
     // With 50 ms left, the copy goes.
-    let script = Script::new([Step::Answer(ms(140), 200), Step::Answer(ms(1), 200)]);
+    let script = Script::new([slow(ms(140), 200), slow(ms(1), 200)]);
     let mut req = get();
     req.extensions_mut().insert(Deadline::after(ms(150)));
     let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
@@ -540,11 +328,7 @@ async fn the_deadline_prevents_a_hedge_too_late_to_help() {
 
 /// Sends one GET whose original answers after `latency`.
 async fn feed(svc: &mut backstop::hedge::Hedge<Script>, script: &Script, latency: Duration) {
-    script
-        .steps
-        .lock()
-        .unwrap()
-        .push_back(Step::Answer(latency, 200));
+    script.push([slow(latency, 200)]);
     let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut *svc)
         .await
         .unwrap()
@@ -557,11 +341,7 @@ async fn feed(svc: &mut backstop::hedge::Hedge<Script>, script: &Script, latency
 /// The delay the layer waits now: a GET that hangs, and when its copy went.
 async fn delay_now(svc: &mut backstop::hedge::Hedge<Script>, script: &Script) -> Duration {
     let before = script.calls();
-    script
-        .steps
-        .lock()
-        .unwrap()
-        .extend([Step::Hang, Step::Answer(Duration::ZERO, 200)]);
+    script.push([Step::Hang, slow(Duration::ZERO, 200)]);
     let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut *svc)
         .await
         .unwrap()
@@ -611,20 +391,11 @@ async fn the_adaptive_delay_converges_to_the_p95() {
     assert!(d >= ms(95) && d <= ms(95 * 17 / 16 + 1), "{d:?}");
 
     // Other origins keep their own estimate (here, none yet: the fallback).
-    script
-        .steps
-        .lock()
-        .unwrap()
-        .extend([Step::Hang, Step::Answer(Duration::ZERO, 200)]);
+    script.push([Step::Hang, slow(Duration::ZERO, 200)]);
     let other = Request::get("http://elsewhere.test/")
         .body(Full::default())
         .unwrap();
-    let res = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-        .await
-        .unwrap()
-        .call(other)
-        .await
-        .unwrap();
+    let res = call_with(&mut svc, other).await.unwrap();
     assert_eq!(hedged(&res).sent()[1].started, ms(500));
 }
 
@@ -634,7 +405,7 @@ async fn the_adaptive_delay_converges_to_the_p95() {
 
 #[tokio::test(start_paused = true)]
 async fn a_post_without_a_key_is_never_hedged() {
-    let script = Script::new([Step::Answer(ms(1_000), 200)]);
+    let script = Script::new([slow(ms(1_000), 200)]);
     let res = send_alone(
         &script,
         HedgePolicy::after(ms(10)),
@@ -647,7 +418,7 @@ async fn a_post_without_a_key_is_never_hedged() {
     assert!(Hedged::of(&res).is_none());
 
     // PATCH neither, nor a custom method.
-    let script = Script::new([Step::Answer(ms(1_000), 200)]);
+    let script = Script::new([slow(ms(1_000), 200)]);
     send_alone(
         &script,
         HedgePolicy::after(ms(10)),
@@ -660,7 +431,7 @@ async fn a_post_without_a_key_is_never_hedged() {
 
 #[tokio::test(start_paused = true)]
 async fn a_post_with_a_key_is_hedged_and_every_copy_carries_it() {
-    let script = Script::new([Step::Answer(ms(1_000), 201), Step::Answer(ms(5), 201)]);
+    let script = Script::new([slow(ms(1_000), 201), slow(ms(5), 201)]);
     let mut req = with_body(Method::POST, r#"{"amount":5}"#);
     req.headers_mut()
         .insert("idempotency-key", "k-7f3a".parse().unwrap());
@@ -680,7 +451,7 @@ async fn a_post_with_a_key_is_hedged_and_every_copy_carries_it() {
 
 #[tokio::test(start_paused = true)]
 async fn in_the_stack_a_stamped_key_rides_on_every_copy() {
-    let script = Script::new([Step::Answer(ms(1_000), 201), Step::Answer(ms(5), 201)]);
+    let script = Script::new([slow(ms(1_000), 201), slow(ms(5), 201)]);
     let client = ServiceBuilder::new()
         .layer(IdempotencyKeyLayer::new())
         .layer(RetryLayer::new(RetryPolicy::default()))
@@ -721,7 +492,7 @@ async fn a_body_not_fully_kept_is_not_hedged() {
     assert_eq!(hedged(&res).not_sent(), Some(NotHedged::Body));
 
     // Once the original read it all, the same PUT is hedged.
-    let script = Script::new([Step::Answer(ms(300), 200), Step::Answer(ms(1), 200)]);
+    let script = Script::new([slow(ms(300), 200), slow(ms(1), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
@@ -741,7 +512,7 @@ async fn a_body_not_fully_kept_is_not_hedged() {
 #[tokio::test(start_paused = true)]
 async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
     let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
-    let script = Script::new([Step::Answer(ms(300), 200)]);
+    let script = Script::new([slow(ms(300), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
@@ -753,7 +524,7 @@ async fn a_body_over_the_replay_cap_or_one_shot_passes_straight_through() {
     assert_eq!(script.calls(), 1);
     assert!(Hedged::of(&res).is_none());
 
-    let script = Script::new([Step::Answer(ms(300), 200)]);
+    let script = Script::new([slow(ms(300), 200)]);
     let mut req = get();
     req.extensions_mut().insert(OneShot);
     let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
@@ -786,9 +557,9 @@ fn hedging_post_or_patch_without_keys_is_refused_when_built() {
 #[tokio::test(start_paused = true)]
 async fn the_retry_layer_retries_when_every_send_failed() {
     let script = Script::new([
-        Step::Answer(ms(150), 503),
+        slow(ms(150), 503),
         Step::Fail(ms(10), io::ErrorKind::ConnectionReset),
-        Step::Answer(ms(1), 200),
+        slow(ms(1), 200),
     ]);
     let policy = RetryPolicy::builder()
         .backoff(ms(10), ms(10))
@@ -824,7 +595,7 @@ async fn the_retry_layer_retries_when_every_send_failed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_winning_hedge_is_in_the_history_and_is_not_a_retry() {
-    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
+    let script = Script::new([slow(ms(500), 200), slow(ms(10), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
@@ -847,7 +618,7 @@ async fn a_winning_hedge_is_in_the_history_and_is_not_a_retry() {
 async fn the_retry_policy_deadline_reaches_the_hedge_layer() {
     // The policy's 105 ms timeout leaves 5 ms when the hedge is due at 100 ms: less
     // than a useful attempt (10 ms by default), so no copy goes.
-    let script = Script::new([Step::Answer(ms(102), 200), Step::Answer(ms(1), 200)]);
+    let script = Script::new([slow(ms(102), 200), slow(ms(1), 200)]);
     let policy = RetryPolicy::builder().timeout(ms(105)).build().unwrap();
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
@@ -865,7 +636,7 @@ async fn the_retry_layer_sees_the_failure_kind_through_the_hedge_layer() {
     let script = Script::new([
         Step::Fail(ms(150), io::ErrorKind::ConnectionReset),
         Step::Fail(ms(10), io::ErrorKind::ConnectionReset),
-        Step::Answer(ms(1), 200),
+        slow(ms(1), 200),
     ]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(
@@ -887,7 +658,7 @@ async fn the_retry_layer_sees_the_failure_kind_through_the_hedge_layer() {
 
 #[tokio::test(start_paused = true)]
 async fn the_attempt_timeout_above_cancels_every_send() {
-    let script = Script::new([Step::Hang, Step::Hang, Step::Answer(ms(1), 200)]);
+    let script = Script::new([Step::Hang, Step::Hang, slow(ms(1), 200)]);
     let policy = RetryPolicy::builder()
         .attempt_timeout(ms(250))
         .backoff(ms(10), ms(10))
@@ -1232,7 +1003,7 @@ fn types_are_what_tower_users_expect() {
 #[tokio::test(start_paused = true)]
 async fn under_a_one_attempt_policy_an_empty_get_is_sent_once() {
     // "Never retry" means one send: the retry layer tells the hedge layer so.
-    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(10), 200)]);
+    let script = Script::new([slow(ms(500), 200), slow(ms(10), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::none()))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
@@ -1248,11 +1019,11 @@ async fn hedges_count_against_the_retry_policys_attempts() {
     // Three attempts allowed; the first attempt and its hedge are two of them, so
     // one retry is left when both fail.
     let script = Script::new([
-        Step::Answer(ms(150), 503),
-        Step::Answer(ms(10), 503),
-        Step::Answer(ms(150), 503),
-        Step::Answer(ms(10), 503),
-        Step::Answer(ms(1), 200),
+        slow(ms(150), 503),
+        slow(ms(10), 503),
+        slow(ms(150), 503),
+        slow(ms(10), 503),
+        slow(ms(1), 200),
     ]);
     let policy = RetryPolicy::builder()
         .max_attempts(3)
@@ -1278,7 +1049,7 @@ async fn hedges_count_against_the_retry_policys_attempts() {
 async fn a_method_the_retry_policy_calls_unsafe_is_not_hedged_beneath_it() {
     // The retry policy says PUT is not idempotent here; the hedge layer's own
     // settings would hedge it, but the retry layer's verdict wins.
-    let script = Script::new([Step::Answer(ms(500), 200), Step::Answer(ms(1), 200)]);
+    let script = Script::new([slow(ms(500), 200), slow(ms(1), 200)]);
     let policy = RetryPolicy::builder()
         .idempotent_methods([Method::GET])
         .build()

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock, Step};
+use crate::support::script::{io_error, slow, status, Reply, Script};
 use backstop::hedge::{HedgeChoice, HedgeLayer, HedgePolicy, Hedged};
 use backstop::policy::{CallContext, History};
 use backstop::retry::{Route, RoutePolicy, Routes};
@@ -49,12 +49,9 @@ fn table() -> Routes {
 }
 
 fn stack(
-    mock: &Mock,
-) -> impl Service<
-    Request<Full<Bytes>>,
-    Response = http::Response<Full<Bytes>>,
-    Error = backstop::Error,
-> + Clone {
+    mock: &Script,
+) -> impl Service<Request<Full<Bytes>>, Response = http::Response<Reply>, Error = backstop::Error> + Clone
+{
     ServiceBuilder::new()
         .layer(RetryLayer::with_routes(table()))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(500))))
@@ -63,7 +60,7 @@ fn stack(
 
 #[tokio::test(start_paused = true)]
 async fn a_none_route_is_neither_retried_nor_hedged() {
-    let mock = Mock::new([Step::Slow(ms(2000), 503)]);
+    let mock = Script::new([slow(ms(2000), 503)]);
     let res = stack(&mock).oneshot(get("/payments/42")).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
@@ -72,7 +69,7 @@ async fn a_none_route_is_neither_retried_nor_hedged() {
 
 #[tokio::test(start_paused = true)]
 async fn a_route_with_its_own_hedge_delay_hedges_at_that_delay() {
-    let mock = Mock::new([Step::Slow(ms(2000), 200), status(200)]);
+    let mock = Script::new([slow(ms(2000), 200), status(200)]);
     let started = tokio::time::Instant::now();
     let res = stack(&mock).oneshot(get("/catalog/7")).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -85,7 +82,7 @@ async fn a_route_with_its_own_hedge_delay_hedges_at_that_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn a_route_without_hedging_is_not_hedged_while_the_default_route_is() {
-    let mock = Mock::new([Step::Slow(ms(1000), 200)]);
+    let mock = Script::new([slow(ms(1000), 200)]);
     let mut svc = stack(&mock);
     let res = svc
         .ready()
@@ -98,7 +95,7 @@ async fn a_route_without_hedging_is_not_hedged_while_the_default_route_is() {
     assert_eq!(mock.calls(), 1);
     assert!(Hedged::of(&res).is_none());
 
-    let mock = Mock::new([Step::Slow(ms(1000), 200), status(200)]);
+    let mock = Script::new([slow(ms(1000), 200), status(200)]);
     let res = stack(&mock).oneshot(get("/other")).await.unwrap();
     assert_eq!(mock.calls(), 2);
     assert_eq!(mock.gaps(), [ms(500)]);
@@ -107,7 +104,7 @@ async fn a_route_without_hedging_is_not_hedged_while_the_default_route_is() {
 
 #[tokio::test(start_paused = true)]
 async fn a_per_call_policy_of_one_attempt_is_never_hedged() {
-    let mock = Mock::new([Step::Slow(ms(2000), 200), status(200)]);
+    let mock = Script::new([slow(ms(2000), 200), status(200)]);
     let mut req = get("/catalog/7");
     req.extensions_mut().insert(RetryPolicy::none());
     let res = stack(&mock).oneshot(req).await.unwrap();
@@ -118,7 +115,7 @@ async fn a_per_call_policy_of_one_attempt_is_never_hedged() {
 
 #[tokio::test(start_paused = true)]
 async fn the_callers_own_hedge_choice_is_kept() {
-    let mock = Mock::new([Step::Slow(ms(2000), 200), status(200)]);
+    let mock = Script::new([slow(ms(2000), 200), status(200)]);
     let mut req = get("/catalog/7");
     CallContext::of_mut(req.extensions_mut())
         .set_hedge(HedgeChoice::With(HedgePolicy::after(ms(25))));
@@ -126,7 +123,7 @@ async fn the_callers_own_hedge_choice_is_kept() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.gaps(), [ms(25)]);
 
-    let mock = Mock::new([Step::Slow(ms(2000), 200), status(200)]);
+    let mock = Script::new([slow(ms(2000), 200), status(200)]);
     let mut req = get("/other");
     CallContext::of_mut(req.extensions_mut()).set_hedge(HedgeChoice::Off);
     stack(&mock).oneshot(req).await.unwrap();
@@ -135,7 +132,7 @@ async fn the_callers_own_hedge_choice_is_kept() {
 
 #[tokio::test(start_paused = true)]
 async fn the_route_name_is_in_the_history_of_answers_and_errors() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let res = stack(&mock).oneshot(get("/catalog/7")).await.unwrap();
     let history = res.extensions().get::<History>().expect("a history");
     assert_eq!(history.route(), Some("catalog"));
@@ -144,12 +141,12 @@ async fn the_route_name_is_in_the_history_of_answers_and_errors() {
         "{history}"
     );
 
-    let mock = Mock::new([Step::Io(std::io::ErrorKind::ConnectionReset)]);
+    let mock = Script::new([io_error(std::io::ErrorKind::ConnectionReset)]);
     let err = stack(&mock).oneshot(get("/payments/1")).await.unwrap_err();
     assert_eq!(err.history().and_then(History::route), Some("payments"));
 
     // The default route has no name, and says none.
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let res = stack(&mock).oneshot(get("/other")).await.unwrap();
     let history = res.extensions().get::<History>().unwrap();
     assert_eq!(history.route(), None);

@@ -10,7 +10,7 @@ use http::{Method, Request};
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 
-use crate::support::mock::{Mock, Step};
+use crate::support::script::{Script, Step};
 
 fn request(method: Method) -> Request<Full<Bytes>> {
     Request::builder()
@@ -20,7 +20,7 @@ fn request(method: Method) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-async fn send(mock: &Mock, policy: RetryPolicy, method: Method) -> backstop::Error {
+async fn send(mock: &Script, policy: RetryPolicy, method: Method) -> backstop::Error {
     RetryLayer::new(policy)
         .layer(mock.clone())
         .oneshot(request(method))
@@ -30,7 +30,7 @@ async fn send(mock: &Mock, policy: RetryPolicy, method: Method) -> backstop::Err
 
 #[tokio::test(start_paused = true)]
 async fn the_last_attempt_cut_to_the_deadline_says_deadline_not_attempts() {
-    let mock = Mock::new([Step::Hang, Step::Hang]);
+    let mock = Script::new([Step::Hang, Step::Hang]);
     let policy = RetryPolicy::builder()
         .max_attempts(2)
         .backoff(Duration::ZERO, Duration::ZERO)
@@ -53,7 +53,7 @@ async fn the_last_attempt_cut_to_the_deadline_says_deadline_not_attempts() {
 
 #[tokio::test(start_paused = true)]
 async fn a_post_whose_only_attempt_hit_the_deadline_says_deadline() {
-    let mock = Mock::new([Step::Hang]);
+    let mock = Script::new([Step::Hang]);
     let policy = RetryPolicy::builder()
         .attempt_timeout(Duration::from_secs(5))
         .timeout(Duration::from_millis(200))
@@ -68,7 +68,7 @@ async fn a_post_whose_only_attempt_hit_the_deadline_says_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_that_timed_out_on_its_own_is_not_the_deadline() {
-    let mock = Mock::new([Step::Hang]);
+    let mock = Script::new([Step::Hang]);
     let policy = RetryPolicy::builder()
         .max_attempts(1)
         .attempt_timeout(Duration::from_millis(100))

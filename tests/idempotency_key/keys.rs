@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
+use crate::support::script::{status, Script};
 use backstop::idempotency_key::{CallKey, IdempotencyKeyLayer};
 use backstop::policy::CallContext;
 use backstop::{RetryLayer, RetryPolicy};
@@ -100,7 +100,7 @@ async fn header_methods_and_generator_are_settings() {
 async fn every_attempt_of_a_call_carries_the_same_key() {
     let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = keys.clone();
-    let mock = Mock::new([status(503), status(503), status(201)]);
+    let mock = Script::new([status(503), status(503), status(201)]);
     let record = tower::service_fn(move |req: Request<backstop::ReplayBody<Full<Bytes>>>| {
         seen.lock()
             .unwrap()

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::record::Recorder;
-use crate::support::mock::{status, status_with, Mock, Step};
+use crate::support::requests::call_with;
+use crate::support::script::{io_error, slow, status, status_with, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::hedge::{HedgeLayer, HedgePolicy};
@@ -16,7 +17,7 @@ use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 fn get(uri: &str) -> Request<Full<Bytes>> {
     Request::get(uri).body(Full::default()).unwrap()
@@ -38,9 +39,9 @@ const ORIGIN: &str = "origin=http://upstream.test:8080 method=GET";
 #[tokio::test(start_paused = true)]
 async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
     let recorder = Recorder::default();
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "1")]),
-        Step::Io(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
         status(503),
     ]);
     let mut svc = ServiceBuilder::new()
@@ -48,7 +49,7 @@ async fn retries_tell_the_reason_the_wait_and_the_gate_without_secrets() {
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     let req = get("http://user:pw@upstream.test:8080/items?token=s3cret");
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let lines = recorder.lines();
@@ -95,12 +96,8 @@ async fn a_first_answer_is_one_attempt_and_one_call() {
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .service(Mock::new([status(200)]));
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/"))
+        .service(Script::new([status(200)]));
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -120,12 +117,12 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(layer.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
-        .service(Mock::new([Step::Io(io::ErrorKind::ConnectionRefused)]));
+        .service(Script::new([io_error(io::ErrorKind::ConnectionRefused)]));
     let mut req = Request::post("http://upstream.test:8080/pay")
-        .body(Full::default())
+        .body(Full::<Bytes>::default())
         .unwrap();
     CallContext::of_mut(req.extensions_mut()).set_observer(Arc::new(own.clone()));
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(layer.lines().is_empty(), "{:?}", layer.lines());
     let lines = own.lines();
@@ -152,14 +149,14 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
 #[tokio::test(start_paused = true)]
 async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
     let recorder = Recorder::default();
-    let mock = Mock::new([]);
+    let mock = Script::new([]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     let mut req = get("http://upstream.test:8080/");
     req.extensions_mut().insert(Deadline::after(Duration::ZERO));
-    let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+    let err = call_with(&mut svc, req).await.unwrap_err();
     assert!(err.is_deadline());
     assert_eq!(mock.calls(), 0);
     assert_eq!(
@@ -174,7 +171,7 @@ async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
 #[tokio::test(start_paused = true)]
 async fn the_breaker_tells_each_state_change_and_each_refusal() {
     let recorder = Recorder::default();
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(CircuitBreakerLayer::new(breaker(2, Duration::from_secs(1))))
@@ -182,15 +179,15 @@ async fn the_breaker_tells_each_state_change_and_each_refusal() {
         .service(mock.clone());
     let uri = "http://upstream.test:8080/";
     for _ in 0..2 {
-        let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+        let res = call_with(&mut svc, get(uri)).await.unwrap();
         assert_eq!(res.status(), 503);
     }
     for _ in 0..3 {
-        let err = svc.ready().await.unwrap().call(get(uri)).await.unwrap_err();
+        let err = call_with(&mut svc, get(uri)).await.unwrap_err();
         assert!(err.is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    let res = svc.ready().await.unwrap().call(get(uri)).await.unwrap();
+    let res = call_with(&mut svc, get(uri)).await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(mock.calls(), 3);
 
@@ -218,18 +215,14 @@ async fn a_budget_that_runs_dry_is_told_once() {
         .min_per_second(0.0)
         .build()
         .unwrap();
-    let mock = Mock::new((0..10).map(|_| status(503)));
+    let mock = Script::new((0..10).map(|_| status(503)));
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(BudgetLayer::new(budget))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
     for _ in 0..2 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://upstream.test:8080/"))
+        let res = call_with(&mut svc, get("http://upstream.test:8080/"))
             .await
             .unwrap();
         assert_eq!(res.status(), 503);
@@ -253,7 +246,7 @@ async fn a_budget_that_runs_dry_is_told_once() {
 #[tokio::test(start_paused = true)]
 async fn a_hedge_that_wins_cancels_the_original() {
     let recorder = Recorder::default();
-    let mock = Mock::new([Step::Slow(Duration::from_secs(5), 200), status(200)]);
+    let mock = Script::new([slow(Duration::from_secs(5), 200), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(RetryLayer::new(RetryPolicy::default()))
@@ -262,11 +255,7 @@ async fn a_hedge_that_wins_cancels_the_original() {
         ))))
         .service(mock.clone());
     let started = tokio::time::Instant::now();
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
@@ -330,7 +319,7 @@ mod wire {
                     .layer(RetryLayer::new(quick()))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/orders?id=42").to_string());
-                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                let res = call_with(&mut svc, req).await.unwrap();
                 assert_eq!(res.status(), 200, "{protocol:?}");
                 let origin = format!("origin=http://{} method=GET", upstream.addr());
                 let lines = recorder.lines();
@@ -383,7 +372,7 @@ mod wire {
                     .service::<Transport>(client(protocol));
                 for _ in 0..5 {
                     let req = get(&upstream.uri("/").to_string());
-                    let _ = svc.ready().await.unwrap().call(req).await;
+                    let _ = call_with(&mut svc, req).await;
                 }
                 assert_eq!(
                     upstream.requests().len(),
@@ -423,7 +412,7 @@ mod wire {
                     ))))
                     .service::<Transport>(client(protocol));
                 let req = get(&upstream.uri("/").to_string());
-                let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                let res = call_with(&mut svc, req).await.unwrap();
                 assert_eq!(res.status(), 200);
                 assert_eq!(recorder.named("hedge_sent").len(), 1, "{protocol:?}");
                 assert_eq!(recorder.named("loser_cancelled").len(), 1, "{protocol:?}");
@@ -448,27 +437,19 @@ fn pausing_budget(mode: PauseMode) -> BudgetLayer {
 #[tokio::test(start_paused = true)]
 async fn a_paused_then_resumed_origin_is_told_with_the_calls_that_waited() {
     let recorder = Recorder::default();
-    let mock = Mock::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+    let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(pausing_budget(PauseMode::Wait))
         .layer(RetryLayer::new(RetryPolicy::none()))
         .service(mock.clone());
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/a?token=s3cret"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/a?token=s3cret"))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     let before = recorder.lines().len();
     let start = tokio::time::Instant::now();
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/b"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/b"))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -497,17 +478,13 @@ async fn a_paused_then_resumed_origin_is_told_with_the_calls_that_waited() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_that_paused_its_origin_tells_the_pause_and_its_end() {
     let recorder = Recorder::default();
-    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(ObserveLayer::new(recorder.clone()))
         .layer(pausing_budget(PauseMode::Wait))
         .layer(RetryLayer::new(RetryPolicy::default()))
         .service(mock.clone());
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://upstream.test:8080/"))
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -533,17 +510,13 @@ async fn a_call_the_pause_refuses_is_told_as_a_refusal_alone() {
         (PauseMode::FailFast, None),
     ] {
         let recorder = Recorder::default();
-        let mock = Mock::new([status_with(429, &[("retry-after", "2")])]);
+        let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
         let mut svc = ServiceBuilder::new()
             .layer(ObserveLayer::new(recorder.clone()))
             .layer(pausing_budget(mode))
             .layer(RetryLayer::new(RetryPolicy::none()))
             .service(mock.clone());
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://upstream.test:8080/"))
+        let res = call_with(&mut svc, get("http://upstream.test:8080/"))
             .await
             .unwrap();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -552,7 +525,7 @@ async fn a_call_the_pause_refuses_is_told_as_a_refusal_alone() {
         if let Some(after) = deadline {
             req.extensions_mut().insert(Deadline::after(after));
         }
-        let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+        let err = call_with(&mut svc, req).await.unwrap_err();
         assert!(err.is_paused(), "{mode:?}");
         assert_eq!(mock.calls(), 1);
         assert_eq!(

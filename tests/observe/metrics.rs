@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{status, status_with, Mock};
+use crate::support::requests::call_with;
+use crate::support::script::{status, status_with, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::observe::{MetricsObserver, ObserveLayer};
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 /// `name{label=value,…}` with the labels in order, `origin` left out (it is the
 /// same everywhere, and checked once).
@@ -46,7 +47,7 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
                 .build()
                 .unwrap();
             // A: 503 then 200. B and C: three 503s each. D: refused.
-            let mock = Mock::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
+            let mock = Script::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
             let mut svc = ServiceBuilder::new()
                 .layer(ObserveLayer::new(MetricsObserver::new()))
                 .layer(CircuitBreakerLayer::new(breaker))
@@ -58,7 +59,7 @@ fn a_scripted_run_records_exactly_the_expected_counts() {
                 let req = Request::get("http://upstream.test/items?id=1")
                     .body(Full::<Bytes>::default())
                     .unwrap();
-                statuses.push(match svc.ready().await.unwrap().call(req).await {
+                statuses.push(match call_with(&mut svc, req).await {
                     Ok(res) => res.status().as_u16(),
                     Err(err) => {
                         assert!(err.is_circuit_open());
@@ -158,7 +159,7 @@ fn an_origin_pause_is_counted_with_its_waits_and_refusals() {
                 .unwrap();
             // A: a 429 that pauses for 2 s. B: refused (its deadline ends inside
             // the pause). C: waits 2 s, then answered.
-            let mock = Mock::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+            let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
             let mut svc = ServiceBuilder::new()
                 .layer(ObserveLayer::new(MetricsObserver::new()))
                 .layer(BudgetLayer::new(budget))
@@ -172,7 +173,7 @@ fn an_origin_pause_is_counted_with_its_waits_and_refusals() {
                 if let Some(after) = deadline {
                     req.extensions_mut().insert(Deadline::after(after));
                 }
-                statuses.push(match svc.ready().await.unwrap().call(req).await {
+                statuses.push(match call_with(&mut svc, req).await {
                     Ok(res) => res.status().as_u16(),
                     Err(err) => {
                         assert!(err.is_paused());

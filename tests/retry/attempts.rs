@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::gates::{Switch, Tokens};
-use crate::support::mock::{status, status_with, Mock, Step};
+use crate::support::requests::call_with;
+use crate::support::script::{io_error, slow, status, status_with, Reply, Script, Step};
 use backstop::policy::{Deadline, ErrorKind, History, NoRetry, NotReplayable, StopReason};
 use backstop::{OneShot, RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -28,15 +29,18 @@ fn post(body: &'static str) -> Request<Full<Bytes>> {
 }
 
 async fn send(
-    mock: &Mock,
+    mock: &Script,
     policy: RetryPolicy,
     req: Request<Full<Bytes>>,
-) -> Result<http::Response<Full<Bytes>>, backstop::Error> {
+) -> Result<http::Response<Reply>, backstop::Error> {
     let mut svc = RetryLayer::new(policy).layer(mock.clone());
-    svc.ready().await?.call(req).await
+    ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await?
+        .call(req)
+        .await
 }
 
-fn history(res: &http::Response<Full<Bytes>>) -> &History {
+fn history<B>(res: &http::Response<B>) -> &History {
     res.extensions()
         .get::<History>()
         .expect("history on the response")
@@ -51,7 +55,7 @@ fn fast() -> RetryPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn scenario_1_503_then_200_on_get_makes_two_calls() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let res = send(&mock, fast(), get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 2);
@@ -66,14 +70,14 @@ async fn scenario_1_503_then_200_on_get_makes_two_calls() {
 #[tokio::test(start_paused = true)]
 async fn a_first_attempt_answer_carries_no_history() {
     // Nothing to tell, and nothing allocated for it on the success path.
-    let mock = Mock::new([status(200)]);
+    let mock = Script::new([status(200)]);
     let res = send(&mock, fast(), get()).await.unwrap();
     assert!(res.extensions().get::<History>().is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_gate_on_the_first_attempt_is_told() {
-    let mock = Mock::new([status(503)]);
+    let mock = Script::new([status(503)]);
     let res = send(&mock, RetryPolicy::none(), get()).await.unwrap();
     let h = history(&res);
     assert_eq!(h.len(), 1);
@@ -85,7 +89,7 @@ async fn a_gate_on_the_first_attempt_is_told() {
 
 #[tokio::test(start_paused = true)]
 async fn attempts_are_exhausted_and_the_last_answer_returned() {
-    let mock = Mock::new([status(503), status(502), status(504), status(200)]);
+    let mock = Script::new([status(503), status(502), status(504), status(200)]);
     let res = send(&mock, fast(), get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(mock.calls(), 3);
@@ -97,7 +101,7 @@ async fn attempts_are_exhausted_and_the_last_answer_returned() {
 
 #[tokio::test(start_paused = true)]
 async fn none_policy_sends_once() {
-    let mock = Mock::new([status(503)]);
+    let mock = Script::new([status(503)]);
     let res = send(&mock, RetryPolicy::none(), get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
@@ -106,7 +110,7 @@ async fn none_policy_sends_once() {
 #[tokio::test(start_paused = true)]
 async fn non_retryable_statuses_are_answers() {
     for code in [200, 400, 404, 409, 500, 501] {
-        let mock = Mock::new([status(code)]);
+        let mock = Script::new([status(code)]);
         let res = send(&mock, fast(), get()).await.unwrap();
         assert_eq!(res.status().as_u16(), code);
         assert_eq!(mock.calls(), 1, "{code}");
@@ -116,7 +120,7 @@ async fn non_retryable_statuses_are_answers() {
 
 #[tokio::test(start_paused = true)]
 async fn status_500_is_opt_in() {
-    let mock = Mock::new([status(500), status(200)]);
+    let mock = Script::new([status(500), status(200)]);
     let policy = RetryPolicy::builder().retry_on(500).build().unwrap();
     let res = send(&mock, policy, get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -125,7 +129,7 @@ async fn status_500_is_opt_in() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_seconds_is_waited_exactly() {
-    let mock = Mock::new([status_with(503, &[("retry-after", "2")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "2")]), status(200)]);
     let res = send(&mock, fast(), get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.gaps(), [Duration::from_secs(2)]);
@@ -136,7 +140,7 @@ async fn retry_after_seconds_is_waited_exactly() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_ms_and_fractions_are_waited_exactly() {
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(429, &[("retry-after-ms", "250"), ("retry-after", "9")]),
         status_with(503, &[("retry-after", "1.5")]),
         status(200),
@@ -151,7 +155,7 @@ async fn retry_after_ms_and_fractions_are_waited_exactly() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_zero_and_past_dates_retry_at_once() {
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "0")]),
         status_with(503, &[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]),
         status(200),
@@ -163,7 +167,7 @@ async fn retry_after_zero_and_past_dates_retry_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn garbage_and_negative_retry_after_fall_back_to_backoff() {
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "-1")]),
         status_with(503, &[("retry-after", "abc")]),
         status(200),
@@ -182,7 +186,7 @@ async fn garbage_and_negative_retry_after_fall_back_to_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_over_the_cap_ends_the_call_and_is_reported() {
-    let mock = Mock::new([status_with(503, &[("retry-after", "120")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "120")]), status(200)]);
     let started = tokio::time::Instant::now();
     let res = send(&mock, fast(), get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -195,7 +199,7 @@ async fn a_retry_after_over_the_cap_ends_the_call_and_is_reported() {
 
 #[tokio::test(start_paused = true)]
 async fn a_huge_retry_after_is_clamped_not_a_panic() {
-    let mock = Mock::new([status_with(
+    let mock = Script::new([status_with(
         503,
         &[("retry-after", "99999999999999999999999999")],
     )]);
@@ -209,12 +213,12 @@ async fn a_huge_retry_after_is_clamped_not_a_panic() {
 
 #[tokio::test(start_paused = true)]
 async fn x_should_retry_decides() {
-    let mock = Mock::new([status_with(500, &[("x-should-retry", "true")]), status(200)]);
+    let mock = Script::new([status_with(500, &[("x-should-retry", "true")]), status(200)]);
     let res = send(&mock, fast(), post("x")).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 2);
 
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("x-should-retry", "false")]),
         status(200),
     ]);
@@ -228,7 +232,7 @@ async fn x_should_retry_decides() {
 
 #[tokio::test(start_paused = true)]
 async fn a_post_without_key_is_not_resent_after_an_answer() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let res = send(&mock, fast(), post("charge")).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
@@ -242,7 +246,7 @@ async fn a_post_without_key_is_not_resent_after_an_answer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_keyed_post_is_resent_with_the_whole_body() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let mut req = post("charge 42");
     req.headers_mut()
         .insert("idempotency-key", "k-1".parse().unwrap());
@@ -250,14 +254,14 @@ async fn a_keyed_post_is_resent_with_the_whole_body() {
     assert_eq!(res.status(), StatusCode::OK);
     let seen = mock.seen();
     assert_eq!(seen.len(), 2);
-    assert_eq!(seen[0].body, "charge 42");
-    assert_eq!(seen[1].body, "charge 42");
+    assert_eq!(seen[0].body.as_deref(), Some(&b"charge 42"[..]));
+    assert_eq!(seen[1].body.as_deref(), Some(&b"charge 42"[..]));
     assert!(!seen[1].progress, "keyed requests need no progress record");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_425_is_resent_for_every_method() {
-    let mock = Mock::new([status(425), status(201)]);
+    let mock = Script::new([status(425), status(201)]);
     let res = send(&mock, fast(), post("x")).await.unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
     assert_eq!(mock.calls(), 2);
@@ -265,7 +269,7 @@ async fn a_425_is_resent_for_every_method() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_connection_is_resent_even_for_a_post() {
-    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionRefused), status(200)]);
+    let mock = Script::new([io_error(io::ErrorKind::ConnectionRefused), status(200)]);
     let res = send(&mock, fast(), post("x")).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 2);
@@ -273,7 +277,7 @@ async fn a_refused_connection_is_resent_even_for_a_post() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reset_post_is_not_resent_and_the_error_says_why() {
-    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionReset), status(200)]);
+    let mock = Script::new([io_error(io::ErrorKind::ConnectionReset), status(200)]);
     let err = send(&mock, fast(), post("x")).await.unwrap_err();
     assert_eq!(mock.calls(), 1);
     assert_eq!(err.kind(), ErrorKind::Closed);
@@ -293,10 +297,10 @@ async fn a_reset_post_is_not_resent_and_the_error_says_why() {
 
 #[tokio::test(start_paused = true)]
 async fn errors_report_attempts_and_retryability() {
-    let mock = Mock::new([
-        Step::Io(io::ErrorKind::ConnectionReset),
-        Step::Io(io::ErrorKind::ConnectionReset),
-        Step::Io(io::ErrorKind::ConnectionReset),
+    let mock = Script::new([
+        io_error(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
     ]);
     let err = send(&mock, fast(), get()).await.unwrap_err();
     assert_eq!(mock.calls(), 3);
@@ -311,7 +315,7 @@ async fn errors_report_attempts_and_retryability() {
 
 #[tokio::test(start_paused = true)]
 async fn invalid_requests_are_never_resent() {
-    let mock = Mock::new([Step::Io(io::ErrorKind::InvalidInput), status(200)]);
+    let mock = Script::new([io_error(io::ErrorKind::InvalidInput), status(200)]);
     let err = send(&mock, fast(), get()).await.unwrap_err();
     assert_eq!(mock.calls(), 1);
     assert_eq!(err.kind(), ErrorKind::Config);
@@ -323,7 +327,7 @@ async fn invalid_requests_are_never_resent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_one_shot_body_is_never_sent_twice() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let mut req = Request::put("http://upstream.test/blob")
         .body(Full::new(Bytes::from_static(b"data")))
         .unwrap();
@@ -339,7 +343,7 @@ async fn a_one_shot_body_is_never_sent_twice() {
 
 #[tokio::test(start_paused = true)]
 async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
     let req = Request::put("http://upstream.test/blob")
         .body(Full::new(Bytes::from_static(b"0123456789")))
@@ -347,7 +351,7 @@ async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
     let res = send(&mock, policy, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
-    assert_eq!(mock.seen()[0].body, "0123456789");
+    assert_eq!(mock.seen()[0].body.as_deref(), Some(&b"0123456789"[..]));
     assert_eq!(
         history(&res).stop_reason(),
         Some(StopReason::BodyNotReplayable(
@@ -358,7 +362,7 @@ async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
 
 #[tokio::test(start_paused = true)]
 async fn scenario_12_the_attempt_timeout_fires_and_the_deadline_covers_everything() {
-    let mock = Mock::new([Step::Hang, Step::Hang, Step::Hang, Step::Hang]);
+    let mock = Script::new([Step::Hang, Step::Hang, Step::Hang, Step::Hang]);
     let policy = RetryPolicy::builder()
         .max_attempts(10)
         .attempt_timeout(Duration::from_millis(300))
@@ -386,7 +390,7 @@ async fn scenario_12_the_attempt_timeout_fires_and_the_deadline_covers_everythin
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_answer_within_the_attempt_timeout_is_taken() {
-    let mock = Mock::new([Step::Slow(Duration::from_millis(250), 200)]);
+    let mock = Script::new([slow(Duration::from_millis(250), 200)]);
     let policy = RetryPolicy::builder()
         .attempt_timeout(Duration::from_millis(300))
         .build()
@@ -397,7 +401,7 @@ async fn a_slow_answer_within_the_attempt_timeout_is_taken() {
 
 #[tokio::test(start_paused = true)]
 async fn the_deadline_refuses_a_wait_it_cannot_afford() {
-    let mock = Mock::new([status_with(503, &[("retry-after", "5")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "5")]), status(200)]);
     let policy = RetryPolicy::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -415,7 +419,7 @@ async fn the_deadline_refuses_a_wait_it_cannot_afford() {
 
 #[tokio::test(start_paused = true)]
 async fn a_per_call_deadline_that_left_no_time_sends_nothing() {
-    let mock = Mock::new([status(200)]);
+    let mock = Script::new([status(200)]);
     let mut req = get();
     req.extensions_mut()
         .insert(Deadline::after(Duration::from_millis(1)));
@@ -427,7 +431,7 @@ async fn a_per_call_deadline_that_left_no_time_sends_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_per_call_policy_overrides_the_layer() {
-    let mock = Mock::new([status(503), status(200)]);
+    let mock = Script::new([status(503), status(200)]);
     let mut req = get();
     req.extensions_mut().insert(RetryPolicy::none());
     let res = send(&mock, fast(), req).await.unwrap();
@@ -439,22 +443,22 @@ async fn a_per_call_policy_overrides_the_layer() {
 async fn routes_pick_the_policy() {
     use backstop::retry::{Route, Routes};
     let routes = Routes::new(fast()).route(Route::path_prefix("/items"), RetryPolicy::none());
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = RetryLayer::with_routes(routes).layer(mock.clone());
-    let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+    let res = call_with(&mut svc, get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
     let other = Request::get("http://upstream.test/other")
-        .body(Full::default())
+        .body(Full::<Bytes>::default())
         .unwrap();
-    let res = svc.ready().await.unwrap().call(other).await.unwrap();
+    let res = call_with(&mut svc, other).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_spent_budget_stops_with_the_last_outcome() {
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut req = get();
     req.extensions_mut().insert(Tokens::handle(1).0);
     let res = send(&mock, fast(), req).await.unwrap();
@@ -465,7 +469,7 @@ async fn a_spent_budget_stops_with_the_last_outcome() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_stops_before_the_retry() {
-    let mock = Mock::new([Step::Io(io::ErrorKind::ConnectionReset), status(200)]);
+    let mock = Script::new([io_error(io::ErrorKind::ConnectionReset), status(200)]);
     let mut req = get();
     req.extensions_mut().insert(Switch::open().handle());
     let err = send(&mock, fast(), req).await.unwrap_err();
@@ -477,11 +481,14 @@ async fn an_open_breaker_stops_before_the_retry() {
 #[tokio::test(start_paused = true)]
 async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
     let switch = Switch::closed();
-    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
     req.extensions_mut().insert(switch.handle());
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
-    let call = svc.ready().await.unwrap().call(req);
+    let call = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(req);
     let flip = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         switch.set_open(true);
@@ -538,7 +545,7 @@ async fn a_failed_body_is_drained_before_the_wait() {
     });
     let started = tokio::time::Instant::now();
     let mut svc = RetryLayer::new(fast()).layer(inner);
-    let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+    let res = call_with(&mut svc, get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(started.elapsed(), Duration::from_secs(5));
     let read = read_at.lock().unwrap().expect("the failed body was read");
@@ -586,7 +593,7 @@ async fn the_deadline_covers_waiting_for_the_inner_service_to_be_ready() {
         .unwrap();
     let mut svc = RetryLayer::new(policy).layer(ReadyOnce(calls.clone()));
     let started = tokio::time::Instant::now();
-    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    let err = call_with(&mut svc, get()).await.unwrap_err();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(err.is_deadline(), "{err}");
     assert_eq!(err.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
@@ -596,10 +603,10 @@ async fn the_deadline_covers_waiting_for_the_inner_service_to_be_ready() {
 
 #[tokio::test(start_paused = true)]
 async fn history_and_errors_name_no_url_or_header_value() {
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "1"), ("x-secret", "hunter2")]),
-        Step::Io(io::ErrorKind::ConnectionReset),
-        Step::Io(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
     ]);
     let err = send(&mock, fast(), get()).await.unwrap_err();
     let text = format!("{err} {err:?} {}", err.history().unwrap());
@@ -624,10 +631,13 @@ async fn the_service_is_clone_and_its_error_send_sync() {
     fn assert_clone<T: Clone>(_: &T) {}
     fn assert_send_sync<T: Send + Sync + 'static>() {}
     fn assert_send<T: Send>(_: &T) {}
-    let mut svc = RetryLayer::new(fast()).layer(Mock::new([]));
+    let mut svc = RetryLayer::new(fast()).layer(Script::new([]));
     assert_clone(&svc);
     assert_send_sync::<backstop::Error>();
-    let future = svc.ready().await.unwrap().call(get());
+    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(get());
     assert_send(&future);
     assert_eq!(future.await.unwrap().status(), StatusCode::OK);
 }
@@ -649,7 +659,7 @@ async fn an_inner_error_that_names_its_url_does_not_leak_through_ours() {
         ))
     });
     let mut svc = RetryLayer::new(RetryPolicy::none()).layer(inner);
-    let err = svc.ready().await.unwrap().call(get()).await.unwrap_err();
+    let err = call_with(&mut svc, get()).await.unwrap_err();
     let text = format!("{err} {err:?} {}", err.history().unwrap());
     assert!(!text.contains("s3cret"), "{text}");
     assert!(!text.contains("upstream.test"), "{text}");
@@ -662,12 +672,15 @@ async fn an_inner_error_that_names_its_url_does_not_leak_through_ours() {
 async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
     let switch = Switch::closed();
     let (budget, tokens) = Tokens::handle(1);
-    let mock = Mock::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
     req.extensions_mut().insert(switch.handle());
     req.extensions_mut().insert(budget);
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
-    let call = svc.ready().await.unwrap().call(req);
+    let call = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(req);
     let flip = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         // The retry was paid for when it was decided.
@@ -684,9 +697,14 @@ async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
 async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
     use std::future::Future;
     use std::task::{Context, Poll};
-    let mock = Mock::new([status(200)]);
+    let mock = Script::new([status(200)]);
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
-    let mut future = Box::pin(svc.ready().await.unwrap().call(get()));
+    let mut future = Box::pin(
+        ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(get()),
+    );
     let waker = futures_util::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
     assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
@@ -698,7 +716,7 @@ async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_refused_by_its_deadline_sends_nothing() {
-    let mock = Mock::new([status(200)]);
+    let mock = Script::new([status(200)]);
     let mut req = get();
     req.extensions_mut()
         .insert(Deadline::after(Duration::from_millis(1)));
@@ -734,7 +752,7 @@ async fn each_attempt_gets_the_call_context_and_nothing_else_is_lost() {
         if let Some(m) = mine {
             req.extensions_mut().insert(Mine(m));
         }
-        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        let res = call_with(&mut svc, req).await.unwrap();
         assert_eq!(history(&res).len(), 3);
     }
     let seen = seen.lock().unwrap();

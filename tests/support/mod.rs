@@ -1,8 +1,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod gates;
-pub mod mock;
 pub mod raw;
 pub mod requests;
+pub mod script;
 #[cfg(feature = "test-util")]
 pub mod wire;

@@ -34,3 +34,15 @@ pub fn paused<F: Future>(f: F) -> F::Output {
         .unwrap()
         .block_on(f)
 }
+
+/// Drives `svc` to readiness (it must get there) and sends it `req`: for services
+/// generic over the request body, which cannot infer it from `ready()` alone.
+pub async fn call_with<S>(svc: &mut S, req: Request<Full<Bytes>>) -> Result<S::Response, S::Error>
+where
+    S: Service<Request<Full<Bytes>>>,
+{
+    match svc.ready().await {
+        Ok(svc) => svc.call(req).await,
+        Err(_) => panic!("the service failed to get ready"),
+    }
+}

@@ -2,14 +2,15 @@
 
 use std::time::Duration;
 
-use crate::support::mock::{status, Mock};
+use crate::support::requests::call_with;
+use crate::support::script::{status, Script};
 use crate::Captured;
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
@@ -29,7 +30,7 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
         .jitter(0.0)
         .build()
         .unwrap();
-    let mock = Mock::new([status(503), status(503), status(200)]);
+    let mock = Script::new([status(503), status(503), status(200)]);
     let mut svc = ServiceBuilder::new()
         .layer(CircuitBreakerLayer::new(breaker))
         .layer(RetryLayer::new(RetryPolicy::none()))
@@ -40,38 +41,16 @@ async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
             .unwrap()
     };
     for _ in 0..2 {
-        assert_eq!(
-            svc.ready()
-                .await
-                .unwrap()
-                .call(get())
-                .await
-                .unwrap()
-                .status(),
-            503
-        );
+        assert_eq!(call_with(&mut svc, get()).await.unwrap().status(), 503);
     }
     for _ in 0..2 {
-        assert!(svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get())
+        assert!(call_with(&mut svc, get())
             .await
             .unwrap_err()
             .is_circuit_open());
     }
     tokio::time::advance(Duration::from_secs(1)).await;
-    assert_eq!(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(get())
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(call_with(&mut svc, get()).await.unwrap().status(), 200);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     assert_eq!(text.matches("circuit opened").count(), 1, "{text}");

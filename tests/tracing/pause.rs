@@ -4,7 +4,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::mock::{status_with, Mock};
+use crate::support::requests::call_with;
+use crate::support::script::{status_with, Script};
 use backstop::budget::BudgetLayer;
 use backstop::policy::Deadline;
 use backstop::{RetryLayer, RetryPolicy};
@@ -54,7 +55,7 @@ async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let mock = Mock::new([status_with(429, &[("retry-after", "2")])]);
+    let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
     let policy = RetryPolicy::builder()
         .max_attempts(3)
         .backoff(Duration::from_millis(10), Duration::from_millis(10))
@@ -67,20 +68,21 @@ async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
     // The 429 pauses the origin for 2 s; the call's own retry waits it out.
     let pausing = {
         let mut svc = svc.clone();
-        tokio::spawn(async move { svc.ready().await?.call(get(None)).await })
+        tokio::spawn(async move {
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await?
+                .call(get(None))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(1)).await;
     // Refused: its deadline ends inside the pause.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(Some(Duration::from_secs(1))))
+    let err = call_with(&mut svc, get(Some(Duration::from_secs(1))))
         .await
         .unwrap_err();
     assert!(err.is_paused());
     // Waits, then goes after the pause.
-    let res = svc.ready().await.unwrap().call(get(None)).await.unwrap();
+    let res = call_with(&mut svc, get(None)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(pausing.await.unwrap().unwrap().status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);

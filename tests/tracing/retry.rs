@@ -2,14 +2,15 @@
 
 use std::io;
 
-use crate::support::mock::{status, status_with, Mock, Step};
+use crate::support::requests::call_with;
+use crate::support::script::{io_error, status, status_with, Script};
 use crate::Captured;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
-use tower::{Layer, Service, ServiceExt};
+use tower::Layer;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
@@ -21,9 +22,9 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let mock = Mock::new([
+    let mock = Script::new([
         status_with(503, &[("retry-after", "1")]),
-        Step::Io(io::ErrorKind::ConnectionReset),
+        io_error(io::ErrorKind::ConnectionReset),
         status(503),
     ]);
     let policy = RetryPolicy::builder()
@@ -34,7 +35,7 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
         .body(Full::<Bytes>::default())
         .unwrap();
     let mut svc = RetryLayer::new(policy).layer(mock.clone());
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::gates::Tokens;
-use crate::support::mock::{status, Mock, Step};
+use crate::support::script::{slow, status, Script};
 use crate::Captured;
 use backstop::retry::{Route, RoutePolicy, Routes};
 use backstop::{HedgeLayer, HedgePolicy, RetryLayer, RetryPolicy};
@@ -33,11 +33,7 @@ async fn the_route_name_is_on_the_retry_span_and_the_hedge_events() {
             .hedge(HedgePolicy::after(ms(50)))
             .unwrap(),
     );
-    let mock = Mock::new([
-        Step::Slow(ms(1000), 200),
-        status(200),
-        Step::Slow(ms(1000), 200),
-    ]);
+    let mock = Script::new([slow(ms(1000), 200), status(200), slow(ms(1000), 200)]);
     let stack = ServiceBuilder::new()
         .layer(RetryLayer::with_routes(routes))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(500))))
