@@ -97,10 +97,12 @@ pub(super) enum Step<RB> {
 /// An attempt's request, and when its timeout fires.
 pub(super) type Attempt<B> = (Request<ReplayBody<B>>, Option<Instant>);
 
-/// A call as it starts: its state, and the first request, or why it cannot start.
-pub(super) struct Start<S, B> {
+/// A call as it starts: its state, and the first attempt's future with its
+/// timeout, or why it cannot start. The first attempt is sent here, so the request
+/// is not moved again on the success path.
+pub(super) struct Start<S, B, F> {
     pub(super) call: Call<S, B>,
-    pub(super) first: Result<Attempt<B>, Error>,
+    pub(super) first: Result<(F, Option<Instant>), Error>,
 }
 
 impl<S, B> Call<S, B>
@@ -112,7 +114,15 @@ where
     /// Reads what the call needs from its request and prepares the first attempt,
     /// with its timeout (if any).
     #[inline(always)]
-    pub(super) fn start(service: S, policy: Arc<RetryPolicy>, req: Request<B>) -> Start<S, B> {
+    pub(super) fn start(
+        service: S,
+        policy: Arc<RetryPolicy>,
+        req: Request<B>,
+        span: Option<&tracing::Span>,
+    ) -> Start<S, B, S::Future>
+    where
+        S: tower_service::Service<Request<ReplayBody<B>>>,
+    {
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
         // The clock is read at once only when something must be timed; otherwise the
@@ -185,6 +195,10 @@ where
                 Ok((req, None))
             }
         };
+        let first = first.map(|(req, timeout)| {
+            let _entered = span.map(tracing::Span::enter);
+            (call.service.call(req), timeout)
+        });
         Start { call, first }
     }
 

@@ -100,18 +100,12 @@ where
         }
         // The first attempt goes to the service that was driven ready; the call keeps
         // it for the next ones, which drive its readiness themselves.
-        let Start { mut call, first } = Call::start(service, policy, req);
+        let Start { call, first } = Call::start(service, policy, req, span.as_deref());
         let state = match first {
-            Ok((req, timeout)) => {
-                let future = {
-                    let _entered = span.as_deref().map(Span::enter);
-                    call.service.call(req)
-                };
-                State::Attempt {
-                    future,
-                    timeout: timer(timeout),
-                }
-            }
+            Ok((future, timeout)) => State::Attempt {
+                future,
+                timeout: timer(timeout),
+            },
             Err(error) => State::Refused { error: Some(error) },
         };
         ResponseFuture { state, call, span }
