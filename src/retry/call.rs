@@ -11,6 +11,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
 
+use super::future::{ResponseFuture, State};
 use super::head::Head;
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
@@ -97,12 +98,63 @@ pub(super) enum Step<RB> {
 /// An attempt's request, and when its timeout fires.
 pub(super) type Attempt<B> = (Request<ReplayBody<B>>, Option<Instant>);
 
-/// A call as it starts: its state, and the first attempt's future with its
-/// timeout, or why it cannot start. The first attempt is sent here, so the request
-/// is not moved again on the success path.
-pub(super) struct Start<S, B, F> {
-    pub(super) call: Call<S, B>,
-    pub(super) first: Result<(F, Option<Instant>), Error>,
+/// A fresh record for an attempt whose write safety depends on one (no key, and a
+/// method that is not idempotent), given to the request's context and body.
+#[inline]
+fn track<B>(keyed: bool, idempotent: bool, req: &mut Request<ReplayBody<B>>) -> Option<AttemptLog>
+where
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    if keyed || idempotent {
+        return None;
+    }
+    let log = AttemptLog::new();
+    CallContext::of_mut(req.extensions_mut()).set_attempt(Some(log.clone()));
+    req.body_mut().set_progress(Some(log.clone()));
+    Some(log)
+}
+
+/// Stamps an attempt's headers as the rules ask.
+fn stamp<B>(
+    policy: &RetryPolicy,
+    req: &mut Request<B>,
+    attempt: u32,
+    timeout: Option<Instant>,
+    now: Instant,
+) {
+    let rules = policy.rules();
+    if rules.stamps() {
+        let left = timeout.map(|t| t.saturating_duration_since(now));
+        rules.stamp(req.headers_mut(), attempt, left);
+    }
+}
+
+/// The first attempt's timeout (see [`Call::attempt_timeout`]).
+fn first_timeout(
+    policy: &RetryPolicy,
+    slow: Option<&mut SlowPath>,
+    now: Instant,
+) -> Result<Option<Instant>, ()> {
+    let own = policy.attempt_timeout().map(|t| later(now, t));
+    let Some(slow) = slow else {
+        return Ok(own);
+    };
+    slow.timeout_is_deadline = false;
+    let Some(deadline) = slow.deadline else {
+        return Ok(own);
+    };
+    if deadline.saturating_duration_since(now) < policy.min_attempt_time() {
+        return Err(());
+    }
+    match own {
+        Some(own) if own <= deadline => Ok(Some(own)),
+        _ => {
+            slow.timeout_is_deadline = true;
+            Ok(Some(deadline))
+        }
+    }
 }
 
 impl<S, B> Call<S, B>
@@ -111,17 +163,19 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    /// Reads what the call needs from its request and prepares the first attempt,
-    /// with its timeout (if any).
+    /// Reads what the call needs from its request, sends the first attempt and
+    /// builds the call's future. Everything is computed on locals first and the
+    /// future is built in one expression at the end, so the call's state is written
+    /// once, in place, instead of being moved through intermediate values.
     #[inline(always)]
-    pub(super) fn start(
-        service: S,
+    pub(super) fn start<RB>(
+        mut service: S,
         policy: Arc<RetryPolicy>,
         req: Request<B>,
-        span: Option<&tracing::Span>,
-    ) -> Start<S, B, S::Future>
+        span: Option<Box<tracing::Span>>,
+    ) -> ResponseFuture<S, B, RB>
     where
-        S: tower_service::Service<Request<ReplayBody<B>>>,
+        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>>,
     {
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
@@ -164,70 +218,67 @@ where
             CallContext::of_mut(req.extensions_mut())
                 .set_deadline(crate::policy::Deadline::at(deadline));
         }
-        let mut call = Call {
-            idempotent,
-            slow: timed.then(|| SlowPath::new(policy.max_attempts(), deadline)),
-            service,
-            keyed,
-            template: retries.then(|| Head::of(&req)),
-            body: retries.then(|| req.body().source()),
-            log: None,
-            attempt: 1,
-            route,
-            started,
-            policy,
-            observed,
+        let template = retries.then(|| Head::of(&req));
+        let body = retries.then(|| req.body().source());
+        let log = track(keyed, idempotent, &mut req);
+        let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
+        let timeout = match (started, slow.as_deref_mut()) {
+            (Some(now), slow) => first_timeout(&policy, slow, now).map(|t| (t, Some(now))),
+            (None, _) => Ok((None, policy.rules().stamps().then(Instant::now))),
         };
-        call.track(&mut req);
-        let first = match started {
-            Some(now) => match call.attempt_timeout(now) {
-                Ok(timeout) => {
-                    call.stamp(&mut req, timeout, now);
-                    Ok((req, timeout))
+        let (state, refused) = match timeout {
+            Ok((timeout, now)) => {
+                if let Some(now) = now {
+                    stamp(&policy, &mut req, 1, timeout, now);
                 }
-                Err(()) => Err(call.refused_by_deadline()),
-            },
-            // Nothing is timed.
-            None => {
-                if call.policy.rules().stamps() {
-                    call.stamp(&mut req, None, Instant::now());
-                }
-                Ok((req, None))
+                let future = {
+                    let _entered = span.as_deref().map(tracing::Span::enter);
+                    service.call(req)
+                };
+                (State::first(future, timeout), false)
             }
+            Err(()) => (State::Done, true),
         };
-        let first = first.map(|(req, timeout)| {
-            let _entered = span.map(tracing::Span::enter);
-            (call.service.call(req), timeout)
-        });
-        Start { call, first }
+        let mut future = ResponseFuture {
+            state,
+            call: Call {
+                idempotent,
+                slow,
+                service,
+                keyed,
+                template,
+                body,
+                log,
+                attempt: 1,
+                route,
+                started,
+                policy,
+                observed,
+            },
+            span,
+        };
+        if refused {
+            future.refuse_by_deadline();
+        }
+        future
     }
 
     /// Stamps an attempt's headers as the rules ask (an attempt header, gRPC's
     /// `grpc-timeout` cut to the time the attempt has, `grpc-previous-rpc-attempts`).
     #[inline]
     fn stamp(&self, req: &mut Request<ReplayBody<B>>, timeout: Option<Instant>, now: Instant) {
-        let rules = self.policy.rules();
-        if rules.stamps() {
-            let left = timeout.map(|t| t.saturating_duration_since(now));
-            rules.stamp(req.headers_mut(), self.attempt, left);
-        }
+        stamp(&self.policy, req, self.attempt, timeout, now)
     }
 
     /// Gives the attempt a fresh record when its write safety depends on one: no
     /// key, and a method that is not idempotent.
     #[inline]
     fn track(&mut self, req: &mut Request<ReplayBody<B>>) {
-        if self.keyed || self.idempotent {
-            return;
-        }
-        let log = AttemptLog::new();
-        CallContext::of_mut(req.extensions_mut()).set_attempt(Some(log.clone()));
-        req.body_mut().set_progress(Some(log.clone()));
-        self.log = Some(log);
+        self.log = track(self.keyed, self.idempotent, req);
     }
 
     /// The deadline leaves no time for a first attempt: the call is refused.
-    fn refused_by_deadline(&mut self) -> Error {
+    pub(super) fn refused_by_deadline(&mut self) -> Error {
         let history = self.finish(StopReason::Deadline);
         Error::new(
             ErrorKind::Timeout,
@@ -480,25 +531,7 @@ impl<S, B> Call<S, B> {
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     pub(super) fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
-        let own = self.policy.attempt_timeout().map(|t| later(now, t));
-        let min = self.policy.min_attempt_time();
-        let Some(slow) = self.slow.as_deref_mut() else {
-            return Ok(own);
-        };
-        slow.timeout_is_deadline = false;
-        let Some(deadline) = slow.deadline else {
-            return Ok(own);
-        };
-        if deadline.saturating_duration_since(now) < min {
-            return Err(());
-        }
-        match own {
-            Some(own) if own <= deadline => Ok(Some(own)),
-            _ => {
-                slow.timeout_is_deadline = true;
-                Ok(Some(deadline))
-            }
-        }
+        first_timeout(&self.policy, self.slow.as_deref_mut(), now)
     }
 
     /// The error of an attempt whose timer fired: its own timeout, or the deadline.

@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
 
-use super::call::{Call, CallResult, Start, Step};
+use super::call::{Call, CallResult, Step};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
 use crate::policy::{CallContext, ErrorKind, RetryPolicy, StopReason};
@@ -26,11 +26,11 @@ pin_project! {
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
     {
         #[pin]
-        state: State<S::Future, RB>,
-        call: Call<S, B>,
+        pub(super) state: State<S::Future, RB>,
+        pub(super) call: Call<S, B>,
         // The call's span, left out when nothing takes it (`Span::none()` does
         // nothing), which keeps the future small.
-        span: Option<Box<Span>>,
+        pub(super) span: Option<Box<Span>>,
     }
 }
 
@@ -49,7 +49,7 @@ fn poll_timer(timer: &mut Timer, cx: &mut Context<'_>) -> Option<Poll<()>> {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, RB> {
+    pub(super) enum State<F, RB> {
         // Waiting for the inner service's answer to the current attempt, and for
         // the attempt's timeout.
         Attempt { #[pin] future: F, timeout: Timer },
@@ -67,6 +67,17 @@ pin_project! {
         // The call has ended; polling again is a caller's mistake, answered with an
         // error rather than a future that never completes.
         Done,
+    }
+}
+
+impl<F, RB> State<F, RB> {
+    /// The first attempt, under its timeout.
+    #[inline(always)]
+    pub(super) fn first(future: F, timeout: Option<Instant>) -> Self {
+        State::Attempt {
+            future,
+            timeout: timer(timeout),
+        }
     }
 }
 
@@ -100,15 +111,14 @@ where
         }
         // The first attempt goes to the service that was driven ready; the call keeps
         // it for the next ones, which drive its readiness themselves.
-        let Start { call, first } = Call::start(service, policy, req, span.as_deref());
-        let state = match first {
-            Ok((future, timeout)) => State::Attempt {
-                future,
-                timeout: timer(timeout),
-            },
-            Err(error) => State::Refused { error: Some(error) },
-        };
-        ResponseFuture { state, call, span }
+        Call::start(service, policy, req, span)
+    }
+
+    /// The deadline left no time for a first attempt.
+    #[cold]
+    pub(super) fn refuse_by_deadline(&mut self) {
+        let error = self.call.refused_by_deadline();
+        self.state = State::Refused { error: Some(error) };
     }
 }
 
