@@ -137,15 +137,21 @@ where
         let mut this = self.project();
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
-        // Every way a call ends leaves this loop with its result, and only here.
+        // Every way a call ends leaves this loop with its result, and only here (a
+        // plain first answer that nobody is told of returns at once).
         let ended: CallResult<RB> = loop {
             match this.state.as_mut().project() {
                 StateProj::Attempt { future, timeout } => {
                     let result = match future.poll(cx) {
                         Poll::Ready(Ok(res)) => {
                             if call.is_plain_answer(&res) {
-                                // The success path: nothing to record, nothing to wait.
-                                break Ok(res);
+                                // The success path: nothing to record, nothing to wait,
+                                // and, without a span or an observer, nobody to tell.
+                                if this.span.is_some() || call.is_observed() {
+                                    break Ok(res);
+                                }
+                                this.state.set(State::Done);
+                                return Poll::Ready(Ok(res));
                             }
                             Ok(res)
                         }
