@@ -809,14 +809,14 @@ impl<S, B> Call<S, B> {
         }
     }
 
-    /// Tells the observer, once, how the call ended.
-    #[inline]
     /// Whether an observer is told of this call.
     #[inline]
     pub(super) fn is_observed(&self) -> bool {
         self.observed.is_some()
     }
 
+    /// Tells the observer, once, how the call ended.
+    #[inline]
     pub(super) fn ended<RB>(&mut self, result: &CallResult<RB>) {
         if let Some(observed) = self.observed.take() {
             self.tell_finished(&observed, result);
