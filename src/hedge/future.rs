@@ -11,8 +11,6 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 
-use super::config::Judging;
-use super::estimate::Estimator;
 use super::HedgeBody;
 use crate::error::{BoxError, Error};
 use crate::observe::{Event, HedgeSent, HedgeWon, LoserCancelled, Observed};
@@ -20,6 +18,7 @@ use crate::policy::{
     classify_error, ladder, later, AttemptLog, AttemptOutcome, Classification, ErrorKind, Given,
     Hedged, NotHedged, Outcome, Sent,
 };
+use crate::policy::{Estimator, Judging};
 
 pin_project! {
     /// Response future of [`Hedge`](super::Hedge).

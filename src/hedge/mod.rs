@@ -62,7 +62,7 @@
 //! # Per route
 //!
 //! A gateway chooses hedging per route in the retry layer's route table
-//! ([`Routes`](crate::retry::Routes), with a [`RoutePolicy`](crate::retry::RoutePolicy)
+//! (`retry::Routes`, with a `retry::RoutePolicy`
 //! per route): the layer's own policy, another [`HedgePolicy`] (its own delay,
 //! copies and methods), or no hedging. The retry layer leaves the route's
 //! [`HedgeChoice`] in the call's [`CallContext`](crate::policy::CallContext), and
@@ -168,8 +168,6 @@
 //! with the time driver enabled.
 
 mod body;
-mod config;
-mod estimate;
 mod future;
 mod layer;
 
@@ -179,13 +177,13 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
 
+pub use crate::policy::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use crate::policy::{Hedged, NotHedged, Sent};
 pub use body::HedgeBody;
-pub use config::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
 
-use config::Delay;
+use crate::policy::Delay;
 use future::Plan;
 
 use crate::body::OneShot;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use http::Extensions;
 use tokio::time::Instant;
 
+use super::HedgeChoice;
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
-use crate::hedge::HedgeChoice;
 use crate::observe::Observer;
 
 /// What the outer layers of a stack give the inner ones for one call, carried in

@@ -16,6 +16,7 @@ mod deadline;
 mod error_kind;
 mod handles;
 mod hedged;
+mod hedging;
 mod history;
 mod idempotency;
 mod pause;
@@ -39,6 +40,8 @@ pub use deadline::Deadline;
 pub(crate) use error_kind::chain;
 pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 pub use hedged::{Hedged, NotHedged, Sent};
+pub(crate) use hedging::{Delay, Estimator, Judging};
+pub use hedging::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};

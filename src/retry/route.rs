@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use http::{Extensions, Method, Request};
 
-use crate::hedge::{HedgeChoice, HedgePolicy};
 use crate::policy::{CallContext, InvalidConfig, RetryPolicy};
+use crate::policy::{HedgeChoice, HedgePolicy};
 
 /// Which requests a route covers: a path prefix, a method and a host, each
 /// optional; a request matches when it matches every part that is set.

@@ -30,9 +30,9 @@ const MAX_EXP: u32 = 27;
 const BUCKETS: usize = SUB + (MAX_EXP - SUB_BITS + 1) as usize * SUB;
 
 /// The cached percentile is recomputed after this many samples…
-pub(super) const RECOMPUTE_EVERY: u32 = 16;
+pub(crate) const RECOMPUTE_EVERY: u32 = 16;
 /// …or when this much time passed since the last computation.
-pub(super) const RECOMPUTE_AFTER: Duration = Duration::from_millis(100);
+pub(crate) const RECOMPUTE_AFTER: Duration = Duration::from_millis(100);
 
 /// The histogram bucket of a latency in microseconds.
 fn bucket(us: u64) -> usize {
@@ -61,11 +61,11 @@ fn upper_edge(i: usize) -> u64 {
 
 /// The settings of the adaptive delay.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Adaptive {
-    pub(super) percentile: f64,
-    pub(super) fallback: Duration,
-    pub(super) min_samples: u32,
-    pub(super) window: Duration,
+pub(crate) struct Adaptive {
+    pub(crate) percentile: f64,
+    pub(crate) fallback: Duration,
+    pub(crate) min_samples: u32,
+    pub(crate) window: Duration,
 }
 
 struct Window {
@@ -90,7 +90,7 @@ impl Window {
 }
 
 /// The latency estimate of one origin.
-pub(super) struct Estimator {
+pub(crate) struct Estimator {
     settings: Adaptive,
     base: Instant,
     windows: [Window; 2],
@@ -106,7 +106,7 @@ pub(super) struct Estimator {
 }
 
 impl Estimator {
-    pub(super) fn new(settings: Adaptive) -> Self {
+    pub(crate) fn new(settings: Adaptive) -> Self {
         Estimator {
             settings,
             base: Instant::now(),
@@ -141,7 +141,7 @@ impl Estimator {
     }
 
     /// [`delay`](Self::delay) at `now`, read by the caller.
-    pub(super) fn delay_at(&self, now: Instant) -> Duration {
+    pub(crate) fn delay_at(&self, now: Instant) -> Duration {
         match self.cached.load(Ordering::Relaxed) {
             0 => self.settings.fallback,
             _ if self.is_stale(self.us_at(now)) => self.settings.fallback,
@@ -162,7 +162,7 @@ impl Estimator {
     }
 
     /// Records one latency that ended at `at`, read by the caller.
-    pub(super) fn record_at(&self, latency: Duration, at: Instant) {
+    pub(crate) fn record_at(&self, latency: Duration, at: Instant) {
         let now = self.us_at(at);
         let rotated = self.maybe_rotate(now);
         let w = &self.windows[(self.epoch.load(Ordering::Acquire) & 1) as usize];
@@ -247,13 +247,13 @@ fn micros(d: Duration) -> u64 {
 
 /// The estimators of one hedge configuration, one per origin, in the registry the
 /// budget and breaker layers use.
-pub(super) struct Estimators {
+pub(crate) struct Estimators {
     settings: Adaptive,
     origins: Registry<Estimator>,
 }
 
 impl Estimators {
-    pub(super) fn new(settings: Adaptive) -> Self {
+    pub(crate) fn new(settings: Adaptive) -> Self {
         Estimators {
             settings,
             origins: Registry::new(Partition::origin(), move |_| Estimator::new(settings)),
@@ -261,7 +261,7 @@ impl Estimators {
     }
 
     /// The estimator of `uri`'s origin.
-    pub(super) fn get(&self, uri: &Uri) -> Arc<Estimator> {
+    pub(crate) fn get(&self, uri: &Uri) -> Arc<Estimator> {
         self.origins.for_origin(uri)
     }
 }

@@ -4,8 +4,11 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::estimate::{Adaptive, Estimators};
-use crate::policy::{FirstError, InvalidConfig, RetryPolicy, Rules};
+mod estimate;
+
+use super::{FirstError, InvalidConfig, RetryPolicy, Rules};
+pub(crate) use estimate::Estimator;
+use estimate::{Adaptive, Estimators};
 
 /// Hedges at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
@@ -50,18 +53,18 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 /// ```
 #[derive(Clone)]
 pub struct HedgePolicy {
-    pub(super) delay: Delay,
-    pub(super) max_extra: u32,
+    pub(crate) delay: Delay,
+    pub(crate) max_extra: u32,
     /// The methods hedged without a key; all idempotent.
     methods: Option<Arc<[Method]>>,
-    pub(super) policy: Arc<Judging>,
+    pub(crate) policy: Arc<Judging>,
 }
 
 /// What the hedge layer takes of the rules and timing: the ladder's rules, and the
 /// least time worth starting a copy with.
 #[derive(Debug)]
-pub(super) struct Judging {
-    pub(super) rules: Rules,
+pub(crate) struct Judging {
+    pub(crate) rules: Rules,
     min_attempt_time: Duration,
 }
 
@@ -73,11 +76,11 @@ impl Judging {
         }
     }
 
-    pub(super) fn min_attempt_time(&self) -> Duration {
+    pub(crate) fn min_attempt_time(&self) -> Duration {
         self.min_attempt_time
     }
 
-    pub(super) fn is_keyed(
+    pub(crate) fn is_keyed(
         &self,
         req_method: &Method,
         uri: &http::Uri,
@@ -92,7 +95,7 @@ impl Judging {
 /// Whether and how one call is hedged, when something above the hedge layer chose:
 /// a [route](crate::retry::RoutePolicy) of the retry layer, or the caller. It rides in
 /// the call's [`CallContext`](crate::policy::CallContext); a call with no choice there
-/// is hedged as the [`HedgeLayer`](super::HedgeLayer)'s own policy says.
+/// is hedged as the [`HedgeLayer`](crate::hedge::HedgeLayer)'s own policy says.
 ///
 /// # Examples
 ///
@@ -143,7 +146,7 @@ impl From<HedgePolicy> for HedgeChoice {
 }
 
 #[derive(Clone)]
-pub(super) enum Delay {
+pub(crate) enum Delay {
     Fixed(Duration),
     Adaptive(Arc<Estimators>),
 }
@@ -228,7 +231,7 @@ impl HedgePolicy {
 
     /// Whether a request is hedged without an idempotency key: its method, or the
     /// rules' classifier when it knows (a gRPC method path).
-    pub(super) fn hedges(&self, method: &Method, uri: &http::Uri) -> bool {
+    pub(crate) fn hedges(&self, method: &Method, uri: &http::Uri) -> bool {
         match &self.methods {
             None => self.policy.rules.is_idempotent(method, uri),
             Some(list) => list.contains(method) && self.policy.rules.is_idempotent(method, uri),
