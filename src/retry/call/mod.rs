@@ -1,6 +1,7 @@
-//! The decisions of one call: what an attempt's outcome means, the gates, the
-//! history, and how the call ends. The state machine that drives them is in
-//! `future.rs`.
+//! The decisions of one call: how it starts and what an attempt's outcome means.
+//! The history and every way the call ends are in `end.rs`, the gates and the
+//! origin's pause in `gates.rs`, what the observer is told in `tell.rs`; the state
+//! machine that drives them is in `../future.rs`.
 
 use std::mem;
 use std::sync::Arc;
@@ -10,6 +11,10 @@ use bytes::Buf;
 use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
+
+mod end;
+mod gates;
+mod tell;
 
 use super::future::{ResponseFuture, State};
 use super::head::Head;
@@ -407,127 +412,9 @@ where
             }
         }
     }
-
-    /// The gates a retryable outcome must pass; the wait before the next attempt, or
-    /// the gate that refused.
-    fn gates(&mut self, hint: Option<Duration>, now: Instant) -> Result<Duration, StopReason> {
-        let attempt = self.attempt;
-        let sent = self.slow().history.len().max(attempt as usize);
-        let policy = &*self.policy;
-        // Hedges a layer beneath sent count as attempts too.
-        if sent >= policy.max_attempts() as usize {
-            return Err(StopReason::AttemptsExhausted);
-        }
-        if let Some(body) = &self.body {
-            body.replayable().map_err(StopReason::BodyNotReplayable)?;
-        }
-        let wait = match hint {
-            Some(hint) if hint > policy.max_retry_after() => {
-                return Err(StopReason::RetryAfterTooLong)
-            }
-            Some(hint) => hint,
-            None => policy.backoff().wait(self.attempt),
-        };
-        if let Some(deadline) = self.deadline() {
-            let needed = wait.saturating_add(policy.min_attempt_time());
-            if deadline.saturating_duration_since(now) < needed {
-                return Err(StopReason::Deadline);
-            }
-        }
-        // A paused origin: the retry waits for the pause when its own wait ends
-        // first (a retry waiting for the hint that set the pause goes with it).
-        let wait = match self.meet_pause(now, later(now, wait))? {
-            Some(release) => release.saturating_duration_since(now),
-            None => wait,
-        };
-        if !self.breaker_allows_retry() {
-            return Err(StopReason::CircuitOpen);
-        }
-        let withdrawn = match self.budget() {
-            Some(budget) if !budget.try_withdraw() => return Err(StopReason::Budget),
-            Some(budget) => {
-                if let Some(observed) = self.observed.as_deref() {
-                    observed.ran_dry_if(budget);
-                }
-                true
-            }
-            None => false,
-        };
-        self.slow().withdrawn = withdrawn;
-        Ok(wait)
-    }
 }
 
 impl<S, B> Call<S, B> {
-    /// The budget account of the call's origin. Only a call that may retry reads
-    /// it, from its request head kept for the next attempt.
-    fn budget(&self) -> Option<&BudgetHandle> {
-        self.template.as_ref().and_then(|h| h.given().budget())
-    }
-
-    /// Pauses the call's origin on the hint of an answer the call will retry
-    /// after (the budget layer pauses it on the call's final answer).
-    fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
-        if let Some(budget) = self.budget() {
-            if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now()) {
-                budget.pause_told(later(now, hint), self.observed.as_deref());
-            }
-        }
-    }
-
-    /// Meets the origin's pause before an attempt whose own wait ends at `own_end`:
-    /// `Ok(None)` when the pause does not hold it (none, or over by then),
-    /// `Ok(Some(at))` to wait until `at` (the pause's end plus this call's share of
-    /// the release spread, within the deadline), `Err(Paused)` when it may not wait
-    /// (the deadline ends inside the pause, the budget fails fast, or the pause
-    /// lasts longer than the policy's `max_retry_after`: waiting for a pause is
-    /// waiting for another call's hint, and no hint is waited longer than that).
-    pub(super) fn meet_pause(
-        &mut self,
-        now: Instant,
-        own_end: Instant,
-    ) -> Result<Option<Instant>, StopReason> {
-        let observed = self.observed.as_deref();
-        let Some(pause) = self.budget().and_then(|b| b.paused_told(now, observed)) else {
-            return Ok(None);
-        };
-        if pause.until() <= own_end {
-            return Ok(None);
-        }
-        let too_long = pause.until().saturating_duration_since(now) > self.policy.max_retry_after();
-        let met = if too_long {
-            Err(())
-        } else {
-            meet(&pause, now, self.deadline(), self.policy.min_attempt_time())
-        };
-        match met {
-            Ok(release) => {
-                tracing::debug!(
-                    attempt = self.attempt,
-                    wait_ms = release.saturating_duration_since(now).as_millis() as u64,
-                    "retry waits for origin pause"
-                );
-                if let Some(observed) = self.observed.as_deref() {
-                    let wait = release.saturating_duration_since(now);
-                    observed.tell(|call| Event::CallWaited(observe::CallWaited { call, wait }));
-                }
-                Ok(Some(release))
-            }
-            Err(()) => {
-                self.slow().paused = Some(pause.until());
-                Err(StopReason::Paused)
-            }
-        }
-    }
-
-    /// Adds a wait for the origin's pause, found after the call's own wait, to the
-    /// wait recorded before the next attempt.
-    pub(super) fn waits_longer(&mut self, extra: Duration) {
-        if let Some(last) = self.slow().history.last_mut() {
-            last.wait = Some(last.wait.unwrap_or_default().saturating_add(extra));
-        }
-    }
-
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     pub(super) fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
@@ -594,150 +481,6 @@ impl<S, B> Call<S, B> {
         ladder(rules, self.idempotent, self.keyed, outcome, error, progress)
     }
 
-    /// Records the attempt that just ended: one record, or one per send when a hedge
-    /// layer beneath sent copies (the returned send's record gets the hint and the
-    /// progress).
-    fn record(
-        &mut self,
-        outcome: AttemptOutcome,
-        retry_after: Option<Duration>,
-        progress: Option<Progress>,
-        hedged: Option<Hedged>,
-        now: Instant,
-    ) {
-        let started = *self.started.get_or_insert(now);
-        let attempt = self.attempt;
-        let slow = self.slow();
-        let attempt_started = slow.attempt_started.unwrap_or(started);
-        if let Some(observed) = self.observed.as_deref() {
-            observed.attempt_finished(
-                attempt,
-                outcome,
-                progress,
-                now.saturating_duration_since(attempt_started),
-            );
-        }
-        let slow = self.slow();
-        match hedged {
-            Some(hedged) => {
-                let offset = attempt_started.saturating_duration_since(started);
-                let mut records = hedged.attempt_records(attempt, offset);
-                let returned = match hedged.winner() {
-                    Some(w) => hedged.sent().iter().position(|s| s.copy == w),
-                    None => (0..records.len()).max_by_key(|&i| records[i].elapsed),
-                };
-                if let Some(r) = returned.and_then(|i| records.get_mut(i)) {
-                    r.retry_after = retry_after;
-                    r.progress = progress;
-                }
-                for r in records {
-                    slow.history.push(r);
-                }
-            }
-            None => slow.history.push(AttemptRecord {
-                number: attempt,
-                outcome,
-                retry_after,
-                wait: None,
-                progress,
-                hedge: false,
-                elapsed: now.saturating_duration_since(started),
-            }),
-        }
-    }
-
-    /// Ends the sequence: records why and hands the history out.
-    fn finish(&mut self, stop: StopReason) -> History {
-        if stop.is_gate() {
-            tracing::debug!(
-                attempt = self.attempt,
-                gate = stop.as_str(),
-                "retry skipped"
-            );
-            let refused = self.slow().history.is_empty();
-            self.tell(|call, attempt| match refused {
-                true => Event::CallRefused(observe::CallRefused {
-                    call,
-                    refusal: observe::Refusal::Deadline,
-                }),
-                false => Event::RetrySkipped(observe::RetrySkipped {
-                    call,
-                    attempt,
-                    gate: stop,
-                }),
-            });
-        }
-        let route = self.route.clone();
-        let history = &mut self.slow().history;
-        history.stop(stop);
-        history.set_route(route);
-        mem::replace(history, History::new(0))
-    }
-
-    /// Returns a response. Its history rides on it when there is something to tell:
-    /// more than one attempt, or a gate that stopped a retry. A first-attempt answer
-    /// carries none, so the success path allocates nothing for it.
-    fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> CallResult<RB> {
-        let history = self.finish(stop);
-        if history.len() > 1 || stop != StopReason::Answered {
-            res.extensions_mut().insert(history);
-        }
-        Ok(res)
-    }
-
-    fn fail<RB>(
-        &mut self,
-        kind: ErrorKind,
-        err: BoxError,
-        stop: StopReason,
-        retryable: bool,
-    ) -> CallResult<RB> {
-        let paused = self.slow.as_ref().and_then(|s| s.paused);
-        let history = self.finish(stop);
-        let err = Error::wrap(kind, err).with_history(history, retryable);
-        Err(match paused {
-            Some(until) => err.with_pause(until, Instant::now()),
-            None => err,
-        })
-    }
-
-    /// The inner service failed to get ready for the next attempt.
-    pub(super) fn unavailable<RB>(&mut self, err: BoxError) -> CallResult<RB> {
-        self.refund();
-        self.fail(
-            ErrorKind::Other,
-            err,
-            StopReason::NotRetryable(NoRetry::Permanent),
-            false,
-        )
-    }
-
-    fn scheduled<RB>(
-        &mut self,
-        wait: Duration,
-        response: Option<Response<RB>>,
-        reason: RetryReason,
-    ) -> Step<RB> {
-        if let Some(last) = self.slow().history.last_mut() {
-            last.wait = Some(wait);
-        }
-        tracing::debug!(
-            attempt = self.attempt,
-            reason = %reason,
-            wait_ms = wait.as_millis() as u64,
-            "retry scheduled"
-        );
-        self.tell(|call, attempt| {
-            Event::RetryScheduled(observe::RetryScheduled {
-                call,
-                attempt,
-                reason,
-                wait,
-            })
-        });
-        Step::Wait { wait, response }
-    }
-
     /// Whether `res` ends the call as it is with nothing to tell: a first answer the
     /// ladder returns (rung 1) that no layer beneath returned a record with. This is
     /// the success path, so it reads only the status and `x-should-retry` (and asks
@@ -764,121 +507,6 @@ impl<S, B> Call<S, B> {
             status = status.as_u16(),
             "attempt answered"
         );
-    }
-
-    /// Ends the sequence after a wait, on a gate that refused the next attempt: the
-    /// last error as it is, or, when the last outcome was an answer whose body was
-    /// already drained, an error that names its status.
-    pub(super) fn stopped<RB>(&mut self, stop: StopReason) -> CallResult<RB> {
-        self.refund();
-        match self.slow().last_error.take() {
-            Some((kind, err)) => self.fail(kind, err, stop, true),
-            None => {
-                let status =
-                    self.slow()
-                        .history
-                        .attempts()
-                        .iter()
-                        .rev()
-                        .find_map(|a| match a.outcome {
-                            AttemptOutcome::Status(status) => Some(status),
-                            _ => None,
-                        });
-                let paused = self.slow().paused;
-                let history = self.finish(stop);
-                let err = match status {
-                    Some(status) => Error::answered(status),
-                    None => Error::new(ErrorKind::Other, None),
-                };
-                let err = err.with_history(history, true);
-                Err(match paused {
-                    Some(until) => err.with_pause(until, Instant::now()),
-                    None => err,
-                })
-            }
-        }
-    }
-
-    /// Tells the call's observer, if any, the event `make` builds from the call
-    /// and the current attempt's number.
-    #[inline]
-    fn tell(&self, make: impl for<'a> FnOnce(&'a observe::CallInfo, u32) -> Event<'a>) {
-        if let Some(observed) = self.observed.as_deref() {
-            let attempt = self.attempt;
-            observed.tell(|call| make(call, attempt));
-        }
-    }
-
-    /// Whether an observer is told of this call.
-    #[inline]
-    pub(super) fn is_observed(&self) -> bool {
-        self.observed.is_some()
-    }
-
-    /// Tells the observer, once, how the call ended.
-    #[inline]
-    pub(super) fn ended<RB>(&mut self, result: &CallResult<RB>) {
-        if let Some(observed) = self.observed.take() {
-            self.tell_finished(&observed, result);
-        }
-    }
-
-    #[cold]
-    fn tell_finished<RB>(&self, observed: &Observed, result: &CallResult<RB>) {
-        let (outcome, history) = match result {
-            Ok(res) => (
-                AttemptOutcome::Status(res.status()),
-                res.extensions().get::<History>(),
-            ),
-            Err(err) => (
-                err.status()
-                    .map_or(AttemptOutcome::Error(err.kind()), AttemptOutcome::Status),
-                err.history(),
-            ),
-        };
-        let attempts = history.map_or(1, |h| h.len() as u32);
-        let stop = history
-            .and_then(History::stop_reason)
-            .unwrap_or(StopReason::Answered);
-        let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
-        let budget_available = self
-            .template
-            .as_ref()
-            .and_then(|h| h.given().budget())
-            .and_then(|b| b.available());
-        observed.tell(|call| {
-            Event::CallFinished(observe::CallFinished {
-                call,
-                outcome,
-                attempts,
-                elapsed,
-                stop,
-                budget_available,
-            })
-        });
-    }
-
-    /// Gives the budget back a retry it paid for that will not be sent.
-    fn refund(&mut self) {
-        if self
-            .slow
-            .as_mut()
-            .is_some_and(|r| mem::take(&mut r.withdrawn))
-        {
-            if let Some(budget) = self.budget() {
-                budget.refund();
-            }
-        }
-    }
-
-    /// Whether the origin's breaker, when there is one, lets a retry through. Only a
-    /// call that may retry reads it, from its request head kept for the next
-    /// attempt, so the success path neither looks it up nor clones it.
-    pub(super) fn breaker_allows_retry(&self) -> bool {
-        self.template
-            .as_ref()
-            .and_then(|h| h.given().breaker())
-            .map_or(true, |b| b.allows_retry())
     }
 
     /// The last moment worth starting an attempt: the deadline less the minimum
