@@ -16,77 +16,17 @@
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`.
 
-use std::convert::Infallible;
-use std::future::{ready, Ready};
 use std::hint::black_box;
 
-use backstop::{
-    BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, IdempotencyKeyLayer,
-    ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
-};
+use backstop::RetryPolicy;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
-fn request() -> Request<Full<Bytes>> {
-    Request::get("http://127.0.0.1:8080/items/42?view=full")
-        .header("accept", "application/json")
-        .header("user-agent", "backstop-bench")
-        .body(Full::default())
-        .unwrap()
-}
+mod common;
 
-fn ok<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
-    ready(Ok(Response::new(Full::default())))
-}
-
-#[derive(Clone, Copy)]
-struct Trivial;
-
-impl backstop::progress::CapturesConnection for Trivial {}
-
-impl Service<Request<ReplayBody<Full<Bytes>>>> for Trivial {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Ready<Result<Response<Full<Bytes>>, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
-        ok(req)
-    }
-}
-
-#[derive(Clone)]
-struct TowerPolicy(usize);
-
-impl tower::retry::Policy<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible> for TowerPolicy {
-    type Future = Ready<()>;
-
-    fn retry(
-        &mut self,
-        _: &mut Request<Full<Bytes>>,
-        result: &mut Result<Response<Full<Bytes>>, Infallible>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(res) if res.status().is_server_error() && self.0 > 0 => {
-                self.0 -= 1;
-                Some(ready(()))
-            }
-            _ => None,
-        }
-    }
-
-    fn clone_request(&mut self, req: &Request<Full<Bytes>>) -> Option<Request<Full<Bytes>>> {
-        Some(req.clone())
-    }
-}
+use common::request;
 
 fn drive<S>(rt: &tokio::runtime::Runtime, svc: S, calls: usize)
 where
@@ -111,30 +51,10 @@ fn main() {
         .unwrap_or(1000);
     let stack = std::env::var("INSTR_STACK").unwrap_or_else(|_| "backstop_stack".into());
     match stack.as_str() {
-        "bare" => drive(&rt, tower::service_fn(ok::<Full<Bytes>>), calls),
-        "tower_retry" => drive(
-            &rt,
-            tower::retry::RetryLayer::new(TowerPolicy(2))
-                .layer(tower::service_fn(ok::<Full<Bytes>>)),
-            calls,
-        ),
-        "backstop_retry" => drive(
-            &rt,
-            RetryLayer::new(RetryPolicy::default())
-                .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>)),
-            calls,
-        ),
-        "backstop_stack" => drive(
-            &rt,
-            tower::ServiceBuilder::new()
-                .layer(IdempotencyKeyLayer::new())
-                .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
-                .layer(BudgetLayer::new(BudgetPolicy::default()))
-                .layer(RetryLayer::new(RetryPolicy::default()))
-                .layer(ProgressTrackingLayer::new())
-                .service(Trivial),
-            calls,
-        ),
+        "bare" => drive(&rt, common::bare(), calls),
+        "tower_retry" => drive(&rt, common::tower_retry(), calls),
+        "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
+        "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
         other => eprintln!("unknown INSTR_STACK {other}"),
     }
 }

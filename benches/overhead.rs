@@ -21,83 +21,19 @@
 //! `added/backstop_retry`, `added/backstop_retry_no_opinion` and
 //! `added/backstop_stack` report nanoseconds added per call.
 
-use std::convert::Infallible;
-use std::future::{ready, Ready};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use backstop::{
-    BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, IdempotencyKeyLayer,
-    ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
-};
+use backstop::{ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
-fn request() -> Request<Full<Bytes>> {
-    Request::get("http://127.0.0.1:8080/items/42?view=full")
-        .header("accept", "application/json")
-        .header("user-agent", "backstop-bench")
-        .body(Full::default())
-        .unwrap()
-}
+mod common;
 
-fn ok<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
-    ready(Ok(Response::new(Full::default())))
-}
-
-/// The trivial inner service for the stacks with progress tracking. It never writes
-/// a byte, so it keeps the promise of `CapturesConnection` trivially.
-#[derive(Clone, Copy)]
-struct Trivial;
-
-impl backstop::progress::CapturesConnection for Trivial {}
-
-impl Service<Request<ReplayBody<Full<Bytes>>>> for Trivial {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Ready<Result<Response<Full<Bytes>>, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
-        ok(req)
-    }
-}
-
-/// Retries 5xx up to twice, cloning the request before each attempt, as a tower
-/// user would write it.
-#[derive(Clone)]
-struct TowerPolicy(usize);
-
-impl tower::retry::Policy<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible> for TowerPolicy {
-    type Future = Ready<()>;
-
-    fn retry(
-        &mut self,
-        _: &mut Request<Full<Bytes>>,
-        result: &mut Result<Response<Full<Bytes>>, Infallible>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(res) if res.status().is_server_error() && self.0 > 0 => {
-                self.0 -= 1;
-                Some(ready(()))
-            }
-            _ => None,
-        }
-    }
-
-    fn clone_request(&mut self, req: &Request<Full<Bytes>>) -> Option<Request<Full<Bytes>>> {
-        Some(req.clone())
-    }
-}
+use common::{request, Trivial};
 
 fn overhead(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -106,16 +42,15 @@ fn overhead(c: &mut Criterion) {
         .unwrap();
     let mut group = c.benchmark_group("overhead");
 
-    let bare = tower::service_fn(ok::<Full<Bytes>>);
+    let bare = common::bare();
     group.bench_function("bare", |b| {
         b.to_async(&rt).iter(|| {
-            let mut svc = bare;
+            let mut svc = bare.clone();
             async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
         })
     });
 
-    let tower_retry =
-        tower::retry::RetryLayer::new(TowerPolicy(2)).layer(tower::service_fn(ok::<Full<Bytes>>));
+    let tower_retry = common::tower_retry();
     group.bench_function("tower_retry", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = tower_retry.clone();
@@ -123,8 +58,7 @@ fn overhead(c: &mut Criterion) {
         })
     });
 
-    let backstop_retry = RetryLayer::new(RetryPolicy::default())
-        .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    let backstop_retry = common::backstop_retry(RetryPolicy::default());
     group.bench_function("backstop_retry", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = backstop_retry.clone();
@@ -140,8 +74,7 @@ fn overhead(c: &mut Criterion) {
         .build()
         .unwrap();
     let backstop_retry_no_opinion =
-        RetryLayer::new(RetryPolicy::builder().rules(no_opinion).build().unwrap())
-            .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+        common::backstop_retry(RetryPolicy::builder().rules(no_opinion).build().unwrap());
     group.bench_function("backstop_retry_no_opinion", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = backstop_retry_no_opinion.clone();
@@ -163,13 +96,7 @@ fn overhead(c: &mut Criterion) {
     });
 
     // The whole stack on the success path: key, breaker, budget, retry, progress.
-    let backstop_stack = tower::ServiceBuilder::new()
-        .layer(IdempotencyKeyLayer::new())
-        .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
-        .layer(BudgetLayer::new(BudgetPolicy::default()))
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(ProgressTrackingLayer::new())
-        .service(Trivial);
+    let backstop_stack = common::backstop_stack();
     group.bench_function("backstop_stack", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = backstop_stack.clone();
@@ -205,7 +132,7 @@ where
     S::Error: std::fmt::Debug,
 {
     const RUN: u64 = 64;
-    let bare = tower::service_fn(ok::<Full<Bytes>>);
+    let bare = common::bare();
     let (mut with, mut without) = (Duration::ZERO, Duration::ZERO);
     let mut left = iters;
     while left > 0 {
@@ -213,7 +140,7 @@ where
         left -= n;
         let start = Instant::now();
         for _ in 0..n {
-            let mut svc = bare;
+            let mut svc = bare.clone();
             rt.block_on(async { black_box(svc.ready().await.unwrap().call(request()).await) })
                 .unwrap();
         }
