@@ -193,20 +193,7 @@ impl<S> Observe<S> {
         Observe { inner, observer }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for Observe<S> {
