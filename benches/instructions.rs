@@ -14,7 +14,8 @@
 //! done
 //! ```
 //!
-//! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`.
+//! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`;
+//! `sizes` prints the size of each layer's response future instead.
 
 use std::hint::black_box;
 
@@ -40,6 +41,55 @@ where
     }
 }
 
+/// The stack without the idempotency key layer, then without the breaker, then
+/// without the budget.
+#[allow(clippy::type_complexity)]
+fn layers() -> (
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
+) {
+    use backstop::{
+        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, ProgressTrackingLayer,
+        RetryLayer,
+    };
+    let retry = tower::ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .layer(ProgressTrackingLayer::new())
+        .service(common::Trivial);
+    let budget = tower::ServiceBuilder::new()
+        .layer(BudgetLayer::new(BudgetPolicy::default()))
+        .service(retry.clone());
+    let breaker = tower::ServiceBuilder::new()
+        .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
+        .service(budget.clone());
+    (retry, budget, breaker)
+}
+
+/// The size of each layer's response future over the trivial inner service.
+fn sizes() {
+    fn size<S: Service<R>, R>(_: &S) -> usize {
+        std::mem::size_of::<S::Future>()
+    }
+    type Plain = Request<Full<Bytes>>;
+    use backstop::{
+        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, IdempotencyKeyLayer,
+        ProgressTrackingLayer, RetryLayer,
+    };
+    use tower::Layer;
+    let progress = || ProgressTrackingLayer::new().layer(common::Trivial);
+    let retry = || RetryLayer::new(RetryPolicy::default()).layer(progress());
+    let budget = || BudgetLayer::new(BudgetPolicy::default()).layer(retry());
+    let breaker = || CircuitBreakerLayer::new(CircuitBreakerPolicy::default()).layer(budget());
+    let key = IdempotencyKeyLayer::new().layer(breaker());
+    println!("progress {}", size::<_, Request<backstop::ReplayBody<Full<Bytes>>>>(&progress()));
+    println!("retry {}", size::<_, Plain>(&retry()));
+    println!("budget {}", size::<_, Plain>(&budget()));
+    println!("breaker {}", size::<_, Plain>(&breaker()));
+    println!("key {}", size::<_, Plain>(&key));
+    println!("tower_retry {}", size::<_, Plain>(&common::tower_retry()));
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -55,6 +105,11 @@ fn main() {
         "tower_retry" => drive(&rt, common::tower_retry(), calls),
         "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
+        "sizes" => sizes(),
+        // The stack built up a layer at a time, to see what each adds.
+        "retry_progress" => drive(&rt, layers().0, calls),
+        "budget_retry_progress" => drive(&rt, layers().1, calls),
+        "breaker_budget_retry_progress" => drive(&rt, layers().2, calls),
         other => eprintln!("unknown INSTR_STACK {other}"),
     }
 }

@@ -180,9 +180,9 @@ impl Account {
         self.balance.fetch_sub(expired as i64, Ordering::Relaxed);
     }
 
-    /// Counts one first attempt.
-    pub(crate) fn deposit(&self) {
-        let slot = self.ring.current(Instant::now(), |e| self.expire(e));
+    /// Counts one first attempt, made at `now`.
+    pub(crate) fn deposit_at(&self, now: Instant) {
+        let slot = self.ring.current(now, |e| self.expire(e));
         if self.deposit != 0 {
             self.balance.fetch_add(self.deposit, Ordering::Relaxed);
             slot.fetch_add(self.deposit as u64, Ordering::Relaxed);
@@ -298,7 +298,7 @@ pub struct OriginAccount(pub(crate) Arc<Account>);
 impl OriginAccount {
     /// Counts one first attempt: it adds the budget's ratio of a retry.
     pub fn deposit(&self) {
-        self.0.deposit();
+        self.0.deposit_at(Instant::now());
     }
 
     /// Spends one retry (or hedge) if the account holds a whole one; `false` means

@@ -197,7 +197,7 @@ where
 /// paused it on each answer it retried after; the last one reaches here.
 #[inline]
 fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
-    if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now()) {
+    if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now) {
         account.pause_told(later(Instant::now(), hint), observed);
     }
 }

@@ -241,9 +241,9 @@ where
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> ResponseFuture<S, B> {
         let account = self.shared.accounts.get_for(&mut req);
-        account.deposit();
-        crate::policy::CallContext::of_mut(req.extensions_mut())
-            .set_budget(crate::policy::BudgetHandle::new(account.clone()));
+        let context = crate::policy::CallContext::of_mut(req.extensions_mut());
+        account.deposit_at(context.entered());
+        context.set_budget(crate::policy::BudgetHandle::new(account.clone()));
         // A paused origin: the first attempt is held (or refused) here; its
         // retries are held by the retry layer, which asks the same account.
         let observed = crate::observe::Observed::of(&req);

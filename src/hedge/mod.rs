@@ -220,7 +220,7 @@ impl<S> Hedge<S> {
         let keyed = hedge
             .policy
             .is_keyed(req.method(), req.uri(), req.headers(), ext);
-        if !(keyed || hedge.hedges(req.method(), req.uri())) || ext.get::<OneShot>().is_some() {
+        if !(keyed || hedge.hedges(req.method(), req.uri())) || given.get::<OneShot>().is_some() {
             return None;
         }
         // The retry layer above leaves a progress record exactly on the attempts of a

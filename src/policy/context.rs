@@ -48,7 +48,7 @@ use crate::observe::Observer;
 /// assert!(context.deadline().is_some());
 /// # }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct CallContext {
     budget: Option<BudgetHandle>,
     breaker: Option<BreakerHandle>,
@@ -58,6 +58,26 @@ pub struct CallContext {
     hedge: Option<HedgeChoice>,
     attempt: Option<AttemptLog>,
     observer: Option<Arc<dyn Observer>>,
+    /// When the call entered the stack, read once by the first layer that dates
+    /// something and shared by the others; not carried by a clone, so a context
+    /// copied into another call never dates it.
+    entered: Option<Instant>,
+}
+
+impl Clone for CallContext {
+    fn clone(&self) -> Self {
+        CallContext {
+            budget: self.budget.clone(),
+            breaker: self.breaker.clone(),
+            keyed: self.keyed,
+            deadline: self.deadline,
+            route: self.route.clone(),
+            hedge: self.hedge.clone(),
+            attempt: self.attempt.clone(),
+            observer: self.observer.clone(),
+            entered: None,
+        }
+    }
 }
 
 impl CallContext {
@@ -158,6 +178,15 @@ impl CallContext {
     pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
         self.observer = Some(observer);
     }
+
+    /// When the call entered the stack: the clock is read by the first layer
+    /// that asks and the others share it, so a stack reads it once per call. It
+    /// dates the sliding windows of the budget and breaker, where a call counts in
+    /// the slot it started in.
+    #[inline]
+    pub(crate) fn entered(&mut self) -> Instant {
+        *self.entered.get_or_insert_with(Instant::now)
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -171,7 +200,7 @@ impl fmt::Debug for CallContext {
             .field("hedge", &self.hedge)
             .field("attempt", &self.attempt.is_some())
             .field("observer", &self.observer.is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -183,11 +212,15 @@ pub(crate) struct Given<'a> {
 }
 
 impl<'a> Given<'a> {
+    /// What `extensions` give. When they hold the context alone (the usual
+    /// stack), the handle types inserted directly are not looked for.
     #[inline]
     pub(crate) fn new(extensions: &'a Extensions) -> Self {
+        let context = CallContext::of(extensions);
+        let others = extensions.len() > usize::from(context.is_some());
         Given {
-            extensions: Some(extensions),
-            context: CallContext::of(extensions),
+            extensions: others.then_some(extensions),
+            context,
         }
     }
 
@@ -207,8 +240,16 @@ impl<'a> Given<'a> {
         }
     }
 
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&'a T> {
+    /// A value of type `T` inserted into the extensions directly.
+    #[inline]
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&'a T> {
         self.extensions?.get::<T>()
+    }
+
+    /// Whether the extensions hold anything besides the context.
+    #[inline]
+    pub(crate) fn has_others(&self) -> bool {
+        self.extensions.is_some()
     }
 
     pub(crate) fn budget(&self) -> Option<&'a BudgetHandle> {

@@ -134,14 +134,16 @@ pub enum PauseChange {
 /// This is the one place where a hint that pauses an origin is read: every layer
 /// that pauses an origin (the retry layer on an answer it retries after, the
 /// budget layer on a call's final answer) picks up each source of such hints.
+/// The wall clock (`now`, for an HTTP-date) is read only for a status that can
+/// carry one, so the success path reads no clock here.
 pub(crate) fn pause_hint(
     status: StatusCode,
     headers: &HeaderMap,
-    now: SystemTime,
+    now: impl FnOnce() -> SystemTime,
 ) -> Option<Duration> {
     match status {
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-            super::parse_retry_after(headers, now).filter(|h| !h.is_zero())
+            super::parse_retry_after(headers, now()).filter(|h| !h.is_zero())
         }
         #[cfg(feature = "grpc")]
         StatusCode::OK => crate::grpc::pushback_pause(headers),
@@ -191,14 +193,14 @@ mod tests {
         for (status, paused) in [(429, true), (503, true), (500, false), (200, false)] {
             let status = StatusCode::from_u16(status).unwrap();
             assert_eq!(
-                pause_hint(status, &headers, now).is_some(),
+                pause_hint(status, &headers, || now).is_some(),
                 paused,
                 "{status}"
             );
         }
         headers.insert(RETRY_AFTER, HeaderValue::from_static("0"));
         assert_eq!(
-            pause_hint(StatusCode::TOO_MANY_REQUESTS, &headers, now),
+            pause_hint(StatusCode::TOO_MANY_REQUESTS, &headers, || now),
             None
         );
     }
@@ -212,7 +214,7 @@ mod tests {
             for (k, v) in pairs {
                 h.insert(*k, HeaderValue::from_static(v));
             }
-            pause_hint(StatusCode::OK, &h, now)
+            pause_hint(StatusCode::OK, &h, || now)
         };
         let grpc = ("content-type", "application/grpc+proto");
         let push = ("grpc-retry-pushback-ms", "1500");
@@ -236,7 +238,7 @@ mod tests {
         h.insert("content-type", HeaderValue::from_static("application/grpc"));
         h.insert("grpc-status", HeaderValue::from_static("14"));
         h.insert("grpc-retry-pushback-ms", HeaderValue::from_static("1500"));
-        assert_eq!(pause_hint(StatusCode::INTERNAL_SERVER_ERROR, &h, now), None);
+        assert_eq!(pause_hint(StatusCode::INTERNAL_SERVER_ERROR, &h, || now), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -140,7 +140,12 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // The route gives the policy (unless the call brings its own), and leaves its
         // name and hedging in the call's context for the layers beneath.
-        let given = req.extensions_mut().remove::<RetryPolicy>();
+        // Only the context in the extensions (the usual stack): no policy to look for.
+        let given = if crate::policy::Given::new(req.extensions()).has_others() {
+            req.extensions_mut().remove::<RetryPolicy>()
+        } else {
+            None
+        };
         let policy = self.routes.choose(&mut req, given);
         // The inner service that was driven to readiness serves the first attempt;
         // later attempts drive the clone's readiness themselves.

@@ -206,7 +206,7 @@ where
         // For an idempotent request a key changes nothing, so it is not looked for.
         let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
         let keyed = !idempotent && policy.carries_key(req.headers(), ext);
-        let one_shot = ext.get::<crate::body::OneShot>().is_some();
+        let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
