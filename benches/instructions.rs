@@ -88,6 +88,10 @@ fn sizes() {
     println!("breaker {}", size::<_, Plain>(&breaker()));
     println!("key {}", size::<_, Plain>(&key));
     println!("tower_retry {}", size::<_, Plain>(&common::tower_retry()));
+    println!(
+        "call_context {}",
+        std::mem::size_of::<backstop::policy::CallContext>()
+    );
 }
 
 fn main() {

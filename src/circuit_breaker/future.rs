@@ -6,7 +6,6 @@ use std::task::{ready, Context, Poll};
 
 use http::Response;
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 
 use super::state::{Change, Core, Ticket};
 use crate::error::{BoxError, Error};
@@ -36,27 +35,19 @@ pin_project! {
 pub(crate) struct Permit {
     core: Arc<Core>,
     ticket: Ticket,
-    /// When the call entered the stack: a closed breaker counts it then.
-    entered: Instant,
     recorded: bool,
     /// The call's observer, told of the state changes its outcome makes.
     observed: Option<Box<Observed>>,
 }
 
 impl Permit {
-    pub(crate) fn new(
-        core: Arc<Core>,
-        ticket: Ticket,
-        entered: Instant,
-        observed: Option<Box<Observed>>,
-    ) -> Self {
+    pub(crate) fn new(core: Arc<Core>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
         if ticket.half_opened {
             changed(observed.as_deref(), core.state_change_to_half_open());
         }
         Permit {
             core,
             ticket,
-            entered,
             recorded: false,
             observed,
         }
@@ -65,7 +56,7 @@ impl Permit {
     fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
         let failed = self.core.config.fails(outcome, error);
         self.recorded = true;
-        if let Some(change) = self.core.record(self.ticket, failed, self.entered) {
+        if let Some(change) = self.core.record(self.ticket, failed) {
             changed(self.observed.as_deref(), change);
         }
     }

@@ -187,11 +187,10 @@ where
             Ok(ticket) => {
                 let context = CallContext::of_mut(req.extensions_mut());
                 context.set_breaker(BreakerHandle::new(breaker.clone()));
-                let entered = context.entered();
                 let observer = context.observer().cloned();
                 let observed = observer.map(|o| Box::new(Observed::new(o, &req)));
                 let future = self.inner.call(req);
-                ResponseFuture::called(future, Permit::new(breaker, ticket, entered, observed))
+                ResponseFuture::called(future, Permit::new(breaker, ticket, observed))
             }
             Err(next_probe_at) => refused(&req, breaker.label(), next_probe_at),
         }

@@ -283,25 +283,24 @@ impl Core {
         }
     }
 
-    /// Records the final outcome of an admitted call that entered the stack at
-    /// `entered`; the state change it made, if any. A closed breaker counts the
-    /// call in the window's slot of `entered`, so a success reads no clock; a
-    /// failure reads it for the cooldown.
-    pub(crate) fn record(&self, ticket: Ticket, failed: bool, entered: Instant) -> Option<Change> {
+    /// Records the final outcome of an admitted call; the state change it made,
+    /// if any.
+    pub(crate) fn record(&self, ticket: Ticket, failed: bool) -> Option<Change> {
         if ticket.probe {
             self.record_probe(ticket.gen, failed)
         } else {
-            self.record_closed(ticket.gen, failed, entered)
+            self.record_closed(ticket.gen, failed)
         }
     }
 
-    fn record_closed(&self, gen: u32, failed: bool, entered: Instant) -> Option<Change> {
+    fn record_closed(&self, gen: u32, failed: bool) -> Option<Change> {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {
             // The breaker opened since the call was admitted: its outcome is old news.
             return None;
         }
-        let slot = self.window.current(entered, drop);
+        let now = Instant::now();
+        let slot = self.window.current(now, drop);
         slot.fetch_add(CALL | u64::from(failed), Ordering::Relaxed);
         if !failed {
             if self.run.load(Ordering::Relaxed) != 0 {
@@ -320,7 +319,6 @@ impl Core {
                 && failures.saturating_mul(1_000_000) >= config.ratio_ppm.saturating_mul(calls);
         }
         if trip {
-            let now = Instant::now();
             let until = self.cooldown_end(now, 0);
             if self.cas(w, Word::open(w.next_gen(), 0, until)).is_ok() {
                 tracing::info!(
@@ -480,7 +478,7 @@ mod tests {
         );
         for _ in 0..3 {
             let t = b.admit().unwrap();
-            b.record(t, true, Instant::now());
+            b.record(t, true);
         }
         assert_eq!(b.state(), State::Open);
         let at = b.admit().unwrap_err().unwrap();
@@ -490,7 +488,7 @@ mod tests {
         assert!(probe.probe);
         assert_eq!(b.admit(), Err(None));
         assert!(!b.allows_retry());
-        b.record(probe, false, Instant::now());
+        b.record(probe, false);
         assert_eq!(b.state(), State::Closed);
         assert!(b.allows_retry());
     }
@@ -511,7 +509,7 @@ mod tests {
         assert_eq!(b.keeps_for(), Duration::from_secs(4));
         tokio::time::advance(Duration::from_millis(205)).await;
         let t = b.admit().unwrap();
-        b.record(t, true, Instant::now());
+        b.record(t, true);
         // Opened at 205 ms: the cooldown's end is later than the outcome's slot end.
         assert_eq!(b.last_used(), ms(1_205));
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -524,12 +522,12 @@ mod tests {
         assert_eq!((b.state(), b.last_used()), (State::HalfOpen, ms(5_505)));
         tokio::time::advance(Duration::from_millis(300)).await;
         let probe = b.admit().unwrap();
-        b.record(probe, false, Instant::now());
+        b.record(probe, false);
         assert_eq!((b.state(), b.last_used()), (State::Closed, ms(5_805)));
         // Closed outcomes are dated by the end of their window slot (10 ms).
         tokio::time::advance(Duration::from_millis(1_001)).await;
         let t = b.admit().unwrap();
-        b.record(t, false, Instant::now());
+        b.record(t, false);
         assert_eq!(b.last_used(), ms(6_810));
     }
 }

@@ -296,6 +296,12 @@ impl<'a> Given<'a> {
         self.context.and_then(CallContext::observer)
     }
 
+    /// When the call entered the stack, if a layer above dated it.
+    #[inline]
+    pub(crate) fn entered(&self) -> Option<Instant> {
+        self.context.and_then(|c| c.entered)
+    }
+
     #[inline]
     pub(crate) fn attempt(&self) -> Option<&'a AttemptLog> {
         self.context

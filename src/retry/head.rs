@@ -19,36 +19,82 @@ use crate::policy::{CallContext, Given};
 /// copied flat; larger ones are cloned.
 pub(super) const FLAT_LIMIT: usize = 4096;
 
-/// The buffer a flat head starts with.
-const FLAT_GUESS: usize = 512;
-
-/// A request's head, kept for later attempts.
+/// A request's head, kept for later attempts: its extensions as [`Extras`], and the
+/// rest as one flat buffer (or, rarely, a clone). It is a few words, so the future
+/// that keeps it stays small.
 #[derive(Clone)]
 pub(super) struct Head {
-    method: Method,
-    version: Version,
     extras: Extras,
     kept: HeadCopy,
 }
 
 #[derive(Clone)]
 enum HeadCopy {
-    /// The URI's text (when `uri` is `None`), then each header value as a record: a
+    /// One allocation: a prelude (the method's and the
+    /// version's tags, the URI's length and the number of header values, see
+    /// [`Prelude`]), the URI's text, then each header value as a record: a
     /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
     /// then the name's and the value's bytes.
-    Flat {
-        buf: Vec<u8>,
-        uri: Option<Uri>,
-        uri_len: usize,
-        values: usize,
-    },
-    /// Boxed: a head this large is rare, and the future that keeps it stays small.
-    Cloned(Box<(Uri, HeaderMap)>),
+    Flat(Vec<u8>),
+    /// Boxed: a head this large or unusual is rare.
+    Cloned(Box<Cloned>),
 }
 
-/// The bytes one value takes in a flat record.
-fn record_len(name: &HeaderName, value: &HeaderValue) -> usize {
-    9 + name.as_str().len() + value.len()
+/// A head kept as it is: an extension method, a URI of an unusual shape, or
+/// headers over [`FLAT_LIMIT`].
+#[derive(Clone)]
+struct Cloned {
+    method: Method,
+    version: Version,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+/// The standard methods, by their tag in a flat head.
+const METHODS: [Method; 9] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::HEAD,
+    Method::OPTIONS,
+    Method::CONNECT,
+    Method::PATCH,
+    Method::TRACE,
+];
+
+/// The versions, by their tag in a flat head.
+const VERSIONS: [Version; 5] = [
+    Version::HTTP_09,
+    Version::HTTP_10,
+    Version::HTTP_11,
+    Version::HTTP_2,
+    Version::HTTP_3,
+];
+
+/// The buffer a flat head starts with.
+const FLAT_GUESS: usize = 512;
+
+/// The bytes of a flat head before the URI: method tag, version tag, the URI's
+/// length and the number of values (`u32`, little-endian).
+const PRELUDE: usize = 10;
+
+/// The first bytes of a flat head, read back.
+struct Prelude {
+    method: Method,
+    version: Version,
+    uri_len: usize,
+    values: usize,
+}
+
+/// The tag of a standard method; `None` for an extension method.
+fn method_tag(method: &Method) -> Option<u8> {
+    METHODS.iter().position(|m| m == method).map(|i| i as u8)
+}
+
+/// The tag of a version; `None` for one `http` may add.
+fn version_tag(version: Version) -> Option<u8> {
+    VERSIONS.iter().position(|&v| v == version).map(|i| i as u8)
 }
 
 /// The parts of `uri` whose text parses back to an equal URI, at most
@@ -86,62 +132,72 @@ fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
 }
 
 impl HeadCopy {
-    fn of(uri: &Uri, headers: &HeaderMap) -> Self {
-        let text = uri_text(uri);
-        // One pass, into a buffer most heads fit in: the allocator serves this size
-        // as fast as a smaller one.
-        let mut buf = Vec::with_capacity(FLAT_GUESS);
-        if let Some([scheme, authority, path]) = text {
-            if !scheme.is_empty() {
-                buf.extend_from_slice(scheme.as_bytes());
-                buf.extend_from_slice(b"://");
-            }
-            buf.extend_from_slice(authority.as_bytes());
-            buf.extend_from_slice(path.as_bytes());
+    fn of(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Self {
+        match Self::flat(method, version, uri, headers) {
+            Some(flat) => HeadCopy::Flat(flat),
+            None => HeadCopy::Cloned(Box::new(Cloned {
+                method: method.clone(),
+                version,
+                uri: uri.clone(),
+                headers: headers.clone(),
+            })),
         }
-        let uri_len = buf.len();
+    }
+
+    /// The flat copy, written in one pass into a buffer most heads fit in (the
+    /// allocator serves this size as fast as a smaller one); `None` when the head
+    /// must be cloned.
+    #[inline]
+    fn flat(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Option<Vec<u8>> {
+        let method = method_tag(method)?;
+        let version = version_tag(version)?;
+        let [scheme, authority, path] = uri_text(uri)?;
+        let mut buf = Vec::with_capacity(FLAT_GUESS);
+        // The lengths are filled in at the end.
+        buf.extend_from_slice(&[method, version, 0, 0, 0, 0, 0, 0, 0, 0]);
+        if !scheme.is_empty() {
+            buf.extend_from_slice(scheme.as_bytes());
+            buf.extend_from_slice(b"://");
+        }
+        buf.extend_from_slice(authority.as_bytes());
+        buf.extend_from_slice(path.as_bytes());
+        let uri_len = buf.len() - PRELUDE;
         for (name, value) in headers {
-            if buf.len() + record_len(name, value) > FLAT_LIMIT {
-                return HeadCopy::Cloned(Box::new((uri.clone(), headers.clone())));
-            }
             let name = name.as_str().as_bytes();
             let value_bytes = value.as_bytes();
+            if buf.len() - PRELUDE + 9 + name.len() + value_bytes.len() > FLAT_LIMIT {
+                return None;
+            }
+            // Both fit: the whole is at most FLAT_LIMIT bytes.
             let mut lead = [0; 9];
             lead[0] = u8::from(value.is_sensitive());
-            // Both fit: the whole is at most FLAT_LIMIT bytes.
             lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
             lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
             buf.extend_from_slice(&lead);
             buf.extend_from_slice(name);
             buf.extend_from_slice(value_bytes);
         }
-        HeadCopy::Flat {
-            buf,
-            uri: text.is_none().then(|| uri.clone()),
-            uri_len,
-            values: headers.len(),
-        }
+        buf[2..6].copy_from_slice(&(uri_len as u32).to_le_bytes());
+        buf[6..10].copy_from_slice(&(headers.len() as u32).to_le_bytes());
+        Some(buf)
     }
 
-    /// The URI and the header map again; `None` if the text does not parse back,
-    /// which a head built through `http`'s checked constructors never gives.
-    fn parts(self) -> Option<(Uri, HeaderMap)> {
-        let (buf, uri, uri_len, values) = match self {
+    /// The head's parts again; `None` if the text does not parse back, which a
+    /// head built through `http`'s checked constructors never gives.
+    fn parts(self) -> Option<Cloned> {
+        let buf = match self {
             HeadCopy::Cloned(head) => return Some(*head),
-            HeadCopy::Flat {
-                buf,
-                uri,
-                uri_len,
-                values,
-            } => (buf, uri, uri_len, values),
+            HeadCopy::Flat(buf) => buf,
         };
+        let prelude = Prelude::of(&buf)?;
         let buf = Bytes::from(buf);
-        let uri = match uri {
-            Some(uri) => uri,
-            None => Uri::from_maybe_shared(buf.slice(..uri_len.min(buf.len()))).ok()?,
-        };
-        let mut map = HeaderMap::with_capacity(values);
-        let mut at = uri_len;
+        let uri_end = PRELUDE.checked_add(prelude.uri_len)?;
+        if uri_end > buf.len() {
+            return None;
+        }
+        let uri = Uri::from_maybe_shared(buf.slice(PRELUDE..uri_end)).ok()?;
+        let mut map = HeaderMap::with_capacity(prelude.values);
+        let mut at = uri_end;
         while at < buf.len() {
             let sensitive = *buf.get(at)? != 0;
             let name_len = read_len(&buf, at + 1)?;
@@ -158,7 +214,23 @@ impl HeadCopy {
             map.append(name, value);
             at = end;
         }
-        Some((uri, map))
+        Some(Cloned {
+            method: prelude.method,
+            version: prelude.version,
+            uri,
+            headers: map,
+        })
+    }
+}
+
+impl Prelude {
+    fn of(buf: &[u8]) -> Option<Self> {
+        Some(Prelude {
+            method: METHODS.get(usize::from(*buf.first()?))?.clone(),
+            version: *VERSIONS.get(usize::from(*buf.get(1)?))?,
+            uri_len: read_len(buf, 2)?,
+            values: read_len(buf, 6)?,
+        })
     }
 }
 
@@ -205,10 +277,8 @@ impl Head {
     #[inline]
     pub(super) fn of<T>(req: &Request<T>) -> Self {
         Head {
-            method: req.method().clone(),
-            version: req.version(),
             extras: Extras::of(req.extensions()),
-            kept: HeadCopy::of(req.uri(), req.headers()),
+            kept: HeadCopy::of(req.method(), req.version(), req.uri(), req.headers()),
         }
     }
 
@@ -224,12 +294,12 @@ impl Head {
     /// The request for a later attempt; `None` only if the head does not read back
     /// (see [`HeadCopy::parts`]).
     pub(super) fn request<T>(self, body: T) -> Option<Request<T>> {
-        let (uri, headers) = self.kept.parts()?;
+        let head = self.kept.parts()?;
         let mut req = Request::new(body);
-        *req.method_mut() = self.method;
-        *req.uri_mut() = uri;
-        *req.version_mut() = self.version;
-        *req.headers_mut() = headers;
+        *req.method_mut() = head.method;
+        *req.uri_mut() = head.uri;
+        *req.version_mut() = head.version;
+        *req.headers_mut() = head.headers;
         *req.extensions_mut() = self.extras.into_extensions();
         Some(req)
     }
@@ -263,11 +333,13 @@ mod tests {
         )
     }
 
-    fn flat(kept: &HeadCopy) -> Option<bool> {
-        match kept {
-            HeadCopy::Flat { uri, .. } => Some(uri.is_none()),
-            HeadCopy::Cloned(_) => None,
-        }
+    fn flat(kept: &HeadCopy) -> bool {
+        matches!(kept, HeadCopy::Flat(_))
+    }
+
+    /// The copy of a GET's head.
+    fn copy(uri: &Uri, headers: &HeaderMap) -> HeadCopy {
+        HeadCopy::of(&Method::GET, Version::HTTP_11, uri, headers)
     }
 
     #[test]
@@ -302,8 +374,8 @@ mod tests {
             "/",
         ] {
             let uri: Uri = text.parse().unwrap();
-            let kept = HeadCopy::of(&uri, &HeaderMap::new());
-            assert_eq!(flat(&kept), Some(true), "{text} is kept as text");
+            let kept = copy(&uri, &HeaderMap::new());
+            assert!(flat(&kept), "{text} is kept as text");
             let (back, _) = round_trip(&uri, &HeaderMap::new());
             assert_eq!(back, uri, "{text}");
             assert_eq!(uri_parts(&back), uri_parts(&uri), "{text}");
@@ -319,8 +391,8 @@ mod tests {
         parts.authority = Some("a.test".parse().unwrap());
         parts.path_and_query = Some("*".parse().unwrap());
         let odd = Uri::from_parts(parts).unwrap();
-        let kept = HeadCopy::of(&odd, &HeaderMap::new());
-        assert_eq!(flat(&kept), Some(false));
+        let kept = copy(&odd, &HeaderMap::new());
+        assert!(!flat(&kept));
         let (back, _) = round_trip(&odd, &HeaderMap::new());
         assert_eq!(uri_parts(&back), uri_parts(&odd));
     }
@@ -356,8 +428,8 @@ mod tests {
         for builder in cases {
             let uri = builder.build().unwrap();
             assert_eq!(
-                flat(&HeadCopy::of(&uri, &HeaderMap::new())),
-                Some(false),
+                flat(&copy(&uri, &HeaderMap::new())),
+                false,
                 "{uri}"
             );
             let (back, _) = round_trip(&uri, &HeaderMap::new());
@@ -373,7 +445,7 @@ mod tests {
         // without its scheme this would read back as https://elsewhere.test/steal.
         let uri: Uri = "://https://elsewhere.test/steal".parse().unwrap();
         assert_eq!(uri.scheme_str(), Some(""));
-        assert_eq!(flat(&HeadCopy::of(&uri, &HeaderMap::new())), Some(false));
+        assert!(!flat(&copy(&uri, &HeaderMap::new())));
         let (back, _) = round_trip(&uri, &HeaderMap::new());
         assert_eq!(back, uri);
         assert_eq!(back.host(), uri.host());
@@ -385,13 +457,13 @@ mod tests {
         let uri = Uri::from_static("http://a.test/");
         let mut small = HeaderMap::new();
         small.insert("accept", HeaderValue::from_static("*/*"));
-        assert_eq!(flat(&HeadCopy::of(&uri, &small)), Some(true));
-        assert_eq!(flat(&HeadCopy::of(&uri, &HeaderMap::new())), Some(true));
+        assert!(flat(&copy(&uri, &small)));
+        assert!(flat(&copy(&uri, &HeaderMap::new())));
 
         let mut large = HeaderMap::new();
         let big = "x".repeat(FLAT_LIMIT);
         large.insert("cookie", HeaderValue::from_str(&big).unwrap());
-        assert_eq!(flat(&HeadCopy::of(&uri, &large)), None);
+        assert!(!flat(&copy(&uri, &large)));
         let (back_uri, back) = round_trip(&uri, &large);
         assert_eq!(back, large);
         assert_eq!(back_uri, uri);
@@ -402,36 +474,41 @@ mod tests {
         let uri = Uri::from_static("/x");
         let mut map = HeaderMap::new();
         map.insert("accept", HeaderValue::from_static("*/*"));
-        let HeadCopy::Flat {
-            buf,
-            uri_len,
-            values,
-            ..
-        } = HeadCopy::of(&uri, &map)
-        else {
+        let HeadCopy::Flat(buf) = copy(&uri, &map) else {
             panic!("expected a flat head");
         };
-        for cut in uri_len..buf.len() {
-            let damaged = HeadCopy::Flat {
-                buf: buf[..cut].to_vec(),
-                uri: None,
-                uri_len,
-                values,
-            };
-            // A truncated record is refused; a cut between records loses them.
-            if let Some((_, back)) = damaged.parts() {
-                assert!(back.len() < map.len());
+        let uri_end = PRELUDE + 2;
+        for cut in 0..buf.len() {
+            let damaged = HeadCopy::Flat(buf[..cut].to_vec());
+            // A cut prelude or URI is refused, a truncated record too; a cut
+            // between records loses them.
+            match damaged.parts() {
+                Some(back) => assert!(cut >= uri_end && back.headers.len() < map.len()),
+                None => {}
             }
         }
-        let mut bad = buf.clone();
-        bad[uri_len + 9] = b'\n';
-        let bad = HeadCopy::Flat {
-            buf: bad,
-            uri: None,
-            uri_len,
-            values,
-        };
-        assert!(bad.parts().is_none());
+        let mut bad = buf.to_vec();
+        bad[uri_end + 9] = b'\n';
+        assert!(HeadCopy::Flat(bad).parts().is_none());
+        for tag in [0, 1] {
+            let mut bad = buf.to_vec();
+            bad[tag] = 200;
+            assert!(HeadCopy::Flat(bad).parts().is_none(), "tag {tag}");
+        }
+    }
+
+    #[test]
+    fn every_method_and_version_comes_back_and_an_extension_method_is_cloned() {
+        let uri = Uri::from_static("http://a.test/x");
+        for method in METHODS.iter().chain([&Method::from_bytes(b"PURGE").unwrap()]) {
+            for version in VERSIONS {
+                let kept = HeadCopy::of(method, version, &uri, &HeaderMap::new());
+                assert_eq!(flat(&kept), method_tag(method).is_some(), "{method}");
+                let back = kept.parts().unwrap();
+                assert_eq!((&back.method, back.version), (method, version));
+                assert_eq!(back.uri, uri);
+            }
+        }
     }
 
     fn header_name() -> impl Strategy<Value = HeaderName> {

@@ -195,8 +195,11 @@ where
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
             || policy.attempt_timeout().is_some();
-        // An observer is told the call's time, so its start is read at once too.
-        let started = (timed || observed.is_some()).then(Instant::now);
+        // An observer is told the call's time, so its start is read at once too. A
+        // layer above that dated the call (the budget's window) saves the read.
+        let started = (timed || observed.is_some())
+            .then(Instant::now)
+            .or_else(|| given.entered());
         let deadline = match (given_deadline, policy.timeout(), started) {
             (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
             (Some(d), _, _) => Some(d),
