@@ -19,14 +19,21 @@
 //! `added` group measures what a stack adds over `bare` with the two interleaved in
 //! short runs, so that drift falls on both: `added/tower_retry`,
 //! `added/backstop_retry`, `added/backstop_retry_no_opinion` and
-//! `added/backstop_stack` report nanoseconds added per call.
+//! `added/backstop_stack` report nanoseconds added per call. After them, one run
+//! interleaves tower's retry, backstop's retry and the whole stack in rounds and
+//! prints each one's median added time and its ratio to `tower_retry`, measured in
+//! that same run (`cargo bench --bench overhead -- ratios` runs only that):
+//!
+//! ```text
+//! added stack=backstop_stack ns=250.0 ratio_to_tower_retry=1.90
+//! ```
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use backstop::{ProgressTrackingLayer, RetryLayer, RetryPolicy};
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
 use tower::{Service, ServiceExt};
@@ -156,5 +163,69 @@ where
     with.saturating_sub(without).max(Duration::from_nanos(1))
 }
 
+/// What each stack adds over `bare`, all of them interleaved in one run: each round
+/// measures every stack once (in a new order each round) over the same number of
+/// calls, so the machine's drift falls on all of them alike, and each stack's figure
+/// is the median of its rounds. The ratio to `tower_retry` is taken within the run,
+/// which is what the issue's goals are stated in.
+fn ratios() {
+    const ROUNDS: usize = 40;
+    const CALLS: u64 = 8_192;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let tower_retry = common::tower_retry();
+    let backstop_retry = common::backstop_retry(RetryPolicy::default());
+    let backstop_stack = common::backstop_stack();
+    type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
+    let stacks: [(&str, Measure<'_>); 3] = [
+        (
+            "tower_retry",
+            Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
+        ),
+        (
+            "backstop_retry",
+            Box::new(|| added_over_bare(&rt, CALLS, &backstop_retry)),
+        ),
+        (
+            "backstop_stack",
+            Box::new(|| added_over_bare(&rt, CALLS, &backstop_stack)),
+        ),
+    ];
+    let mut samples = vec![Vec::with_capacity(ROUNDS); stacks.len()];
+    for round in 0..ROUNDS {
+        for k in 0..stacks.len() {
+            let i = (k + round) % stacks.len();
+            let ns = stacks[i].1().as_nanos() as f64 / CALLS as f64;
+            samples[i].push(ns);
+        }
+    }
+    let medians: Vec<f64> = samples
+        .iter_mut()
+        .map(|s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        })
+        .collect();
+    for ((name, _), median) in stacks.iter().zip(&medians) {
+        println!(
+            "added stack={name} ns={median:.1} ratio_to_tower_retry={:.2}",
+            median / medians[0]
+        );
+    }
+}
+
 criterion_group!(benches, overhead);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    // The interleaved summary runs with the `added` group, or alone with `ratios`.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if args.is_empty() || args.iter().any(|a| "added".contains(a.as_str()) || a == "ratios") {
+        ratios();
+    }
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}

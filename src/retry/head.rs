@@ -35,7 +35,7 @@ enum HeadCopy {
     /// [`Prelude`]), the URI's text, then each header value as a record: a
     /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
     /// then the name's and the value's bytes.
-    Flat(Vec<u8>),
+    Flat(Box<[u8]>),
     /// Boxed: a head this large or unusual is rare.
     Cloned(Box<Cloned>),
 }
@@ -72,8 +72,8 @@ const VERSIONS: [Version; 5] = [
     Version::HTTP_3,
 ];
 
-/// The buffer a flat head starts with.
-const FLAT_GUESS: usize = 512;
+/// The bytes of a flat head written on the stack before it is allocated.
+const ON_STACK: usize = 512;
 
 /// The bytes of a flat head before the URI: method tag, version tag, the URI's
 /// length and the number of values (`u32`, little-endian).
@@ -144,42 +144,24 @@ impl HeadCopy {
         }
     }
 
-    /// The flat copy, written in one pass into a buffer most heads fit in (the
-    /// allocator serves this size as fast as a smaller one); `None` when the head
+    /// The flat copy: written into an array on the stack while it fits (most
+    /// heads do), then copied once into an allocation of exactly its size; a
+    /// larger head is written again into a buffer that grows. `None` when the head
     /// must be cloned.
     #[inline]
-    fn flat(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Option<Vec<u8>> {
-        let method = method_tag(method)?;
-        let version = version_tag(version)?;
-        let [scheme, authority, path] = uri_text(uri)?;
-        let mut buf = Vec::with_capacity(FLAT_GUESS);
-        // The lengths are filled in at the end.
-        buf.extend_from_slice(&[method, version, 0, 0, 0, 0, 0, 0, 0, 0]);
-        if !scheme.is_empty() {
-            buf.extend_from_slice(scheme.as_bytes());
-            buf.extend_from_slice(b"://");
+    fn flat(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Option<Box<[u8]>> {
+        let prelude = [method_tag(method)?, version_tag(version)?];
+        let text = uri_text(uri)?;
+        let mut stack = OnStack {
+            buf: [0; ON_STACK],
+            len: 0,
+        };
+        if write(&mut stack, prelude, text, headers)? {
+            return Some(stack.buf[..stack.len].into());
         }
-        buf.extend_from_slice(authority.as_bytes());
-        buf.extend_from_slice(path.as_bytes());
-        let uri_len = buf.len() - PRELUDE;
-        for (name, value) in headers {
-            let name = name.as_str().as_bytes();
-            let value_bytes = value.as_bytes();
-            if buf.len() - PRELUDE + 9 + name.len() + value_bytes.len() > FLAT_LIMIT {
-                return None;
-            }
-            // Both fit: the whole is at most FLAT_LIMIT bytes.
-            let mut lead = [0; 9];
-            lead[0] = u8::from(value.is_sensitive());
-            lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
-            lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&lead);
-            buf.extend_from_slice(name);
-            buf.extend_from_slice(value_bytes);
-        }
-        buf[2..6].copy_from_slice(&(uri_len as u32).to_le_bytes());
-        buf[6..10].copy_from_slice(&(headers.len() as u32).to_le_bytes());
-        Some(buf)
+        let mut grown = Vec::with_capacity(2 * ON_STACK);
+        write(&mut grown, prelude, text, headers)?;
+        Some(grown.into_boxed_slice())
     }
 
     /// The head's parts again; `None` if the text does not parse back, which a
@@ -232,6 +214,121 @@ impl Prelude {
             values: read_len(buf, 6)?,
         })
     }
+}
+
+/// Where a flat head is written.
+trait Sink {
+    /// Appends `bytes`; `false` when they do not fit (nothing is written then).
+    fn put(&mut self, bytes: &[u8]) -> bool;
+    fn len(&self) -> usize;
+    /// Overwrites the four bytes at `at`, written before.
+    fn patch(&mut self, at: usize, bytes: [u8; 4]);
+}
+
+/// A head being written on the stack.
+struct OnStack {
+    buf: [u8; ON_STACK],
+    len: usize,
+}
+
+impl Sink for OnStack {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) else {
+            return false;
+        };
+        copy_short(dst, bytes);
+        self.len += bytes.len();
+        true
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        self.buf[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        self.extend_from_slice(bytes);
+        true
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        self[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+/// Copies `src` into `dst` (of the same length). The parts of a head are mostly
+/// a few bytes to a few dozen: those are copied as two overlapping words, without
+/// a call into `memcpy`.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n > 32 || dst.len() != n {
+        dst.copy_from_slice(src);
+    } else if n >= 16 {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else if n > 0 {
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
+    }
+}
+
+/// Writes a flat head (see [`HeadCopy::Flat`]) into `sink`: `Some(false)` when it
+/// did not fit there, `None` when its headers are over [`FLAT_LIMIT`].
+#[inline(always)]
+fn write<S: Sink>(
+    sink: &mut S,
+    [method, version]: [u8; 2],
+    [scheme, authority, path]: [&str; 3],
+    headers: &HeaderMap,
+) -> Option<bool> {
+    // The lengths are filled in at the end.
+    let mut fits = sink.put(&[method, version, 0, 0, 0, 0, 0, 0, 0, 0]);
+    if !scheme.is_empty() {
+        fits &= sink.put(scheme.as_bytes()) && sink.put(b"://");
+    }
+    fits &= sink.put(authority.as_bytes()) && sink.put(path.as_bytes());
+    if !fits {
+        return Some(false);
+    }
+    let uri_len = sink.len() - PRELUDE;
+    for (name, value) in headers {
+        let name = name.as_str().as_bytes();
+        let value_bytes = value.as_bytes();
+        if sink.len() - PRELUDE + 9 + name.len() + value_bytes.len() > FLAT_LIMIT {
+            return None;
+        }
+        // Both fit: the whole is at most FLAT_LIMIT bytes.
+        let mut lead = [0; 9];
+        lead[0] = u8::from(value.is_sensitive());
+        lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
+        lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
+        if !(sink.put(&lead) && sink.put(name) && sink.put(value_bytes)) {
+            return Some(false);
+        }
+    }
+    sink.patch(2, (uri_len as u32).to_le_bytes());
+    sink.patch(6, (headers.len() as u32).to_le_bytes());
+    Some(true)
 }
 
 fn read_len(buf: &[u8], at: usize) -> Option<usize> {
@@ -479,7 +576,7 @@ mod tests {
         };
         let uri_end = PRELUDE + 2;
         for cut in 0..buf.len() {
-            let damaged = HeadCopy::Flat(buf[..cut].to_vec());
+            let damaged = HeadCopy::Flat(buf[..cut].into());
             // A cut prelude or URI is refused, a truncated record too; a cut
             // between records loses them.
             match damaged.parts() {
@@ -489,12 +586,27 @@ mod tests {
         }
         let mut bad = buf.to_vec();
         bad[uri_end + 9] = b'\n';
-        assert!(HeadCopy::Flat(bad).parts().is_none());
+        assert!(HeadCopy::Flat(bad.into()).parts().is_none());
         for tag in [0, 1] {
             let mut bad = buf.to_vec();
             bad[tag] = 200;
-            assert!(HeadCopy::Flat(bad).parts().is_none(), "tag {tag}");
+            assert!(HeadCopy::Flat(bad.into()).parts().is_none(), "tag {tag}");
         }
+    }
+
+    #[test]
+    fn a_head_larger_than_the_stack_buffer_is_still_flat() {
+        let uri = Uri::from_static("https://a.test/p?q=1");
+        let mut map = HeaderMap::new();
+        for i in 0..8 {
+            let value = HeaderValue::from_str(&format!("{i}").repeat(200)).unwrap();
+            map.append("x-big", value);
+        }
+        let kept = copy(&uri, &map);
+        assert!(flat(&kept));
+        let back = kept.parts().unwrap();
+        assert_eq!(pairs(&back.headers), pairs(&map));
+        assert_eq!(back.uri, uri);
     }
 
     #[test]
