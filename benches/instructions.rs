@@ -45,13 +45,16 @@ where
 /// without the budget.
 #[allow(clippy::type_complexity)]
 fn layers() -> (
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
 ) {
     use backstop::{
-        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, ProgressTrackingLayer,
-        RetryLayer,
+        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy,
+        ProgressTrackingLayer, RetryLayer,
     };
     let retry = tower::ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
@@ -82,7 +85,10 @@ fn sizes() {
     let budget = || BudgetLayer::new(BudgetPolicy::default()).layer(retry());
     let breaker = || CircuitBreakerLayer::new(CircuitBreakerPolicy::default()).layer(budget());
     let key = IdempotencyKeyLayer::new().layer(breaker());
-    println!("progress {}", size::<_, Request<backstop::ReplayBody<Full<Bytes>>>>(&progress()));
+    println!(
+        "progress {}",
+        size::<_, Request<backstop::ReplayBody<Full<Bytes>>>>(&progress())
+    );
     println!("retry {}", size::<_, Plain>(&retry()));
     println!("budget {}", size::<_, Plain>(&budget()));
     println!("breaker {}", size::<_, Plain>(&breaker()));

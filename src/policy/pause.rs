@@ -238,7 +238,10 @@ mod tests {
         h.insert("content-type", HeaderValue::from_static("application/grpc"));
         h.insert("grpc-status", HeaderValue::from_static("14"));
         h.insert("grpc-retry-pushback-ms", HeaderValue::from_static("1500"));
-        assert_eq!(pause_hint(StatusCode::INTERNAL_SERVER_ERROR, &h, || now), None);
+        assert_eq!(
+            pause_hint(StatusCode::INTERNAL_SERVER_ERROR, &h, || now),
+            None
+        );
     }
 
     #[tokio::test(start_paused = true)]

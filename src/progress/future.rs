@@ -12,21 +12,11 @@ pin_project! {
     /// Response future of [`ProgressTracking`](super::ProgressTracking).
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: F,
+        pub(super) inner: F,
         // The attempt's record and the client's connection capture; `None` for a
         // request without a record, which passes straight through. The capture is
         // let go once it has shown a connection: nothing more is learnt from it.
-        tracking: Option<(AttemptLog, Option<CaptureConnection>)>,
-    }
-}
-
-impl<F> ResponseFuture<F> {
-    #[inline]
-    pub(crate) fn new(inner: F, tracking: Option<(AttemptLog, CaptureConnection)>) -> Self {
-        ResponseFuture {
-            inner,
-            tracking: tracking.map(|(progress, capture)| (progress, Some(capture))),
-        }
+        pub(super) tracking: Option<(AttemptLog, Option<CaptureConnection>)>,
     }
 }
 
@@ -38,23 +28,26 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // A request without a record passes straight through: the inner future
+        // writes its answer where ours goes.
+        let Some((progress, capture)) = this.tracking.as_mut() else {
+            return this.inner.poll(cx);
+        };
         let result = this.inner.poll(cx);
-        if let Some((progress, capture)) = this.tracking.as_mut() {
-            // hyper-util fills the capture in our own poll, when it hands the request
-            // to a connection and before the connection writes a byte; checking after
-            // every poll keeps the record current even if the future is dropped next
-            // (an attempt timeout).
-            if capture
-                .as_ref()
-                .is_some_and(|c| c.connection_metadata().is_some())
-            {
-                progress.mark_connected();
-                progress.mark_write_began();
-                *capture = None;
-            }
-            if let Poll::Ready(Ok(_)) = &result {
-                progress.mark_head_received();
-            }
+        // hyper-util fills the capture in our own poll, when it hands the request to
+        // a connection and before the connection writes a byte; checking after every
+        // poll keeps the record current even if the future is dropped next (an
+        // attempt timeout).
+        if capture
+            .as_ref()
+            .is_some_and(|c| c.connection_metadata().is_some())
+        {
+            progress.mark_connected();
+            progress.mark_write_began();
+            *capture = None;
+        }
+        if let Poll::Ready(Ok(_)) = &result {
+            progress.mark_head_received();
         }
         result
     }

@@ -128,8 +128,12 @@ where
             .cloned()
             .map(|progress| {
                 progress.mark_tracked();
-                (progress, capture_connection(&mut req))
+                (progress, Some(capture_connection(&mut req)))
             });
-        ResponseFuture::new(self.inner.call(req), tracking)
+        // Built in place: the inner future is written straight into ours.
+        ResponseFuture {
+            inner: self.inner.call(req),
+            tracking,
+        }
     }
 }

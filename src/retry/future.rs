@@ -38,7 +38,7 @@ pin_project! {
 /// so the success path without timeouts registers no timer.
 type Timer = Option<Pin<Box<Sleep>>>;
 
-fn timer(at: Option<Instant>) -> Timer {
+pub(super) fn timer(at: Option<Instant>) -> Timer {
     at.map(|at| Box::pin(sleep_until(at)))
 }
 
@@ -67,17 +67,6 @@ pin_project! {
         // The call has ended; polling again is a caller's mistake, answered with an
         // error rather than a future that never completes.
         Done,
-    }
-}
-
-impl<F, RB> State<F, RB> {
-    /// The first attempt, under its timeout.
-    #[inline(always)]
-    pub(super) fn first(future: F, timeout: Option<Instant>) -> Self {
-        State::Attempt {
-            future,
-            timeout: timer(timeout),
-        }
     }
 }
 
@@ -114,11 +103,15 @@ where
         Call::start(service, policy, req, span)
     }
 
-    /// The deadline left no time for a first attempt.
+    /// The deadline left no time for a first attempt: the call is refused.
     #[cold]
-    pub(super) fn refuse_by_deadline(&mut self) {
-        let error = self.call.refused_by_deadline();
-        self.state = State::Refused { error: Some(error) };
+    pub(super) fn refused_by_deadline(mut call: Call<S, B>, span: Option<Box<Span>>) -> Self {
+        let error = call.refused_by_deadline();
+        ResponseFuture {
+            state: State::Refused { error: Some(error) },
+            call,
+            span,
+        }
     }
 }
 

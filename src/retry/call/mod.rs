@@ -106,7 +106,12 @@ pub(super) type Attempt<B> = (Request<ReplayBody<B>>, Option<Instant>);
 /// A fresh record for an attempt whose write safety depends on one (no key, and a
 /// method that is not idempotent), given to the request's context and body.
 #[inline]
-fn track<B>(keyed: bool, idempotent: bool, req: &mut Request<ReplayBody<B>>) -> Option<AttemptLog>
+fn track<B>(
+    keyed: bool,
+    idempotent: bool,
+    extensions: &mut http::Extensions,
+    body: &mut ReplayBody<B>,
+) -> Option<AttemptLog>
 where
     B: Body,
     B::Data: Buf,
@@ -116,15 +121,15 @@ where
         return None;
     }
     let log = AttemptLog::new();
-    CallContext::of_mut(req.extensions_mut()).set_attempt(Some(log.clone()));
-    req.body_mut().set_progress(Some(log.clone()));
+    CallContext::of_mut(extensions).set_attempt(Some(log.clone()));
+    body.set_progress(Some(log.clone()));
     Some(log)
 }
 
 /// Stamps an attempt's headers as the rules ask.
-fn stamp<B>(
+fn stamp(
     policy: &RetryPolicy,
-    req: &mut Request<B>,
+    headers: &mut http::HeaderMap,
     attempt: u32,
     timeout: Option<Instant>,
     now: Instant,
@@ -132,7 +137,7 @@ fn stamp<B>(
     let rules = policy.rules();
     if rules.stamps() {
         let left = timeout.map(|t| t.saturating_duration_since(now));
-        rules.stamp(req.headers_mut(), attempt, left);
+        rules.stamp(headers, attempt, left);
     }
 }
 
@@ -213,76 +218,87 @@ where
         let retries = policy.max_attempts() > 1;
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
-        // allocation); a one-shot body is never sent twice, hedges included.
-        let mut req = req.map(|body| {
-            if one_shot {
-                ReplayBody::one_shot(body)
-            } else {
-                ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
-            }
-        });
+        // allocation); a one-shot body is never sent twice, hedges included. The
+        // head is worked on as parts and put together with the replay body only in
+        // the call to the service, so the request is not moved in between.
+        let (mut parts, body) = req.into_parts();
+        let mut body = if one_shot {
+            ReplayBody::one_shot(body)
+        } else {
+            ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
+        };
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
         if let Some(deadline) = deadline {
-            CallContext::of_mut(req.extensions_mut())
+            CallContext::of_mut(&mut parts.extensions)
                 .set_deadline(crate::policy::Deadline::at(deadline));
         }
-        let template = retries.then(|| Head::of(&req));
-        let body = retries.then(|| req.body().source());
-        let log = track(keyed, idempotent, &mut req);
+        let template = retries.then(|| Head::of(&parts));
+        let source = retries.then(|| body.source());
+        let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
         let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
         let timeout = match (started, slow.as_deref_mut()) {
             (Some(now), slow) => first_timeout(&policy, slow, now).map(|t| (t, Some(now))),
             (None, _) => Ok((None, policy.rules().stamps().then(Instant::now))),
         };
-        let (state, refused) = match timeout {
-            Ok((timeout, now)) => {
-                if let Some(now) = now {
-                    stamp(&policy, &mut req, 1, timeout, now);
+        // The call's state, written once where the future is built.
+        macro_rules! call {
+            ($service:expr) => {
+                Call {
+                    idempotent,
+                    slow,
+                    service: $service,
+                    keyed,
+                    template,
+                    body: source,
+                    log,
+                    attempt: 1,
+                    route,
+                    started,
+                    policy,
+                    observed,
                 }
-                let future = {
-                    let _entered = span.as_deref().map(tracing::Span::enter);
-                    service.call(req)
-                };
-                (State::first(future, timeout), false)
-            }
-            Err(()) => (State::Done, true),
-        };
-        let mut future = ResponseFuture {
-            state,
-            call: Call {
-                idempotent,
-                slow,
-                service,
-                keyed,
-                template,
-                body,
-                log,
-                attempt: 1,
-                route,
-                started,
-                policy,
-                observed,
-            },
-            span,
-        };
-        if refused {
-            future.refuse_by_deadline();
+            };
         }
-        future
+        let (timeout, now) = match timeout {
+            Ok(timeout) => timeout,
+            Err(()) => return ResponseFuture::refused_by_deadline(call!(service), span),
+        };
+        if let Some(now) = now {
+            stamp(&policy, &mut parts.headers, 1, timeout, now);
+        }
+        // Built in one expression, the inner future written straight into ours.
+        ResponseFuture {
+            state: State::Attempt {
+                future: {
+                    let _entered = span.as_deref().map(tracing::Span::enter);
+                    service.call(Request::from_parts(parts, body))
+                },
+                timeout: super::future::timer(timeout),
+            },
+            call: call!(service),
+            span,
+        }
     }
 
     /// Stamps an attempt's headers as the rules ask (an attempt header, gRPC's
     /// `grpc-timeout` cut to the time the attempt has, `grpc-previous-rpc-attempts`).
     #[inline]
     fn stamp(&self, req: &mut Request<ReplayBody<B>>, timeout: Option<Instant>, now: Instant) {
-        stamp(&self.policy, req, self.attempt, timeout, now)
+        stamp(&self.policy, req.headers_mut(), self.attempt, timeout, now)
     }
 
     /// Gives the attempt a fresh record when its write safety depends on one: no
     /// key, and a method that is not idempotent.
     #[inline]
-    fn track(&mut self, req: &mut Request<ReplayBody<B>>) {
-        self.log = track(self.keyed, self.idempotent, req);
+    fn track(&mut self, req: Request<ReplayBody<B>>) -> Request<ReplayBody<B>> {
+        let (mut parts, mut body) = req.into_parts();
+        self.log = track(
+            self.keyed,
+            self.idempotent,
+            &mut parts.extensions,
+            &mut body,
+        );
+        Request::from_parts(parts, body)
     }
 
     /// The deadline leaves no time for a first attempt: the call is refused.
@@ -307,14 +323,14 @@ where
             (Some(head), Some(body)) => head.clone().request(body.replay()),
             _ => None,
         };
-        let Some(mut req) = request else {
+        let Some(req) = request else {
             // The gates allowed another attempt, so the head is kept; it fails to
             // read back only if a header value was made through http's unchecked
             // constructor with bytes the checked one refuses (see
             // `head::HeadCopy::parts`). The call then ends here.
             return Err(self.stopped(StopReason::AttemptsExhausted));
         };
-        self.track(&mut req);
+        let mut req = self.track(req);
         self.stamp(&mut req, timeout, now);
         let slow = self.slow();
         slow.last_error = None;
