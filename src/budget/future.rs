@@ -26,18 +26,18 @@ pin_project! {
         S: Service<Request<B>>,
     {
         #[pin]
-        state: State<S::Future, Held<S, B>>,
+        pub(super) state: State<S::Future, Held<S, B>>,
         // The call's account, for the hint of its final answer.
-        account: Arc<Account>,
+        pub(super) account: Arc<Account>,
         // The call's observer, when one rides in its context.
-        observed: Option<Observed>,
+        pub(super) observed: Option<Observed>,
     }
 }
 
 /// A call held while its origin is paused: the request, and a clone of the inner
 /// service to send it with (the one the caller drove ready is left to the next
 /// call, so no readiness, such as a concurrency permit, is held during the wait).
-struct Held<S, B> {
+pub(super) struct Held<S, B> {
     service: S,
     request: Option<Request<B>>,
     deadline: Option<Instant>,
@@ -46,7 +46,7 @@ struct Held<S, B> {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, H> {
+    pub(super) enum State<F, H> {
         // Waiting for the inner service's answer.
         Called { #[pin] future: F },
         // Waiting for the origin's pause to end (the call's release), then for the
@@ -61,19 +61,6 @@ impl<S, B> ResponseFuture<S, B>
 where
     S: Service<Request<B>>,
 {
-    #[inline]
-    pub(super) fn called(
-        future: S::Future,
-        account: Arc<Account>,
-        observed: Option<Observed>,
-    ) -> Self {
-        ResponseFuture {
-            state: State::Called { future },
-            account,
-            observed,
-        }
-    }
-
     /// A call whose origin is paused at `now`: held until its release, or refused.
     pub(super) fn paused(
         service: S,

@@ -258,6 +258,13 @@ where
                 observed,
             );
         }
-        ResponseFuture::called(self.inner.call(req), account, observed)
+        // Built in one expression, the inner future written straight into ours.
+        ResponseFuture {
+            state: future::State::Called {
+                future: self.inner.call(req),
+            },
+            account,
+            observed,
+        }
     }
 }

@@ -16,13 +16,13 @@ pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker).
     pub struct ResponseFuture<F> {
         #[pin]
-        state: State<F>,
+        pub(super) state: State<F>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F> {
+    pub(super) enum State<F> {
         // Waiting for the inner service's answer; the permit records its outcome,
         // or gives a probe slot back if the future is dropped first.
         Called { #[pin] future: F, permit: Option<Permit> },
@@ -86,16 +86,6 @@ impl Drop for Permit {
 }
 
 impl<F> ResponseFuture<F> {
-    #[inline]
-    pub(crate) fn called(future: F, permit: Permit) -> Self {
-        ResponseFuture {
-            state: State::Called {
-                future,
-                permit: Some(permit),
-            },
-        }
-    }
-
     pub(crate) fn refused(error: Error) -> Self {
         ResponseFuture {
             state: State::Done { error: Some(error) },

@@ -183,16 +183,21 @@ where
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let breaker = self.shared.breakers.get_for(&mut req);
-        match breaker.admit() {
-            Ok(ticket) => {
-                let context = CallContext::of_mut(req.extensions_mut());
-                context.set_breaker(BreakerHandle::new(breaker.clone()));
-                let observer = context.observer().cloned();
-                let observed = observer.map(|o| Box::new(Observed::new(o, &req)));
-                let future = self.inner.call(req);
-                ResponseFuture::called(future, Permit::new(breaker, ticket, observed))
-            }
-            Err(next_probe_at) => refused(&req, breaker.label(), next_probe_at),
+        let ticket = match breaker.admit() {
+            Ok(ticket) => ticket,
+            Err(next_probe_at) => return refused(&req, breaker.label(), next_probe_at),
+        };
+        let context = CallContext::of_mut(req.extensions_mut());
+        context.set_breaker(BreakerHandle::new(breaker.clone()));
+        let observer = context.observer().cloned();
+        let observed = observer.map(|o| Box::new(Observed::new(o, &req)));
+        let permit = Permit::new(breaker, ticket, observed);
+        // Built in one expression, the inner future written straight into ours.
+        ResponseFuture {
+            state: future::State::Called {
+                future: self.inner.call(req),
+                permit: Some(permit),
+            },
         }
     }
 }

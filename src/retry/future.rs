@@ -17,7 +17,7 @@ use tracing::Span;
 use super::call::{Call, CallResult, Step};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::policy::{CallContext, ErrorKind, RetryPolicy, StopReason};
+use crate::policy::{CallContext, ErrorKind, StopReason};
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
@@ -77,12 +77,9 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
+    /// The call's span, left out when nothing takes it.
     #[inline(always)]
-    pub(crate) fn new(
-        service: S,
-        policy: std::sync::Arc<RetryPolicy>,
-        req: http::Request<B>,
-    ) -> Self {
+    pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Span>> {
         let span = tracing::debug_span!(
             "backstop.retry",
             http.request.method = %req.method(),
@@ -98,9 +95,7 @@ where
                 span.record("route", route);
             }
         }
-        // The first attempt goes to the service that was driven ready; the call keeps
-        // it for the next ones, which drive its readiness themselves.
-        Call::start(service, policy, req, span)
+        span
     }
 
     /// The deadline left no time for a first attempt: the call is refused.

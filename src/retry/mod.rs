@@ -151,6 +151,7 @@ where
         // later attempts drive the clone's readiness themselves.
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(inner, policy, req)
+        let span = ResponseFuture::<S, B, RB>::span(&req);
+        call::Call::start(inner, policy, req, span)
     }
 }
