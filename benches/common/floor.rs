@@ -564,8 +564,9 @@ pin_project! {
     enum State<F> {
         // Waits for an attempt's answer.
         Attempt { #[pin] attempt: F },
-        // Waits for the inner service to be ready for the next attempt.
-        Readying { req: Option<Req> },
+        // Waits for the inner service to be ready for the next attempt, whose request
+        // is then rebuilt from the head (not kept here: the future stays small).
+        Readying,
     }
 }
 
@@ -585,23 +586,30 @@ where
                     // The minimal classification: only a 5xx is worth another attempt.
                     let again = match &res {
                         Ok(res) if res.status().is_server_error() && *this.left > 0 => {
-                            next(this.head, this.body, this.ctx)
+                            may_retry(this.head, this.ctx)
                         }
-                        _ => None,
+                        _ => false,
                     };
-                    let Some(req) = again else {
+                    if !again {
                         *this.head = None;
                         *this.ctx = None;
                         return Poll::Ready(res);
-                    };
+                    }
                     *this.left -= 1;
-                    this.state.set(State::Readying { req: Some(req) });
+                    this.state.set(State::Readying);
                 }
-                StateProj::Readying { req } => {
+                StateProj::Readying => {
                     if ready!(this.svc.inner.poll_ready(cx)).is_err() {
                         return Poll::Ready(Err(Error::Inner));
                     }
-                    let req = req.take().expect("a request per attempt");
+                    // The head came from a request, so it parses again.
+                    let Some(mut req) = this.head.as_ref().and_then(|h| h.rebuild(this.body.clone()))
+                    else {
+                        return Poll::Ready(Err(Error::Inner));
+                    };
+                    if let Some(ctx) = this.ctx {
+                        req.extensions_mut().insert(Ctx::clone(ctx));
+                    }
                     let attempt = this.svc.inner.call(req);
                     this.state.set(State::Attempt { attempt });
                 }
@@ -610,21 +618,16 @@ where
     }
 }
 
-/// The next attempt's request, rebuilt from the kept head, body and context, if the
-/// call may be retried: idempotent or keyed, and the budget has a token.
-fn next(head: &Option<FlatHead>, body: &Full<Bytes>, ctx: &Option<Box<Ctx>>) -> Option<Req> {
-    let mut req = head.as_ref()?.rebuild(body.clone())?;
+/// Whether the call may be retried: a head was kept, the method is idempotent or the
+/// request keyed, and the budget (if any) has a token.
+fn may_retry(head: &Option<FlatHead>, ctx: &Option<Box<Ctx>>) -> bool {
+    let Some(head) = head else { return false };
     let keyed = ctx.as_ref().is_some_and(|c| c.keyed);
-    if !idempotent(req.method()) && !keyed {
-        return None;
+    if !keyed && !head.method().is_some_and(|m| idempotent(&m)) {
+        return false;
     }
-    if let Some(ctx) = ctx {
-        if ctx.budget.as_ref().is_some_and(|b| !b.withdraw()) {
-            return None;
-        }
-        req.extensions_mut().insert(Ctx::clone(ctx));
-    }
-    Some(req)
+    let budget = ctx.as_ref().and_then(|c| c.budget.as_ref());
+    budget.map_or(true, |b| b.withdraw())
 }
 
 /// A replayable copy of a request head in ONE heap buffer of its exact size:
@@ -697,6 +700,12 @@ impl FlatHead {
             headers.append(name, value);
         }
         Some(req)
+    }
+
+    /// The kept method.
+    pub fn method(&self) -> Option<Method> {
+        let mut rest = self.0.get(1..)?;
+        Method::from_bytes(take(&mut rest)?).ok()
     }
 
     /// The buffer's length in bytes.
