@@ -16,8 +16,8 @@
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
 //! `floor_retry`, `floor_stack` (or the partial stacks `retry_progress`,
-//! `budget_retry_progress`, `breaker_budget_retry_progress`); `sizes` prints the size
-//! of each layer's response future instead.
+//! `budget_retry_progress`, `breaker_budget_retry_progress`, and the same prefixed
+//! `floor_`); `sizes` prints the size of each layer's response future instead.
 //!
 //! `floor_retry` and `floor_stack` are the floor of `benches/common/floor.rs`:
 //! hand-written layers doing only the work any correct implementation of this design
@@ -56,13 +56,16 @@ where
 /// without the budget.
 #[allow(clippy::type_complexity)]
 fn layers() -> (
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
-    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
+    impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
+        + Clone,
 ) {
     use backstop::{
-        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy, ProgressTrackingLayer,
-        RetryLayer,
+        BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy,
+        ProgressTrackingLayer, RetryLayer,
     };
     let retry = tower::ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::default()))
@@ -93,7 +96,10 @@ fn sizes() {
     let budget = || BudgetLayer::new(BudgetPolicy::default()).layer(retry());
     let breaker = || CircuitBreakerLayer::new(CircuitBreakerPolicy::default()).layer(budget());
     let key = IdempotencyKeyLayer::new().layer(breaker());
-    println!("progress {}", size::<_, Request<backstop::ReplayBody<Full<Bytes>>>>(&progress()));
+    println!(
+        "progress {}",
+        size::<_, Request<backstop::ReplayBody<Full<Bytes>>>>(&progress())
+    );
     println!("retry {}", size::<_, Plain>(&retry()));
     println!("budget {}", size::<_, Plain>(&budget()));
     println!("breaker {}", size::<_, Plain>(&breaker()));
@@ -125,6 +131,9 @@ fn main() {
         "floor_retry" => drive(&rt, common::floor::retry(), calls),
         "floor_stack" => drive(&rt, common::floor::stack(), calls),
         "floor_check" => common::floor::check(),
+        "floor_retry_progress" => drive(&rt, common::floor::partial().0, calls),
+        "floor_budget_retry_progress" => drive(&rt, common::floor::partial().1, calls),
+        "floor_breaker_budget_retry_progress" => drive(&rt, common::floor::partial().2, calls),
         "sizes" => sizes(),
         // The stack built up a layer at a time, to see what each adds.
         "retry_progress" => drive(&rt, layers().0, calls),

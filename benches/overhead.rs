@@ -236,8 +236,15 @@ criterion_group!(benches, overhead);
 fn main() {
     benches();
     // The interleaved summary runs with the `added` group, or alone with `ratios`.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    if args.is_empty() || args.iter().any(|a| "added".contains(a.as_str()) || a == "ratios") {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if args.is_empty()
+        || args
+            .iter()
+            .any(|a| "added".contains(a.as_str()) || a == "ratios")
+    {
         ratios();
     }
     criterion::Criterion::default()

@@ -88,6 +88,20 @@ pub fn stack() -> impl Service<Req, Response = Res, Error = Error> + Clone {
         .service(Trivial)
 }
 
+/// The stack without the key layer, then without the breaker, then without the
+/// budget: what each layer adds, from the instruction driver.
+#[allow(clippy::type_complexity)]
+pub fn partial() -> (
+    impl Service<Req, Response = Res, Error = Error> + Clone,
+    impl Service<Req, Response = Res, Error = Error> + Clone,
+    impl Service<Req, Response = Res, Error = Error> + Clone,
+) {
+    let retry = RetryLayer::new(2).layer(ProgressLayer.layer(Trivial));
+    let budget = BudgetLayer::new().layer(retry.clone());
+    let breaker = BreakerLayer::new().layer(budget.clone());
+    (retry, budget, breaker)
+}
+
 /// What the floor's layers refuse with. The inner service's error (here
 /// `Infallible`) converts into it for free.
 #[derive(Debug)]
@@ -131,12 +145,7 @@ pub struct Ctx {
 fn idempotent(method: &Method) -> bool {
     matches!(
         *method,
-        Method::GET
-            | Method::HEAD
-            | Method::OPTIONS
-            | Method::TRACE
-            | Method::PUT
-            | Method::DELETE
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
 }
 
@@ -183,7 +192,11 @@ impl Entry {
 
     /// A retry's withdrawal from the budget: one token per ten deposits.
     fn withdraw(&self) -> bool {
-        let deposits: u64 = self.window.iter().map(|s| s.load(Relaxed) & 0xffff_ffff).sum();
+        let deposits: u64 = self
+            .window
+            .iter()
+            .map(|s| s.load(Relaxed) & 0xffff_ffff)
+            .sum();
         self.state.fetch_add(10, Relaxed) < deposits
     }
 }
@@ -247,7 +260,9 @@ fn hash(scheme: &[u8], authority: &[u8]) -> u64 {
         }
         let mut tail = [0u8; 8];
         tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K).rotate_left(29);
+        h = (h ^ u64::from_le_bytes(tail))
+            .wrapping_mul(K)
+            .rotate_left(29);
     }
     h
 }
@@ -633,7 +648,10 @@ where
                         return Poll::Ready(Err(Error::Inner));
                     }
                     // The head came from a request, so it parses again.
-                    let Some(mut req) = this.head.as_ref().and_then(|h| h.rebuild(this.body.clone()))
+                    let Some(mut req) = this
+                        .head
+                        .as_ref()
+                        .and_then(|h| h.rebuild(this.body.clone()))
                     else {
                         return Poll::Ready(Err(Error::Inner));
                     };
