@@ -19,7 +19,8 @@
 //! - the breaker and the budget each find the call's origin in a shared registry (one
 //!   read lock, one hash lookup, a compare of the origin bytes, one `Arc` clone), and
 //!   leave their handle in the one context (one `get_or_insert_default`: the first
-//!   allocates the extensions map and the context, the second finds it);
+//!   allocates the extensions map and the context, the second finds it); the breaker
+//!   keeps a second handle in its future, for the answer;
 //! - the breaker admits with one atomic load, and on the answer reads the clock once
 //!   and counts the outcome with one relaxed `fetch_add` in a window slot;
 //! - the budget reads the clock once and deposits with one relaxed `fetch_add`;
@@ -43,11 +44,16 @@
 //!   request is rebuilt from the flat head, checked idempotent or keyed, a token is
 //!   withdrawn from the budget), but there is no backoff timer, no deadline and no
 //!   history: none of it is on the success path;
-//! - no error type of backstop's: [`Error`] has two variants and no source chain.
+//! - no error type of backstop's: [`Error`] has two variants and no source chain;
+//! - the cheapest plausible lookup: a word-at-a-time hash the map uses as it is (not
+//!   hashed again, not keyed against flooding), and no per-thread or per-clone cache in
+//!   front of the lock (the one-tier registry the design asks for).
 //!
-//! Taken together, the floor's success path is what a stack of separate layers talking
-//! through the extensions cannot do without; a faster stack needs fewer layers (a fused
-//! guard), not less work per layer.
+//! What remains is, by construction, the price of the design itself (separate layers,
+//! one context in the extensions, a head copied before the first attempt): going below
+//! it takes another design (fewer layers, a fused guard, no extensions), not a leaner
+//! layer. `benches/instructions.rs` (`floor_check`) checks that the floor does the work
+//! it claims: the head comes back byte for byte and a 5xx is retried.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
