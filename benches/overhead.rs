@@ -27,6 +27,11 @@
 //! ```text
 //! added stack=backstop_stack ns=250.0 ratio_to_tower_retry=1.90
 //! ```
+//!
+//! The same run also measures `floor_retry` and `floor_stack`, the floor of
+//! `benches/common/floor.rs`: hand-written layers that do only the work any correct
+//! implementation of this design must do on the success path, so the ratios of
+//! `backstop_retry` and `backstop_stack` can be read against what cannot be avoided.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -178,8 +183,10 @@ fn ratios() {
     let tower_retry = common::tower_retry();
     let backstop_retry = common::backstop_retry(RetryPolicy::default());
     let backstop_stack = common::backstop_stack();
+    let floor_retry = common::floor::retry();
+    let floor_stack = common::floor::stack();
     type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
-    let stacks: [(&str, Measure<'_>); 3] = [
+    let stacks: [(&str, Measure<'_>); 5] = [
         (
             "tower_retry",
             Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
@@ -191,6 +198,14 @@ fn ratios() {
         (
             "backstop_stack",
             Box::new(|| added_over_bare(&rt, CALLS, &backstop_stack)),
+        ),
+        (
+            "floor_retry",
+            Box::new(|| added_over_bare(&rt, CALLS, &floor_retry)),
+        ),
+        (
+            "floor_stack",
+            Box::new(|| added_over_bare(&rt, CALLS, &floor_stack)),
         ),
     ];
     let mut samples = vec![Vec::with_capacity(ROUNDS); stacks.len()];

@@ -14,6 +14,8 @@ use http::{Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service};
 
+pub mod floor;
+
 /// The answer every stack gets.
 pub type Res = Response<Full<Bytes>>;
 
@@ -49,6 +51,25 @@ impl Service<Request<ReplayBody<Full<Bytes>>>> for Trivial {
     }
 
     fn call(&mut self, req: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
+        ok(req)
+    }
+}
+
+/// The same inner service for the floor's stacks (`floor`), whose body passes
+/// straight, unwrapped.
+impl Service<Request<Full<Bytes>>> for Trivial {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Full<Bytes>>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
         ok(req)
     }
 }
