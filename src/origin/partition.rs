@@ -240,11 +240,13 @@ impl Hasher {
             KeyRef::Origin(scheme, authority) => {
                 // The standard schemes are told apart by a number (comparing them
                 // is comparing an enum); another scheme hashes its bytes.
-                let h = match scheme {
+                // Only the standard schemes read `http` and `https`: `http` keeps no
+                // custom scheme spelt exactly so.
+                let h = match scheme.map(Scheme::as_str) {
                     None => mix(self.seed, K0),
-                    Some(s) if *s == Scheme::HTTP => mix(self.seed ^ 1, K0),
-                    Some(s) if *s == Scheme::HTTPS => mix(self.seed ^ 2, K0),
-                    Some(s) => self.bytes(self.seed ^ 3, s.as_str().as_bytes()),
+                    Some("http") => mix(self.seed ^ 1, K0),
+                    Some("https") => mix(self.seed ^ 2, K0),
+                    Some(s) => self.bytes(self.seed ^ 3, s.as_bytes()),
                 };
                 let h = self.bytes(h, authority.map_or(&b""[..], |a| a.as_str().as_bytes()));
                 mix(h, K0)

@@ -252,6 +252,13 @@ impl<'a> Given<'a> {
         self.extensions.is_some()
     }
 
+    /// All the extensions, when they hold more than the context; else the context
+    /// alone, if there is one.
+    #[inline]
+    pub(crate) fn parts(&self) -> (Option<&'a Extensions>, Option<&'a CallContext>) {
+        (self.extensions, self.context)
+    }
+
     pub(crate) fn budget(&self) -> Option<&'a BudgetHandle> {
         self.context
             .and_then(CallContext::budget)

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
 
-use crate::policy::{CallContext, Given};
+use crate::policy::{CallContext, Deadline, Given};
 
 /// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
 /// copied flat; larger ones are cloned.
@@ -346,19 +346,33 @@ fn read_len(buf: &[u8], at: usize) -> Option<usize> {
 /// one small box and a few reference counts instead of a cloned map, and boxed so
 /// the future stays small), else a clone of them all.
 #[derive(Clone)]
-enum Extras {
+pub(super) enum Extras {
     None,
     Context(Box<CallContext>),
     All(Extensions),
 }
 
 impl Extras {
+    /// What to keep of the extensions `given` reads.
     #[inline]
-    fn of(ext: &Extensions) -> Self {
-        match (ext.len(), CallContext::of(ext)) {
-            (0, _) => Extras::None,
-            (1, Some(context)) => Extras::Context(Box::new(context.clone())),
-            _ => Extras::All(ext.clone()),
+    pub(super) fn of(given: &Given<'_>) -> Self {
+        match given.parts() {
+            (Some(all), _) => Extras::All(all.clone()),
+            (None, Some(context)) => Extras::Context(Box::new(context.clone())),
+            (None, None) => Extras::None,
+        }
+    }
+
+    /// Sets the call's deadline in the kept context, as in the request's.
+    pub(super) fn set_deadline(&mut self, deadline: Deadline) {
+        match self {
+            Extras::None => {
+                let mut context = CallContext::default();
+                context.set_deadline(deadline);
+                *self = Extras::Context(Box::new(context));
+            }
+            Extras::Context(context) => context.set_deadline(deadline),
+            Extras::All(all) => CallContext::of_mut(all).set_deadline(deadline),
         }
     }
 
@@ -376,10 +390,11 @@ impl Extras {
 }
 
 impl Head {
+    /// The head of `head`, with `extras` kept of its extensions.
     #[inline]
-    pub(super) fn of(head: &http::request::Parts) -> Self {
+    pub(super) fn of(head: &http::request::Parts, extras: Extras) -> Self {
         Head {
-            extras: Extras::of(&head.extensions),
+            extras,
             kept: HeadCopy::of(&head.method, head.version, &head.uri, &head.headers),
         }
     }
@@ -417,7 +432,8 @@ mod tests {
         *req.uri_mut() = uri.clone();
         *req.headers_mut() = headers.clone();
         let (parts, ()) = req.into_parts();
-        let back = Head::of(&parts).request(()).unwrap();
+        let extras = Extras::of(&Given::new(&parts.extensions));
+        let back = Head::of(&parts, extras).request(()).unwrap();
         (back.uri().clone(), back.headers().clone())
     }
 

@@ -17,7 +17,7 @@ mod gates;
 mod tell;
 
 use super::future::{ResponseFuture, State};
-use super::head::Head;
+use super::head::{Extras, Head};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::observe::{self, Event, Observed};
@@ -216,6 +216,7 @@ where
         let keyed = !idempotent && policy.carries_key(req.headers(), ext);
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
+        let mut extras = retries.then(|| Extras::of(&given));
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
         // allocation); a one-shot body is never sent twice, hedges included. The
@@ -228,17 +229,28 @@ where
             ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
         };
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
-        if let Some(deadline) = deadline {
-            CallContext::of_mut(&mut parts.extensions)
-                .set_deadline(crate::policy::Deadline::at(deadline));
+        if let Some(deadline) = deadline.map(crate::policy::Deadline::at) {
+            CallContext::of_mut(&mut parts.extensions).set_deadline(deadline);
+            if let Some(extras) = &mut extras {
+                extras.set_deadline(deadline);
+            }
         }
-        let template = retries.then(|| Head::of(&parts));
+        let template = extras.map(|extras| Head::of(&parts, extras));
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
         let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
-        let timeout = match (started, slow.as_deref_mut()) {
-            (Some(now), slow) => first_timeout(&policy, slow, now).map(|t| (t, Some(now))),
-            (None, _) => Ok((None, policy.rules().stamps().then(Instant::now))),
+        // The first attempt's timeout, and when it starts if its headers are stamped.
+        let timeout = match (timed, started) {
+            (true, Some(now)) => {
+                first_timeout(&policy, slow.as_deref_mut(), now).map(|t| (t, Some(now)))
+            }
+            _ => Ok((
+                None,
+                policy
+                    .rules()
+                    .stamps()
+                    .then(|| started.unwrap_or_else(Instant::now)),
+            )),
         };
         // The call's state, written once where the future is built.
         macro_rules! call {
