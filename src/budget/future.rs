@@ -29,8 +29,9 @@ pin_project! {
         pub(super) state: State<S::Future, Held<S, B>>,
         // The call's account, for the hint of its final answer.
         pub(super) account: Arc<Account>,
-        // The call's observer, when one rides in its context.
-        pub(super) observed: Option<Observed>,
+        // The call's observer, when one rides in its context (boxed: most calls
+        // have none, and the future stays small).
+        pub(super) observed: Option<Box<Observed>>,
     }
 }
 
@@ -68,12 +69,12 @@ where
         pause: Pause,
         now: Instant,
         account: Arc<Account>,
-        observed: Option<Observed>,
+        observed: Option<Box<Observed>>,
     ) -> Self {
         let deadline = crate::policy::Given::new(request.extensions()).deadline();
         let state = match meet(&pause, now, deadline, account.pause_min_attempt_time()) {
             Ok(release) => {
-                waited(observed.as_ref(), release.saturating_duration_since(now));
+                waited(observed.as_deref(), release.saturating_duration_since(now));
                 State::Held {
                     held: Box::new(Held {
                         service,
@@ -84,7 +85,7 @@ where
                 }
             }
             Err(()) => State::Done {
-                error: Some(refuse(pause, now, observed.as_ref())),
+                error: Some(refuse(pause, now, observed.as_deref())),
             },
         };
         ResponseFuture {
@@ -130,7 +131,7 @@ where
                 StateProj::Called { future } => {
                     let res = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
                     if let Ok(res) = &res {
-                        pause_from(this.account, res, this.observed.as_ref());
+                        pause_from(this.account, res, this.observed.as_deref());
                     }
                     this.state.set(State::Done { error: None });
                     return Poll::Ready(res);
@@ -139,7 +140,7 @@ where
                     ready!(held.release.as_mut().poll(cx));
                     // A later hint may have moved the pause's end while we waited.
                     let now = Instant::now();
-                    let observed = this.observed.as_ref();
+                    let observed = this.observed.as_deref();
                     if let Some(pause) = this.account.paused_at(now, observed) {
                         let min = this.account.pause_min_attempt_time();
                         match meet(&pause, now, held.deadline, min) {

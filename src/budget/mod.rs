@@ -244,10 +244,11 @@ where
         let context = crate::policy::CallContext::of_mut(req.extensions_mut());
         account.deposit_at(context.entered());
         context.set_budget(crate::policy::BudgetHandle::new(account.clone()));
+        let observer = context.observer().cloned();
+        let observed = observer.map(|o| Box::new(crate::observe::Observed::new(o, &req)));
         // A paused origin: the first attempt is held (or refused) here; its
         // retries are held by the retry layer, which asks the same account.
-        let observed = crate::observe::Observed::of(&req);
-        if let Some(pause) = account.paused_now(observed.as_ref()) {
+        if let Some(pause) = account.paused_now(observed.as_deref()) {
             let service = self.inner.clone();
             return ResponseFuture::paused(
                 service,

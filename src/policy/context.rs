@@ -55,7 +55,8 @@ pub struct CallContext {
     keyed: bool,
     deadline: Option<Instant>,
     route: Option<Arc<str>>,
-    hedge: Option<HedgeChoice>,
+    /// Shared with the route table that chose it, so a call copies one pointer.
+    hedge: Option<Arc<HedgeChoice>>,
     attempt: Option<AttemptLog>,
     observer: Option<Arc<dyn Observer>>,
     /// When the call entered the stack, read once by the first layer that dates
@@ -148,11 +149,16 @@ impl CallContext {
     /// Whether and how the call is hedged, when a route (or the caller) chose; a hedge
     /// layer beneath follows it instead of its own policy.
     pub fn hedge(&self) -> Option<&HedgeChoice> {
-        self.hedge.as_ref()
+        self.hedge.as_deref()
     }
 
     /// Chooses whether and how the call is hedged (see [`HedgeChoice`]).
     pub fn set_hedge(&mut self, choice: HedgeChoice) {
+        self.hedge = Some(Arc::new(choice));
+    }
+
+    /// Chooses the hedging a route table keeps for its calls.
+    pub(crate) fn share_hedge(&mut self, choice: Arc<HedgeChoice>) {
         self.hedge = Some(choice);
     }
 

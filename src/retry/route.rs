@@ -162,14 +162,21 @@ impl Route {
 pub struct RoutePolicy {
     retry: Arc<RetryPolicy>,
     /// `None`: as the hedge layer's own policy says.
-    hedge: Option<HedgeChoice>,
+    hedge: Option<Arc<HedgeChoice>>,
+}
+
+/// "Never hedged", shared by every call that is sent once.
+fn off() -> Arc<HedgeChoice> {
+    static OFF: std::sync::LazyLock<Arc<HedgeChoice>> =
+        std::sync::LazyLock::new(|| Arc::new(HedgeChoice::Off));
+    OFF.clone()
 }
 
 impl RoutePolicy {
     /// Retries as `retry` says; hedging as the hedge layer's own policy says, unless
     /// `retry` allows one attempt (then never).
     pub fn new(retry: RetryPolicy) -> Self {
-        let hedge = (retry.max_attempts() <= 1).then_some(HedgeChoice::Off);
+        let hedge = (retry.max_attempts() <= 1).then(off);
         RoutePolicy {
             retry: Arc::new(retry),
             hedge,
@@ -192,13 +199,13 @@ impl RoutePolicy {
                     .to_owned(),
             ));
         }
-        self.hedge = Some(HedgeChoice::With(hedge));
+        self.hedge = Some(Arc::new(HedgeChoice::With(hedge)));
         Ok(self)
     }
 
     /// Never hedges the route's calls, whatever the hedge layer's own policy says.
     pub fn no_hedging(mut self) -> Self {
-        self.hedge = Some(HedgeChoice::Off);
+        self.hedge = Some(off());
         self
     }
 
@@ -209,7 +216,7 @@ impl RoutePolicy {
 
     /// The route's hedging; `None` when it is the hedge layer's own.
     pub fn hedging(&self) -> Option<&HedgeChoice> {
-        self.hedge.as_ref()
+        self.hedge.as_deref()
     }
 }
 
@@ -332,7 +339,7 @@ impl Routes {
         let policy = given.map_or_else(|| chosen.retry.clone(), Arc::new);
         // One attempt means one send, whatever the route says of hedging.
         let hedge = match (policy.max_attempts() <= 1, &chosen.hedge) {
-            (true, _) => Some(HedgeChoice::Off),
+            (true, _) => Some(off()),
             (false, hedge) => hedge.clone(),
         };
         if name.is_some() || hedge.is_some() {
@@ -344,14 +351,13 @@ impl Routes {
 
 /// Leaves a route's name and hedging in the call's context, keeping what the caller
 /// put there already (but a single attempt is never hedged).
-fn tell(ext: &mut Extensions, name: Option<&Arc<str>>, hedge: Option<HedgeChoice>) {
+fn tell(ext: &mut Extensions, name: Option<&Arc<str>>, hedge: Option<Arc<HedgeChoice>>) {
     let context = CallContext::of_mut(ext);
     if let Some(name) = name.filter(|_| context.route().is_none()) {
         context.set_route(name.clone());
     }
     match hedge {
-        Some(HedgeChoice::Off) => context.set_hedge(HedgeChoice::Off),
-        Some(hedge) if context.hedge().is_none() => context.set_hedge(hedge),
+        Some(hedge) if hedge.is_off() || context.hedge().is_none() => context.share_hedge(hedge),
         _ => {}
     }
 }
