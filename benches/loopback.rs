@@ -17,7 +17,9 @@
 //! The throughput ratio is the median over rounds of the bare client's time over
 //! the stack's in the same round, so a round slowed by other work on the machine is
 //! set aside. `LOOPBACK_CALLS` sets the calls per stack and round (default 4000),
-//! and `LOOPBACK_ROUNDS` the rounds (default 20).
+//! and `LOOPBACK_ROUNDS` the rounds (default 20). `LOOPBACK_ONLY=h2:backstop_stack`
+//! runs one stack alone for `calls * rounds` calls and prints nothing, for a
+//! profiler (`perf stat`, `perf record`).
 
 use std::convert::Infallible;
 use std::future::{ready, Ready};
@@ -260,10 +262,19 @@ fn main() {
     let rounds = env("LOOPBACK_ROUNDS", 20);
     rt.block_on(async {
         future_sizes();
+        // `LOOPBACK_ONLY=<proto>:<stack>` runs that one stack alone, for a profiler.
+        let only = std::env::var("LOOPBACK_ONLY").ok();
         for proto in [Proto::H1, Proto::H2] {
             let addr = serve(proto).await;
             let uri: http::Uri = format!("http://{addr}/items/42").parse().unwrap();
-            let stacks = stacks(proto);
+            let mut stacks = stacks(proto);
+            if let Some(only) = &only {
+                stacks.retain(|(name, _)| *only == format!("{}:{name}", proto.name()));
+                for (_, svc) in &stacks {
+                    run(svc, &uri, calls * rounds).await;
+                }
+                continue;
+            }
             // Warm every stack's connections first.
             for (_, svc) in &stacks {
                 run(svc, &uri, CONCURRENCY * 4).await;
