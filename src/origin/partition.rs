@@ -165,8 +165,8 @@ impl<'a> KeyRef<'a> {
     }
 }
 
-/// The hash of a key: one multiplication per eight bytes (and one for the
-/// length and the scheme), with every byte's
+/// The hash of a key: one multiplication per sixteen bytes (one for a usual
+/// authority), with every byte's
 /// `0x20` bit set so that spellings differing in ASCII case hash alike (other
 /// bytes that this folds together only share a bucket; the comparison tells them
 /// apart). The seed is random per registry, so the buckets of one process cannot
@@ -207,51 +207,58 @@ impl Hasher {
         }
     }
 
-    /// Folds `bytes` into `h`. Words are read whole, the last one overlapping the
-    /// one before when the length is not a multiple of eight (the length is mixed
-    /// in, so equal bytes always hash alike).
+    /// Hashes `bytes` on top of `h`: the words of up to sixteen bytes go through one
+    /// multiplication together, longer keys one per sixteen bytes more. Words are
+    /// read whole, the last ones overlapping those before when the length is not a
+    /// multiple of eight, and the length is mixed in, so every byte counts and equal
+    /// bytes always hash alike.
     #[inline]
     fn bytes(&self, h: u64, bytes: &[u8]) -> u64 {
         let len = bytes.len();
-        // Every input passes through a multiplication before the next one is
-        // xored in, so that no difference in one can cancel a difference in another.
-        let mut h = mix(h ^ len as u64, K0 ^ self.seed);
-        if len >= 8 {
+        let mut state = h ^ self.seed;
+        let (a, b) = if len > 16 {
             let mut at = 0;
-            while at + 8 < len {
-                h = mix(h ^ (word(bytes, at) | FOLD), K1 ^ self.seed);
-                at += 8;
+            // Every pair of words passes through a multiplication before the next
+            // is xored in, so that no difference in one can cancel one in another.
+            while len - at > 16 {
+                state = mix(
+                    (word(bytes, at) | FOLD) ^ K0,
+                    (word(bytes, at + 8) | FOLD) ^ state,
+                );
+                at += 16;
             }
-            return mix(h ^ (word(bytes, len - 8) | FOLD), K1 ^ self.seed);
-        }
-        let w = if len >= 4 {
-            half(bytes, 0) | half(bytes, len - 4) << 32
+            (word(bytes, len - 16), word(bytes, len - 8))
+        } else if len >= 8 {
+            (word(bytes, 0), word(bytes, len - 8))
+        } else if len >= 4 {
+            (half(bytes, 0), half(bytes, len - 4))
         } else if len > 0 {
-            u64::from(bytes[0]) | u64::from(bytes[len / 2]) << 8 | u64::from(bytes[len - 1]) << 16
+            let w = u64::from(bytes[0])
+                | u64::from(bytes[len / 2]) << 8
+                | u64::from(bytes[len - 1]) << 16;
+            (w, 0)
         } else {
-            0
+            (0, 0)
         };
-        mix(h ^ (w | FOLD), K1 ^ self.seed)
+        mix((a | FOLD) ^ K0 ^ len as u64, (b | FOLD) ^ K1 ^ state)
     }
 
     #[inline]
     pub(super) fn hash(&self, key: KeyRef<'_>) -> u64 {
         match key {
             KeyRef::Origin(scheme, authority) => {
-                // The standard schemes are told apart by a number (comparing them
-                // is comparing an enum); another scheme hashes its bytes.
-                // Only the standard schemes read `http` and `https`: `http` keeps no
-                // custom scheme spelt exactly so.
+                // The standard schemes are told apart by a number; another scheme
+                // hashes its bytes. Only the standard schemes read `http` and `https`:
+                // `http` keeps no custom scheme spelt exactly so.
                 let h = match scheme.map(Scheme::as_str) {
-                    None => mix(self.seed, K0),
-                    Some("http") => mix(self.seed ^ 1, K0),
-                    Some("https") => mix(self.seed ^ 2, K0),
-                    Some(s) => self.bytes(self.seed ^ 3, s.as_bytes()),
+                    None => 0,
+                    Some("http") => 1,
+                    Some("https") => 2,
+                    Some(s) => self.bytes(3, s.as_bytes()),
                 };
-                let h = self.bytes(h, authority.map_or(&b""[..], |a| a.as_str().as_bytes()));
-                mix(h, K0)
+                self.bytes(h, authority.map_or(&b""[..], |a| a.as_str().as_bytes()))
             }
-            KeyRef::Custom(key) => mix(self.bytes(self.seed ^ K1, key.as_bytes()), K0),
+            KeyRef::Custom(key) => self.bytes(K1, key.as_bytes()),
         }
     }
 }
