@@ -181,6 +181,7 @@ impl Account {
     }
 
     /// Counts one first attempt, made at `now`.
+    #[inline]
     pub(crate) fn deposit_at(&self, now: Instant) {
         let slot = self.ring.current(now, |e| self.expire(e));
         if self.deposit != 0 {

@@ -41,6 +41,7 @@ pub(crate) struct Permit {
 }
 
 impl Permit {
+    #[inline]
     pub(crate) fn new(core: Arc<Core>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
         if ticket.half_opened {
             changed(observed.as_deref(), core.state_change_to_half_open());
@@ -53,6 +54,7 @@ impl Permit {
         }
     }
 
+    #[inline]
     fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
         let failed = self.core.config.fails(outcome, error);
         self.recorded = true;

@@ -214,8 +214,22 @@ impl Core {
 
     /// Admits a call, or refuses it with the time the next probe is allowed
     /// (`None` when half-open probes are in flight).
+    #[inline]
     pub(crate) fn admit(&self) -> Result<Ticket, Option<Instant>> {
-        let mut w = self.load();
+        let w = self.load();
+        if w.kind() == CLOSED {
+            return Ok(Ticket {
+                gen: w.gen(),
+                probe: false,
+                half_opened: false,
+            });
+        }
+        self.admit_not_closed(w)
+    }
+
+    /// [`admit`](Core::admit) when the breaker was not closed at first look.
+    #[cold]
+    fn admit_not_closed(&self, mut w: Word) -> Result<Ticket, Option<Instant>> {
         let mut now = None;
         loop {
             match w.kind() {
@@ -285,14 +299,34 @@ impl Core {
 
     /// Records the final outcome of an admitted call; the state change it made,
     /// if any.
+    #[inline]
     pub(crate) fn record(&self, ticket: Ticket, failed: bool) -> Option<Change> {
         if ticket.probe {
             self.record_probe(ticket.gen, failed)
+        } else if failed {
+            self.record_closed(ticket.gen, true)
         } else {
-            self.record_closed(ticket.gen, failed)
+            self.record_closed_success(ticket.gen);
+            None
         }
     }
 
+    /// A success while closed: counted in the window, and the run of failures
+    /// ends. It changes no state.
+    #[inline]
+    fn record_closed_success(&self, gen: u32) {
+        let w = self.load();
+        if w.kind() != CLOSED || w.gen() != gen {
+            return;
+        }
+        let slot = self.window.current(Instant::now(), drop);
+        slot.fetch_add(CALL, Ordering::Relaxed);
+        if self.run.load(Ordering::Relaxed) != 0 {
+            self.run.store(0, Ordering::Relaxed);
+        }
+    }
+
+    #[cold]
     fn record_closed(&self, gen: u32, failed: bool) -> Option<Change> {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {

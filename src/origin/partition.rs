@@ -183,17 +183,20 @@ const FOLD: u64 = 0x2020_2020_2020_2020;
 
 /// The 128-bit product of `a` and `b`, its halves xored: every bit of the
 /// result depends on every bit of both.
+#[inline]
 fn mix(a: u64, b: u64) -> u64 {
     let p = u128::from(a) * u128::from(b);
     (p as u64) ^ ((p >> 64) as u64)
 }
 
+#[inline]
 fn word(bytes: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&bytes[at..at + 8]);
     u64::from_le_bytes(w)
 }
 
+#[inline]
 fn half(bytes: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&bytes[at..at + 4]);

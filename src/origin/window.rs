@@ -10,6 +10,7 @@ use tokio::time::Instant;
 const SLOTS: u64 = 10;
 
 /// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years).
+#[inline]
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -50,6 +51,7 @@ impl Ring {
         }
     }
 
+    #[inline]
     fn slot_of(&self, now: Instant) -> u64 {
         nanos(now.saturating_duration_since(self.origin)) / self.slot_nanos
     }
@@ -57,10 +59,21 @@ impl Ring {
     /// The slot to add an event at `now` to, after expiring the slots that left
     /// the window. `expired` receives the (wrapping) sum of the values expired, when
     /// any slot was.
+    #[inline]
     pub(crate) fn current(&self, now: Instant, expired: impl FnOnce(u64)) -> &AtomicU64 {
         let now_slot = self.slot_of(now);
-        let mut head = self.head.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire);
         if now_slot > head {
+            return self.rotate(now_slot, expired);
+        }
+        &self.slots[(head % SLOTS) as usize]
+    }
+
+    /// [`current`](Ring::current) when the clock has moved into a new slot.
+    #[cold]
+    fn rotate(&self, now_slot: u64, expired: impl FnOnce(u64)) -> &AtomicU64 {
+        let mut head;
+        {
             let _rotating = self.rotating.lock().unwrap_or_else(PoisonError::into_inner);
             head = self.head.load(Ordering::Acquire);
             if now_slot > head {

@@ -95,59 +95,70 @@ impl CallContext {
     }
 
     /// The retry budget account of the call's origin.
+    #[inline]
     pub fn budget(&self) -> Option<&BudgetHandle> {
         self.budget.as_ref()
     }
 
     /// Sets the retry budget account that retries and hedges spend from.
+    #[inline]
     pub fn set_budget(&mut self, budget: BudgetHandle) {
         self.budget = Some(budget);
     }
 
     /// The circuit breaker of the call's origin.
+    #[inline]
     pub fn breaker(&self) -> Option<&BreakerHandle> {
         self.breaker.as_ref()
     }
 
     /// Sets the circuit breaker that retries and hedges ask first.
+    #[inline]
     pub fn set_breaker(&mut self, breaker: BreakerHandle) {
         self.breaker = Some(breaker);
     }
 
     /// Whether the call carries an idempotency key (stamped by the
     /// idempotency-key layer or by the caller), so repeating it is harmless.
+    #[inline]
     pub fn is_keyed(&self) -> bool {
         self.keyed
     }
 
     /// Marks the call as carrying an idempotency key.
+    #[inline]
     pub fn mark_keyed(&mut self) {
         self.keyed = true;
     }
 
     /// The instant by which the whole call must end.
+    #[inline]
     pub fn deadline(&self) -> Option<Deadline> {
         self.deadline.map(Deadline::at)
     }
 
     /// Sets the call's deadline; an earlier one already set is kept.
+    #[inline]
     pub fn set_deadline(&mut self, deadline: Deadline) {
         let at = deadline.instant();
         self.deadline = Some(self.deadline.map_or(at, |d| d.min(at)));
     }
 
     /// The name of the route the call matched, when a route table named it.
+    #[inline]
     pub fn route(&self) -> Option<&str> {
         self.route.as_deref()
     }
 
     /// Names the route the call matched (for the history and tracing).
+    #[inline]
     pub fn set_route(&mut self, name: Arc<str>) {
         self.route = Some(name);
     }
 
     /// Whether and how the call is hedged, when a route (or the caller) chose; a hedge
     /// layer beneath follows it instead of its own policy.
+    #[inline]
     pub fn hedge(&self) -> Option<&HedgeChoice> {
         self.hedge.as_deref()
     }
@@ -158,16 +169,19 @@ impl CallContext {
     }
 
     /// Chooses the hedging a route table keeps for its calls.
+    #[inline]
     pub(crate) fn share_hedge(&mut self, choice: Arc<HedgeChoice>) {
         self.hedge = Some(choice);
     }
 
     /// The current attempt's record, when the retry layer keeps one for it.
+    #[inline]
     pub fn attempt(&self) -> Option<&AttemptLog> {
         self.attempt.as_ref()
     }
 
     /// Sets (or clears) the current attempt's record.
+    #[inline]
     pub fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
         self.attempt = attempt;
     }
@@ -181,6 +195,7 @@ impl CallContext {
 
     /// Sets the observer of this call; an
     /// [`ObserveLayer`](crate::observe::ObserveLayer) outside keeps it.
+    #[inline]
     pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
         self.observer = Some(observer);
     }
@@ -231,6 +246,7 @@ impl<'a> Given<'a> {
     }
 
     /// Nothing given.
+    #[inline]
     pub(crate) fn none() -> Self {
         Given {
             extensions: None,
@@ -239,6 +255,7 @@ impl<'a> Given<'a> {
     }
 
     /// A context alone.
+    #[inline]
     pub(crate) fn context(context: &'a CallContext) -> Self {
         Given {
             extensions: None,
@@ -265,12 +282,14 @@ impl<'a> Given<'a> {
         (self.extensions, self.context)
     }
 
+    #[inline]
     pub(crate) fn budget(&self) -> Option<&'a BudgetHandle> {
         self.context
             .and_then(CallContext::budget)
             .or_else(|| self.get::<BudgetHandle>())
     }
 
+    #[inline]
     pub(crate) fn breaker(&self) -> Option<&'a BreakerHandle> {
         self.context
             .and_then(CallContext::breaker)

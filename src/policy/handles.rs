@@ -96,6 +96,7 @@ pub struct BudgetHandle(Arc<dyn BudgetAccount>);
 
 impl BudgetHandle {
     /// Wraps a budget account.
+    #[inline]
     pub fn new(budget: Arc<dyn BudgetAccount>) -> Self {
         BudgetHandle(budget)
     }
@@ -200,6 +201,7 @@ pub struct BreakerHandle(Arc<dyn BreakerGate>);
 
 impl BreakerHandle {
     /// Wraps a breaker.
+    #[inline]
     pub fn new(breaker: Arc<dyn BreakerGate>) -> Self {
         BreakerHandle(breaker)
     }

@@ -38,11 +38,13 @@ pin_project! {
 /// so the success path without timeouts registers no timer.
 type Timer = Option<Pin<Box<Sleep>>>;
 
+#[inline]
 pub(super) fn timer(at: Option<Instant>) -> Timer {
     at.map(|at| Box::pin(sleep_until(at)))
 }
 
 /// Polls `timer`: `None` when there is none.
+#[inline]
 fn poll_timer(timer: &mut Timer, cx: &mut Context<'_>) -> Option<Poll<()>> {
     timer.as_mut().map(|t| t.as_mut().poll(cx))
 }
