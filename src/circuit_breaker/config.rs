@@ -190,6 +190,7 @@ impl CircuitBreakerPolicy {
     }
 
     /// As `is_failure`, with the error for the classifier to read.
+    #[inline]
     pub(crate) fn fails(
         &self,
         outcome: Outcome<'_>,
