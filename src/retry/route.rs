@@ -328,7 +328,7 @@ impl Routes {
 
     /// Picks the route of a call: its retry policy (unless `given` overrides it),
     /// with its name and hedging left in the call's context.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn choose<B>(
         &self,
         req: &mut Request<B>,
