@@ -37,8 +37,8 @@
 //!   slot's epoch: one more load per answer); no half-open probing (an open breaker
 //!   simply refuses); no bounded registry (origins are never forgotten); a hash
 //!   collision gets an unshared entry instead of a chain;
-//! - one clock read each in the budget and in the breaker (backstop shares one between
-//!   them through the context), no deadline, no route, no observer, no policy lookup in
+//! - one clock read each in the budget and in the breaker, as in backstop (whose retry
+//!   layer shares the budget's read through the context), no deadline, no route, no observer, no policy lookup in
 //!   the extensions, no `Retry-After` parsing, no error classification beyond `5xx`;
 //! - the retry path is sketched so that the kept head and context are really used (the
 //!   request is rebuilt from the flat head, checked idempotent or keyed, a token is
