@@ -304,7 +304,7 @@ impl Core {
         if ticket.probe {
             self.record_probe(ticket.gen, failed)
         } else if failed {
-            self.record_closed(ticket.gen, true)
+            self.record_closed_failure(ticket.gen)
         } else {
             self.record_closed_success(ticket.gen);
             None
@@ -317,6 +317,7 @@ impl Core {
     fn record_closed_success(&self, gen: u32) {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {
+            // The breaker opened since the call was admitted: its outcome is old news.
             return;
         }
         let slot = self.window.current(Instant::now(), drop);
@@ -326,8 +327,10 @@ impl Core {
         }
     }
 
+    /// A failure while closed: counted in the window, and the breaker opens if the
+    /// run of failures or the window's ratio says so.
     #[cold]
-    fn record_closed(&self, gen: u32, failed: bool) -> Option<Change> {
+    fn record_closed_failure(&self, gen: u32) -> Option<Change> {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {
             // The breaker opened since the call was admitted: its outcome is old news.
@@ -335,13 +338,7 @@ impl Core {
         }
         let now = Instant::now();
         let slot = self.window.current(now, drop);
-        slot.fetch_add(CALL | u64::from(failed), Ordering::Relaxed);
-        if !failed {
-            if self.run.load(Ordering::Relaxed) != 0 {
-                self.run.store(0, Ordering::Relaxed);
-            }
-            return None;
-        }
+        slot.fetch_add(CALL | 1, Ordering::Relaxed);
         let run = self.run.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         let config = &*self.config;
         let mut trip = config.consecutive_failures != 0 && run >= config.consecutive_failures;
