@@ -339,7 +339,7 @@ where
             // The gates allowed another attempt, so the head is kept; it fails to
             // read back only if a header value was made through http's unchecked
             // constructor with bytes the checked one refuses (see
-            // `head::HeadCopy::parts`). The call then ends here.
+            // `head::flat::HeadCopy::parts`). The call then ends here.
             return Err(self.stopped(StopReason::AttemptsExhausted));
         };
         let mut req = self.track(req);

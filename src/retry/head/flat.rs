@@ -1,0 +1,326 @@
+//! The flat copy of a request head: the method and version as tags, then the
+//! URI's text and each header value's bytes, in one buffer written in one pass and
+//! read back into a `Uri` and a `HeaderMap` only when a retry is sent. A head this
+//! encoding cannot keep exactly (an extension method, a URI of an unusual shape,
+//! headers over [`FLAT_LIMIT`]) is cloned as it is.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Uri, Version};
+
+/// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
+/// copied flat; larger ones are cloned.
+pub(super) const FLAT_LIMIT: usize = 4096;
+
+#[derive(Clone)]
+pub(super) enum HeadCopy {
+    /// One allocation: a prelude (the method's and the
+    /// version's tags, the URI's length and the number of header values, see
+    /// [`Prelude`]), the URI's text, then each header value as a record: a
+    /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
+    /// then the name's and the value's bytes.
+    Flat(Box<[u8]>),
+    /// Boxed: a head this large or unusual is rare.
+    Cloned(Box<Cloned>),
+}
+
+/// A head kept as it is: an extension method, a URI of an unusual shape, or
+/// headers over [`FLAT_LIMIT`].
+#[derive(Clone)]
+pub(super) struct Cloned {
+    pub(super) method: Method,
+    pub(super) version: Version,
+    pub(super) uri: Uri,
+    pub(super) headers: HeaderMap,
+}
+
+/// The standard methods, by their tag in a flat head.
+pub(super) const METHODS: [Method; 9] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::HEAD,
+    Method::OPTIONS,
+    Method::CONNECT,
+    Method::PATCH,
+    Method::TRACE,
+];
+
+/// The versions, by their tag in a flat head.
+pub(super) const VERSIONS: [Version; 5] = [
+    Version::HTTP_09,
+    Version::HTTP_10,
+    Version::HTTP_11,
+    Version::HTTP_2,
+    Version::HTTP_3,
+];
+
+/// The bytes of a flat head written on the stack before it is allocated.
+const ON_STACK: usize = 512;
+
+/// The bytes of a flat head before the URI: method tag, version tag, the URI's
+/// length and the number of values (`u32`, little-endian).
+pub(super) const PRELUDE: usize = 10;
+
+/// The first bytes of a flat head, read back.
+struct Prelude {
+    method: Method,
+    version: Version,
+    uri_len: usize,
+    values: usize,
+}
+
+/// The tag of a standard method; `None` for an extension method.
+pub(super) fn method_tag(method: &Method) -> Option<u8> {
+    METHODS.iter().position(|m| m == method).map(|i| i as u8)
+}
+
+/// The tag of a version; `None` for one `http` may add.
+fn version_tag(version: Version) -> Option<u8> {
+    VERSIONS.iter().position(|&v| v == version).map(|i| i as u8)
+}
+
+/// The parts of `uri` whose text parses back to an equal URI, at most
+/// [`FLAT_LIMIT`] bytes long: `scheme://authority` then a path from `/`, a path
+/// alone (or `*`), or an authority alone. `None` for anything else, which is kept as
+/// a clone:
+/// - a scheme spelt with capitals (`HTTPS` set through the builder is a custom
+///   scheme, which would come back as the standard `https`);
+/// - an empty scheme (`://x/` parses): its text would read back as another URI,
+///   even one with another host (`://https://h/p` as `https://h/p`);
+/// - the authority `*` alone, which would come back as the path `*`;
+/// - a URI with nothing in it, which would come back as `/`;
+/// - the other shapes `Uri::from_parts` allows, and a URI whose whole text is
+///   longer than `http` parses.
+fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
+    let path = uri.path_and_query().map(|p| p.as_str());
+    let text = match (uri.scheme(), uri.authority(), path) {
+        (Some(scheme), Some(authority), Some(path))
+            if path.starts_with('/')
+                && !scheme.as_str().is_empty()
+                && !scheme.as_str().bytes().any(|b| b.is_ascii_uppercase()) =>
+        {
+            [scheme.as_str(), authority.as_str(), path]
+        }
+        (None, None, Some(path))
+            if (path.starts_with('/') || path == "*") && !uri.path().is_empty() =>
+        {
+            ["", "", path]
+        }
+        (None, Some(authority), None) if authority.as_str() != "*" => ["", authority.as_str(), ""],
+        _ => return None,
+    };
+    let len = text.iter().map(|part| part.len()).sum::<usize>() + 3;
+    (len <= FLAT_LIMIT).then_some(text)
+}
+
+impl HeadCopy {
+    pub(super) fn of(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Self {
+        match Self::flat(method, version, uri, headers) {
+            Some(flat) => HeadCopy::Flat(flat),
+            None => HeadCopy::Cloned(Box::new(Cloned {
+                method: method.clone(),
+                version,
+                uri: uri.clone(),
+                headers: headers.clone(),
+            })),
+        }
+    }
+
+    /// The flat copy: written into an array on the stack while it fits (most
+    /// heads do), then copied once into an allocation of exactly its size; a
+    /// larger head is written again into a buffer that grows. `None` when the head
+    /// must be cloned.
+    #[inline]
+    fn flat(
+        method: &Method,
+        version: Version,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Option<Box<[u8]>> {
+        let prelude = [method_tag(method)?, version_tag(version)?];
+        let text = uri_text(uri)?;
+        let mut stack = OnStack {
+            buf: [0; ON_STACK],
+            len: 0,
+        };
+        if write(&mut stack, prelude, text, headers)? {
+            return Some(stack.buf[..stack.len].into());
+        }
+        let mut grown = Vec::with_capacity(2 * ON_STACK);
+        write(&mut grown, prelude, text, headers)?;
+        Some(grown.into_boxed_slice())
+    }
+
+    /// The head's parts again; `None` if the text does not parse back, which a
+    /// head built through `http`'s checked constructors never gives.
+    pub(super) fn parts(self) -> Option<Cloned> {
+        let buf = match self {
+            HeadCopy::Cloned(head) => return Some(*head),
+            HeadCopy::Flat(buf) => buf,
+        };
+        let prelude = Prelude::of(&buf)?;
+        let buf = Bytes::from(buf);
+        let uri_end = PRELUDE.checked_add(prelude.uri_len)?;
+        if uri_end > buf.len() {
+            return None;
+        }
+        let uri = Uri::from_maybe_shared(buf.slice(PRELUDE..uri_end)).ok()?;
+        let mut map = HeaderMap::with_capacity(prelude.values);
+        let mut at = uri_end;
+        while at < buf.len() {
+            let sensitive = *buf.get(at)? != 0;
+            let name_len = read_len(&buf, at + 1)?;
+            let value_len = read_len(&buf, at + 5)?;
+            let name_at = at + 9;
+            let value_at = name_at.checked_add(name_len)?;
+            let end = value_at.checked_add(value_len)?;
+            let name = HeaderName::from_bytes(buf.get(name_at..value_at)?).ok()?;
+            if end > buf.len() {
+                return None;
+            }
+            let mut value = HeaderValue::from_maybe_shared(buf.slice(value_at..end)).ok()?;
+            value.set_sensitive(sensitive);
+            map.append(name, value);
+            at = end;
+        }
+        Some(Cloned {
+            method: prelude.method,
+            version: prelude.version,
+            uri,
+            headers: map,
+        })
+    }
+}
+
+impl Prelude {
+    fn of(buf: &[u8]) -> Option<Self> {
+        Some(Prelude {
+            method: METHODS.get(usize::from(*buf.first()?))?.clone(),
+            version: *VERSIONS.get(usize::from(*buf.get(1)?))?,
+            uri_len: read_len(buf, 2)?,
+            values: read_len(buf, 6)?,
+        })
+    }
+}
+
+/// Where a flat head is written.
+trait Sink {
+    /// Appends `bytes`; `false` when they do not fit (nothing is written then).
+    fn put(&mut self, bytes: &[u8]) -> bool;
+    fn len(&self) -> usize;
+    /// Overwrites the four bytes at `at`, written before.
+    fn patch(&mut self, at: usize, bytes: [u8; 4]);
+}
+
+/// A head being written on the stack.
+struct OnStack {
+    buf: [u8; ON_STACK],
+    len: usize,
+}
+
+impl Sink for OnStack {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) else {
+            return false;
+        };
+        copy_short(dst, bytes);
+        self.len += bytes.len();
+        true
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        self.buf[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        self.extend_from_slice(bytes);
+        true
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        self[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+/// Copies `src` into `dst`, which is as long. The parts of a head are mostly
+/// a few bytes to a few dozen: those are copied as two overlapping words, without
+/// a call into `memcpy`.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n > 32 {
+        dst.copy_from_slice(src);
+    } else if n >= 16 {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else if n > 0 {
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
+    }
+}
+
+/// Writes a flat head (see [`HeadCopy::Flat`]) into `sink`: `Some(false)` when it
+/// did not fit there, `None` when its headers are over [`FLAT_LIMIT`].
+#[inline(always)]
+fn write<S: Sink>(
+    sink: &mut S,
+    [method, version]: [u8; 2],
+    [scheme, authority, path]: [&str; 3],
+    headers: &HeaderMap,
+) -> Option<bool> {
+    // The lengths are filled in at the end.
+    let mut fits = sink.put(&[method, version, 0, 0, 0, 0, 0, 0, 0, 0]);
+    if !scheme.is_empty() {
+        fits &= sink.put(scheme.as_bytes()) && sink.put(b"://");
+    }
+    fits &= sink.put(authority.as_bytes()) && sink.put(path.as_bytes());
+    if !fits {
+        return Some(false);
+    }
+    let uri_len = sink.len() - PRELUDE;
+    for (name, value) in headers {
+        let name = name.as_str().as_bytes();
+        let value_bytes = value.as_bytes();
+        if sink.len() - PRELUDE + 9 + name.len() + value_bytes.len() > FLAT_LIMIT {
+            return None;
+        }
+        // Both fit: the whole is at most FLAT_LIMIT bytes.
+        let mut lead = [0; 9];
+        lead[0] = u8::from(value.is_sensitive());
+        lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
+        lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
+        if !(sink.put(&lead) && sink.put(name) && sink.put(value_bytes)) {
+            return Some(false);
+        }
+    }
+    sink.patch(2, (uri_len as u32).to_le_bytes());
+    sink.patch(6, (headers.len() as u32).to_le_bytes());
+    Some(true)
+}
+
+fn read_len(buf: &[u8], at: usize) -> Option<usize> {
+    let bytes: [u8; 4] = buf.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    usize::try_from(u32::from_le_bytes(bytes)).ok()
+}

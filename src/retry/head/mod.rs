@@ -1,0 +1,111 @@
+//! The request head a call keeps for its later attempts.
+//!
+//! Every retry layer must keep a copy of the head, because the transport takes the
+//! request it sends. Cloning a `HeaderMap` allocates its index and entry tables, and
+//! each header value created from a string is turned into a shared, reference-counted
+//! buffer on its first clone, whose count then moves on every drop; a parsed URI's
+//! parts are shared buffers too. For the usual head of a few hundred bytes it is
+//! cheaper to copy the URI's and the headers' bytes into one buffer, and to parse
+//! them back only when a retry is sent. A head whose headers are larger than
+//! `flat::FLAT_LIMIT` is cloned as it is, and so is a URI of an unusual shape; the
+//! encoding is in `flat.rs`.
+
+use http::{Extensions, Request};
+
+use crate::policy::{CallContext, Deadline, Given};
+
+mod flat;
+#[cfg(test)]
+mod tests;
+
+use flat::HeadCopy;
+
+/// A request's head, kept for later attempts: its extensions as [`Extras`], and the
+/// rest as one flat buffer (or, rarely, a clone). It is a few words, so the future
+/// that keeps it stays small.
+#[derive(Clone)]
+pub(super) struct Head {
+    extras: Extras,
+    kept: HeadCopy,
+}
+
+/// The request's extensions, kept for later attempts: nothing when there are none,
+/// the call's context alone when that is all they hold (the usual backstop stack:
+/// one small box and a few reference counts instead of a cloned map, and boxed so
+/// the future stays small), else a clone of them all.
+#[derive(Clone)]
+pub(super) enum Extras {
+    None,
+    Context(Box<CallContext>),
+    All(Extensions),
+}
+
+impl Extras {
+    /// What to keep of the extensions `given` reads.
+    #[inline]
+    pub(super) fn of(given: &Given<'_>) -> Self {
+        match given.parts() {
+            (Some(all), _) => Extras::All(all.clone()),
+            (None, Some(context)) => Extras::Context(Box::new(context.clone())),
+            (None, None) => Extras::None,
+        }
+    }
+
+    /// Sets the call's deadline in the kept context, as in the request's.
+    pub(super) fn set_deadline(&mut self, deadline: Deadline) {
+        match self {
+            Extras::None => {
+                let mut context = CallContext::default();
+                context.set_deadline(deadline);
+                *self = Extras::Context(Box::new(context));
+            }
+            Extras::Context(context) => context.set_deadline(deadline),
+            Extras::All(all) => CallContext::of_mut(all).set_deadline(deadline),
+        }
+    }
+
+    fn into_extensions(self) -> Extensions {
+        let mut ext = Extensions::new();
+        match self {
+            Extras::None => {}
+            Extras::Context(context) => {
+                ext.insert(*context);
+            }
+            Extras::All(all) => ext = all,
+        }
+        ext
+    }
+}
+
+impl Head {
+    /// The head of `head`, with `extras` kept of its extensions.
+    #[inline]
+    pub(super) fn of(head: &http::request::Parts, extras: Extras) -> Self {
+        Head {
+            extras,
+            kept: HeadCopy::of(&head.method, head.version, &head.uri, &head.headers),
+        }
+    }
+
+    /// What the layers above gave the call, read as every layer reads it.
+    pub(super) fn given(&self) -> Given<'_> {
+        match &self.extras {
+            Extras::None => Given::none(),
+            Extras::Context(context) => Given::context(context),
+            Extras::All(ext) => Given::new(ext),
+        }
+    }
+
+    /// The request for a later attempt; `None` only if the head does not read back
+    /// (see [`HeadCopy::parts`]).
+    pub(super) fn request<T>(self, body: T) -> Option<Request<T>> {
+        let head = self.kept.parts()?;
+        let mut req = Request::new(body);
+        *req.method_mut() = head.method;
+        *req.uri_mut() = head.uri;
+        *req.version_mut() = head.version;
+        *req.headers_mut() = head.headers;
+        *req.extensions_mut() = self.extras.into_extensions();
+        Some(req)
+    }
+}
