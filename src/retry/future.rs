@@ -233,7 +233,12 @@ where
                     this.state.set(State::Readying { latest });
                 }
                 StateProj::Readying { latest } => {
-                    match call.service.poll_ready(cx) {
+                    // The gates let only a call that kept its head retry, and the
+                    // service is kept with it.
+                    let Some(service) = call.service() else {
+                        break call.stopped(StopReason::AttemptsExhausted);
+                    };
+                    match service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(e)) => break call.unavailable(e.into()),
                         Poll::Pending => {
@@ -247,7 +252,10 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
-                    let future = call.service.call(req);
+                    let Some(service) = call.service() else {
+                        break call.stopped(StopReason::AttemptsExhausted);
+                    };
+                    let future = service.call(req);
                     this.state.set(State::Attempt {
                         future,
                         timeout: timer(timeout),

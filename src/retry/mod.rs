@@ -78,7 +78,6 @@ mod head;
 mod layer;
 mod route;
 
-use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -151,11 +150,9 @@ where
             None
         };
         let policy = self.routes.choose(&mut req, given);
-        // The inner service that was driven to readiness serves the first attempt;
-        // later attempts drive the clone's readiness themselves.
-        let clone = self.inner.clone();
-        let inner = mem::replace(&mut self.inner, clone);
+        // The inner service that was driven to readiness serves the first attempt; a
+        // call that may retry keeps a clone, which drives its own readiness.
         let span = ResponseFuture::<S, B, RB>::span(&req);
-        call::Call::start(inner, policy, req, span)
+        call::Call::start(&mut self.inner, policy, req, span)
     }
 }

@@ -1,5 +1,6 @@
-//! What the retry layer allocates when the first attempt is answered: one buffer for
-//! the request head it keeps, and nothing else. Its own binary, because it counts
+//! What the retry layer allocates when the first attempt is answered: one block for
+//! what a retry would need (the request head it keeps, beside a clone of the inner
+//! service), and nothing else. Its own binary, because it counts
 //! allocations with a global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};

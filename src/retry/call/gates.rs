@@ -74,7 +74,7 @@ impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
     pub(super) fn budget(&self) -> Option<&BudgetHandle> {
-        self.template.as_ref().and_then(|h| h.given().budget())
+        self.head().and_then(|h| h.given().budget())
     }
 
     /// Pauses the call's origin on the hint of an answer the call will retry
@@ -157,8 +157,7 @@ impl<S, B> Call<S, B> {
     /// call that may retry reads it, from its request head kept for the next
     /// attempt, so the success path neither looks it up nor clones it.
     pub(in crate::retry) fn breaker_allows_retry(&self) -> bool {
-        self.template
-            .as_ref()
+        self.head()
             .and_then(|h| h.given().breaker())
             .map_or(true, |b| b.allows_retry())
     }

@@ -29,14 +29,13 @@ use crate::policy::{
 
 /// Everything a call keeps between attempts.
 pub(super) struct Call<S, B> {
-    pub(super) service: S,
+    /// What later attempts need, on the heap; `None` when the policy allows one.
+    kept: Option<Box<Kept<S>>>,
     pub(super) policy: Arc<RetryPolicy>,
     /// The policy treats the method as idempotent.
     idempotent: bool,
     /// The request carries an idempotency key (and its method is not idempotent).
     keyed: bool,
-    /// The request head for later attempts; `None` when the policy allows one.
-    template: Option<Head>,
     /// A handle on the shared replay state; `None` when the policy allows one attempt.
     body: Option<ReplaySource<B>>,
     /// The current attempt's record, kept when its write safety depends on it.
@@ -51,6 +50,15 @@ pub(super) struct Call<S, B> {
     slow: Option<Box<SlowPath>>,
     /// The call's observer, when one was set; taken when the call ends.
     observed: Option<Box<Observed>>,
+}
+
+/// What a call keeps for its later attempts, in one allocation: the service that
+/// sends them and the request's head. A transport's client is a few hundred bytes
+/// (hyper-util's is 304), and the future that every layer above moves would carry
+/// it; on the heap, beside the head's extensions, it costs no allocation of its own.
+pub(super) struct Kept<S> {
+    pub(super) service: S,
+    head: Head,
 }
 
 /// The part of a call's state that the success path does without.
@@ -98,6 +106,20 @@ pub(super) enum Step<RB> {
         wait: Duration,
         response: Option<Response<RB>>,
     },
+}
+
+impl<S, B> Call<S, B> {
+    /// The request head kept for later attempts; `None` when the policy allows one.
+    #[inline]
+    pub(super) fn head(&self) -> Option<&Head> {
+        self.kept.as_deref().map(|kept| &kept.head)
+    }
+
+    /// The service that sends later attempts; `None` when the policy allows one.
+    #[inline]
+    pub(super) fn service(&mut self) -> Option<&mut S> {
+        self.kept.as_deref_mut().map(|kept| &mut kept.service)
+    }
 }
 
 /// An attempt's request, and when its timeout fires.
@@ -179,13 +201,13 @@ where
     /// once, in place, instead of being moved through intermediate values.
     #[inline(always)]
     pub(super) fn start<RB>(
-        mut service: S,
+        service: &mut S,
         policy: Arc<RetryPolicy>,
         req: Request<B>,
         span: Option<Box<tracing::Span>>,
     ) -> ResponseFuture<S, B, RB>
     where
-        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     {
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
@@ -235,7 +257,17 @@ where
                 extras.set_deadline(deadline);
             }
         }
-        let template = extras.map(|extras| Head::of(&parts, extras));
+        // What later attempts need, allocated once and filled in place: the head's
+        // bytes are written where they stay. The service was driven to readiness for
+        // the first attempt; the clone drives its own.
+        let kept = extras.map(|extras| {
+            let mut kept = Box::new(Kept {
+                service: service.clone(),
+                head: Head::empty(extras),
+            });
+            kept.head.fill(&parts);
+            kept
+        });
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
         let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
@@ -254,13 +286,12 @@ where
         };
         // The call's state, written once where the future is built.
         macro_rules! call {
-            ($service:expr) => {
+            () => {
                 Call {
                     idempotent,
                     slow,
-                    service: $service,
+                    kept,
                     keyed,
-                    template,
                     body: source,
                     log,
                     attempt: 1,
@@ -273,7 +304,7 @@ where
         }
         let (timeout, now) = match timeout {
             Ok(timeout) => timeout,
-            Err(()) => return ResponseFuture::refused_by_deadline(call!(service), span),
+            Err(()) => return ResponseFuture::refused_by_deadline(call!(), span),
         };
         if let Some(now) = now {
             stamp(&policy, &mut parts.headers, 1, timeout, now);
@@ -287,7 +318,7 @@ where
                 },
                 timeout: super::future::timer(timeout),
             },
-            call: call!(service),
+            call: call!(),
             span,
         }
     }
@@ -331,7 +362,7 @@ where
         self.attempt += 1;
         // The head stays kept to the end: the budget and breaker handles are read
         // from it, and a head that did not read back must still refund the retry.
-        let request = match (&self.template, &self.body) {
+        let request = match (self.head(), &self.body) {
             (Some(head), Some(body)) => head.clone().request(body.replay()),
             _ => None,
         };

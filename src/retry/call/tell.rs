@@ -46,8 +46,7 @@ impl<S, B> Call<S, B> {
             .unwrap_or(StopReason::Answered);
         let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
         let budget_available = self
-            .template
-            .as_ref()
+            .head()
             .and_then(|h| h.given().budget())
             .and_then(|b| b.available());
         observed.tell(|call| {

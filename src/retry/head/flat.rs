@@ -12,16 +12,35 @@ use http::{HeaderMap, Method, Uri, Version};
 /// copied flat; larger ones are cloned.
 pub(super) const FLAT_LIMIT: usize = 4096;
 
+// The large variant is the point: the copy lives in the block a call keeps for its
+// later attempts, and the usual head fits in place there.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(super) enum HeadCopy {
-    /// One allocation: a prelude (the method's and the
-    /// version's tags, the URI's length and the number of header values, see
-    /// [`Prelude`]), the URI's text, then each header value as a record: a
-    /// sensitivity byte, the name's and the value's lengths (`u32`, little-endian),
-    /// then the name's and the value's bytes.
+    /// The usual head, in place: a prelude (the method's and the version's tags,
+    /// the URI's length and the number of header values, see [`Prelude`]), the
+    /// URI's text, then each header value as a record: a sensitivity byte, the
+    /// name's and the value's lengths (`u32`, little-endian), then the name's and
+    /// the value's bytes. It lives where the call keeps its head, on the heap with
+    /// the service for later attempts, so it costs no allocation of its own.
+    Inline(Inline),
+    /// The same encoding, for a head longer than [`INLINE`] bytes.
     Flat(Box<[u8]>),
     /// Boxed: a head this large or unusual is rare.
     Cloned(Box<Cloned>),
+}
+
+/// A flat head of at most [`INLINE`] bytes, in place.
+#[derive(Clone)]
+pub(super) struct Inline {
+    buf: [u8; INLINE],
+    len: usize,
+}
+
+impl Inline {
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// A head kept as it is: an extension method, a URI of an unusual shape, or
@@ -56,8 +75,9 @@ pub(super) const VERSIONS: [Version; 5] = [
     Version::HTTP_3,
 ];
 
-/// The bytes of a flat head written on the stack before it is allocated.
-const ON_STACK: usize = 512;
+/// The bytes of a flat head kept in place; a longer one is allocated. A URI and
+/// a handful of usual headers take 100 to 200.
+pub(super) const INLINE: usize = 256;
 
 /// The bytes of a flat head before the URI: method tag, version tag, the URI's
 /// length and the number of values (`u32`, little-endian).
@@ -72,11 +92,13 @@ struct Prelude {
 }
 
 /// The tag of a standard method; `None` for an extension method.
+#[inline]
 pub(super) fn method_tag(method: &Method) -> Option<u8> {
     METHODS.iter().position(|m| m == method).map(|i| i as u8)
 }
 
 /// The tag of a version; `None` for one `http` may add.
+#[inline]
 fn version_tag(version: Version) -> Option<u8> {
     VERSIONS.iter().position(|&v| v == version).map(|i| i as u8)
 }
@@ -93,6 +115,7 @@ fn version_tag(version: Version) -> Option<u8> {
 /// - a URI with nothing in it, which would come back as `/`;
 /// - the other shapes `Uri::from_parts` allows, and a URI whose whole text is
 ///   longer than `http` parses.
+#[inline]
 fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
     let path = uri.path_and_query().map(|p| p.as_str());
     let text = match (uri.scheme(), uri.authority(), path) {
@@ -116,41 +139,58 @@ fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
 }
 
 impl HeadCopy {
+    #[cfg(test)]
     pub(super) fn of(method: &Method, version: Version, uri: &Uri, headers: &HeaderMap) -> Self {
-        match Self::flat(method, version, uri, headers) {
-            Some(flat) => HeadCopy::Flat(flat),
-            None => HeadCopy::Cloned(Box::new(Cloned {
-                method: method.clone(),
-                version,
-                uri: uri.clone(),
-                headers: headers.clone(),
-            })),
-        }
+        let mut copy = HeadCopy::empty();
+        copy.fill(method, version, uri, headers);
+        copy
     }
 
-    /// The flat copy: written into an array on the stack while it fits (most
-    /// heads do), then copied once into an allocation of exactly its size; a
-    /// larger head is written again into a buffer that grows. `None` when the head
-    /// must be cloned.
+    /// Room for a head, to be filled in where it is kept.
     #[inline]
-    fn flat(
+    pub(super) fn empty() -> Self {
+        HeadCopy::Inline(Inline {
+            buf: [0; INLINE],
+            len: 0,
+        })
+    }
+
+    /// Makes this the copy of a head: flat in place while it fits (most heads do);
+    /// a larger head is written again into a buffer that grows, and one the flat
+    /// encoding cannot keep exactly is cloned.
+    #[inline]
+    pub(super) fn fill(
+        &mut self,
         method: &Method,
         version: Version,
         uri: &Uri,
         headers: &HeaderMap,
-    ) -> Option<Box<[u8]>> {
-        let prelude = [method_tag(method)?, version_tag(version)?];
-        let text = uri_text(uri)?;
-        let mut stack = OnStack {
-            buf: [0; ON_STACK],
-            len: 0,
-        };
-        if write(&mut stack, prelude, text, headers)? {
-            return Some(stack.buf[..stack.len].into());
+    ) {
+        let flat = (|| {
+            let prelude = [method_tag(method)?, version_tag(version)?];
+            let text = uri_text(uri)?;
+            if let HeadCopy::Inline(inline) = self {
+                inline.len = 0;
+                if write(inline, prelude, text, headers)? {
+                    return Some(None);
+                }
+            }
+            let mut grown = Vec::with_capacity(4 * INLINE);
+            write(&mut grown, prelude, text, headers)?;
+            Some(Some(HeadCopy::Flat(grown.into_boxed_slice())))
+        })();
+        match flat {
+            Some(None) => {}
+            Some(Some(flat)) => *self = flat,
+            None => {
+                *self = HeadCopy::Cloned(Box::new(Cloned {
+                    method: method.clone(),
+                    version,
+                    uri: uri.clone(),
+                    headers: headers.clone(),
+                }))
+            }
         }
-        let mut grown = Vec::with_capacity(2 * ON_STACK);
-        write(&mut grown, prelude, text, headers)?;
-        Some(grown.into_boxed_slice())
     }
 
     /// The head's parts again; `None` if the text does not parse back, which a
@@ -158,10 +198,10 @@ impl HeadCopy {
     pub(super) fn parts(self) -> Option<Cloned> {
         let buf = match self {
             HeadCopy::Cloned(head) => return Some(*head),
-            HeadCopy::Flat(buf) => buf,
+            HeadCopy::Flat(buf) => Bytes::from(buf),
+            HeadCopy::Inline(inline) => Bytes::copy_from_slice(inline.bytes()),
         };
         let prelude = Prelude::of(&buf)?;
-        let buf = Bytes::from(buf);
         let uri_end = PRELUDE.checked_add(prelude.uri_len)?;
         if uri_end > buf.len() {
             return None;
@@ -214,13 +254,7 @@ trait Sink {
     fn patch(&mut self, at: usize, bytes: [u8; 4]);
 }
 
-/// A head being written on the stack.
-struct OnStack {
-    buf: [u8; ON_STACK],
-    len: usize,
-}
-
-impl Sink for OnStack {
+impl Sink for Inline {
     #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> bool {
         let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) else {

@@ -8,7 +8,8 @@
 //! cheaper to copy the URI's and the headers' bytes into one buffer, and to parse
 //! them back only when a retry is sent. A head whose headers are larger than
 //! `flat::FLAT_LIMIT` is cloned as it is, and so is a URI of an unusual shape; the
-//! encoding is in `flat.rs`.
+//! encoding is in `flat.rs`. The usual head (up to `flat::INLINE` bytes) is written
+//! straight into the allocation the call keeps for its later attempts.
 
 use http::{Extensions, Request};
 
@@ -21,8 +22,10 @@ mod tests;
 use flat::HeadCopy;
 
 /// A request's head, kept for later attempts: its extensions as [`Extras`], and the
-/// rest as one flat buffer (or, rarely, a clone). It is a few words, so the future
-/// that keeps it stays small.
+/// rest as flat bytes in place (or, rarely, in a buffer of their own or a clone).
+/// It lives on the heap beside the service for later attempts (see
+/// [`Kept`](super::call::Kept)), so the future that every layer above moves stays
+/// small, and the usual head costs the call one allocation in all.
 #[derive(Clone)]
 pub(super) struct Head {
     extras: Extras,
@@ -30,13 +33,14 @@ pub(super) struct Head {
 }
 
 /// The request's extensions, kept for later attempts: nothing when there are none,
-/// the call's context alone when that is all they hold (the usual backstop stack:
-/// one small box and a few reference counts instead of a cloned map, and boxed so
-/// the future stays small), else a clone of them all.
+/// the call's context alone when that is all they hold (the usual backstop stack: a
+/// few reference counts instead of a cloned map), else a clone of them all. It is
+/// kept on the heap with the rest of what later attempts need (see
+/// [`Kept`](super::call::Kept)), so the context is not boxed on its own.
 #[derive(Clone)]
 pub(super) enum Extras {
     None,
-    Context(Box<CallContext>),
+    Context(CallContext),
     All(Extensions),
 }
 
@@ -46,7 +50,7 @@ impl Extras {
     pub(super) fn of(given: &Given<'_>) -> Self {
         match given.parts() {
             (Some(all), _) => Extras::All(all.clone()),
-            (None, Some(context)) => Extras::Context(Box::new(context.clone())),
+            (None, Some(context)) => Extras::Context(context.clone()),
             (None, None) => Extras::None,
         }
     }
@@ -57,7 +61,7 @@ impl Extras {
             Extras::None => {
                 let mut context = CallContext::default();
                 context.set_deadline(deadline);
-                *self = Extras::Context(Box::new(context));
+                *self = Extras::Context(context);
             }
             Extras::Context(context) => context.set_deadline(deadline),
             Extras::All(all) => CallContext::of_mut(all).set_deadline(deadline),
@@ -69,7 +73,7 @@ impl Extras {
         match self {
             Extras::None => {}
             Extras::Context(context) => {
-                ext.insert(*context);
+                ext.insert(context);
             }
             Extras::All(all) => ext = all,
         }
@@ -79,12 +83,29 @@ impl Extras {
 
 impl Head {
     /// The head of `head`, with `extras` kept of its extensions.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn of(head: &http::request::Parts, extras: Extras) -> Self {
+        let mut kept = Head::empty(extras);
+        kept.fill(head);
+        kept
+    }
+
+    /// Room for a head, with `extras` kept of its extensions: built where the head
+    /// is kept, then filled in place (see [`Head::fill`]), so its bytes are not
+    /// moved.
+    #[inline]
+    pub(super) fn empty(extras: Extras) -> Self {
         Head {
             extras,
-            kept: HeadCopy::of(&head.method, head.version, &head.uri, &head.headers),
+            kept: HeadCopy::empty(),
         }
+    }
+
+    /// Copies `head` into this room.
+    #[inline]
+    pub(super) fn fill(&mut self, head: &http::request::Parts) {
+        self.kept
+            .fill(&head.method, head.version, &head.uri, &head.headers);
     }
 
     /// What the layers above gave the call, read as every layer reads it.

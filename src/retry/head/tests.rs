@@ -1,4 +1,4 @@
-use super::flat::{method_tag, HeadCopy, FLAT_LIMIT, METHODS, PRELUDE, VERSIONS};
+use super::flat::{method_tag, HeadCopy, FLAT_LIMIT, INLINE, METHODS, PRELUDE, VERSIONS};
 use super::*;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Uri, Version};
@@ -30,7 +30,7 @@ fn uri_parts(uri: &Uri) -> (Option<String>, Option<String>, Option<String>, Stri
 }
 
 fn flat(kept: &HeadCopy) -> bool {
-    matches!(kept, HeadCopy::Flat(_))
+    matches!(kept, HeadCopy::Flat(_) | HeadCopy::Inline(_))
 }
 
 /// The copy of a GET's head.
@@ -166,9 +166,10 @@ fn a_damaged_record_reads_back_as_none_or_less_not_a_panic() {
     let uri = Uri::from_static("/x");
     let mut map = HeaderMap::new();
     map.insert("accept", HeaderValue::from_static("*/*"));
-    let HeadCopy::Flat(buf) = copy(&uri, &map) else {
-        panic!("expected a flat head");
+    let HeadCopy::Inline(inline) = copy(&uri, &map) else {
+        panic!("expected a flat head in place");
     };
+    let buf = inline.bytes();
     let uri_end = PRELUDE + 2;
     for cut in 0..buf.len() {
         let damaged = HeadCopy::Flat(buf[..cut].into());
@@ -189,7 +190,7 @@ fn a_damaged_record_reads_back_as_none_or_less_not_a_panic() {
 }
 
 #[test]
-fn a_head_larger_than_the_stack_buffer_is_still_flat() {
+fn a_head_longer_than_the_inline_buffer_is_flat_in_a_buffer_of_its_own() {
     let uri = Uri::from_static("https://a.test/p?q=1");
     let mut map = HeaderMap::new();
     for i in 0..8 {
@@ -197,10 +198,30 @@ fn a_head_larger_than_the_stack_buffer_is_still_flat() {
         map.append("x-big", value);
     }
     let kept = copy(&uri, &map);
-    assert!(flat(&kept));
+    assert!(matches!(kept, HeadCopy::Flat(_)));
     let back = kept.parts().unwrap();
     assert_eq!(pairs(&back.headers), pairs(&map));
     assert_eq!(back.uri, uri);
+}
+
+#[test]
+fn a_head_of_exactly_the_inline_size_is_kept_in_place_and_one_more_byte_is_not() {
+    let uri = Uri::from_static("/p");
+    // Prelude, the URI, then one record: 9 bytes, the name, the value.
+    let room = INLINE - PRELUDE - 2 - 9 - "x-fill".len();
+    for (len, inline) in [(room, true), (room + 1, false)] {
+        let mut map = HeaderMap::new();
+        map.insert("x-fill", HeaderValue::from_str(&"v".repeat(len)).unwrap());
+        let kept = copy(&uri, &map);
+        assert_eq!(
+            matches!(kept, HeadCopy::Inline(_)),
+            inline,
+            "value of {len}"
+        );
+        assert!(flat(&kept));
+        let back = kept.parts().unwrap();
+        assert_eq!(pairs(&back.headers), pairs(&map));
+    }
 }
 
 #[test]
