@@ -187,6 +187,9 @@ fn built_in(
     let not_processed;
     match outcome {
         Outcome::Response { status, headers } => {
+            if status.is_success() {
+                return Classification::Answer;
+            }
             let should_retry = should_retry(headers);
             if is_answer(rules, status, should_retry) {
                 return Classification::Answer;
@@ -266,7 +269,8 @@ pub(crate) fn is_answer_under(rules: &Rules, status: StatusCode, headers: &Heade
             _ => return false,
         }
     }
-    is_answer(rules, status, should_retry(headers))
+    // A 2xx is an answer whatever its headers say, so they are not read for one.
+    status.is_success() || is_answer(rules, status, should_retry(headers))
 }
 
 /// `x-should-retry: true|false`, when present and valid.
