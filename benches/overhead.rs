@@ -32,6 +32,17 @@
 //! `benches/common/floor.rs`: hand-written layers that do only the work any correct
 //! implementation of this design must do on the success path, so the ratios of
 //! `backstop_retry` and `backstop_stack` can be read against what cannot be avoided.
+//!
+//! One process's ratios are not enough on their own: with the same binary,
+//! `tower_retry`'s own time moves by a third from one process to the next (where
+//! the allocator and the stack put things), and every ratio moves with it. So
+//! `ratios` runs that measurement in `RATIOS_PROCESSES` fresh processes (default 9),
+//! prints each one's lines, then each stack's median over the processes and their
+//! range:
+//!
+//! ```text
+//! ratios stack=backstop_stack ns=480.0 ratio_to_tower_retry=3.40 range=2.90..3.60 processes=9
+//! ```
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -173,7 +184,72 @@ where
 /// calls, so the machine's drift falls on all of them alike, and each stack's figure
 /// is the median of its rounds. The ratio to `tower_retry` is taken within the run,
 /// which is what the issue's goals are stated in.
+/// Set in the processes `ratios` starts, each of which measures once.
+const CHILD: &str = "BACKSTOP_RATIOS_CHILD";
+
+/// Runs [`ratios_once`] in fresh processes and prints each stack's median over them.
 fn ratios() {
+    if std::env::var_os(CHILD).is_some() {
+        ratios_once();
+        return;
+    }
+    let processes: usize = std::env::var("RATIOS_PROCESSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(9);
+    let exe = std::env::current_exe().expect("the bench's own path");
+    // (stack, ns, ratio) of every process, in the order the stacks are printed.
+    let mut seen: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for _ in 0..processes {
+        let out = std::process::Command::new(&exe)
+            .arg("ratios")
+            .env(CHILD, "1")
+            .output()
+            .expect("a measuring process");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines().filter(|l| l.starts_with("added stack=")) {
+            println!("{line}");
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|f| f.strip_prefix(key))
+                    .map(str::to_owned)
+            };
+            let (Some(stack), Some(ns), Some(ratio)) = (
+                field("stack="),
+                field("ns=").and_then(|v| v.parse::<f64>().ok()),
+                field("ratio_to_tower_retry=").and_then(|v| v.parse::<f64>().ok()),
+            ) else {
+                continue;
+            };
+            match seen.iter_mut().find(|(s, _, _)| *s == stack) {
+                Some((_, all_ns, all_ratios)) => {
+                    all_ns.push(ns);
+                    all_ratios.push(ratio);
+                }
+                None => seen.push((stack, vec![ns], vec![ratio])),
+            }
+        }
+    }
+    fn median(v: &mut [f64]) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+    for (stack, ns, ratios) in &mut seen {
+        let n = ratios.len();
+        let ns = median(ns);
+        let ratio = median(ratios);
+        println!(
+            "ratios stack={stack} ns={ns:.1} ratio_to_tower_retry={ratio:.2} range={:.2}..{:.2} processes={n}",
+            ratios[0],
+            ratios[n - 1]
+        );
+    }
+}
+
+/// One process's measurement: every stack interleaved in rounds, each one's median
+/// added time and its ratio to `tower_retry`'s.
+fn ratios_once() {
     const ROUNDS: usize = 40;
     const CALLS: u64 = 8_192;
     let rt = tokio::runtime::Builder::new_current_thread()
