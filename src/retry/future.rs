@@ -252,10 +252,10 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
-                    let Some(service) = call.service() else {
+                    // The request came from the kept head, the service is kept beside it.
+                    let Some(future) = call.service().map(|service| service.call(req)) else {
                         break call.stopped(StopReason::AttemptsExhausted);
                     };
-                    let future = service.call(req);
                     this.state.set(State::Attempt {
                         future,
                         timeout: timer(timeout),

@@ -584,6 +584,83 @@ impl tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>> for ReadyOnce {
     }
 }
 
+/// Answers 503 then 200, and records for each call whether this very instance was
+/// driven to readiness first (a clone starts unready), and how many clones were made.
+struct Readied {
+    ready: bool,
+    calls_on_readied: Arc<std::sync::Mutex<Vec<bool>>>,
+    clones: Arc<AtomicU32>,
+}
+
+impl Readied {
+    fn new() -> Self {
+        Readied {
+            ready: false,
+            calls_on_readied: Arc::default(),
+            clones: Arc::default(),
+        }
+    }
+}
+
+impl Clone for Readied {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        Readied {
+            ready: false,
+            calls_on_readied: self.calls_on_readied.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>> for Readied {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = io::Error;
+    type Future = std::future::Ready<Result<Self::Response, io::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), io::Error>> {
+        self.ready = true;
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<backstop::ReplayBody<Full<Bytes>>>) -> Self::Future {
+        let mut calls = self.calls_on_readied.lock().unwrap();
+        calls.push(std::mem::take(&mut self.ready));
+        let mut res = http::Response::new(Full::default());
+        if calls.len() == 1 {
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        }
+        std::future::ready(Ok(res))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_goes_through_an_instance_driven_to_readiness() {
+    let inner = Readied::new();
+    let (calls, clones) = (inner.calls_on_readied.clone(), inner.clones.clone());
+    let mut svc = RetryLayer::new(fast()).layer(inner);
+    let res = call_with(&mut svc, get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // The first through the service the caller readied, the retry through the
+    // call's own clone, readied before it was called.
+    assert_eq!(*calls.lock().unwrap(), [true, true]);
+    assert_eq!(clones.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_of_one_attempt_clones_no_service() {
+    let inner = Readied::new();
+    let (calls, clones) = (inner.calls_on_readied.clone(), inner.clones.clone());
+    let mut svc = RetryLayer::new(RetryPolicy::none()).layer(inner);
+    let res = call_with(&mut svc, get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(*calls.lock().unwrap(), [true]);
+    assert_eq!(clones.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_deadline_covers_waiting_for_the_inner_service_to_be_ready() {
     let calls = Arc::new(AtomicU32::new(0));
