@@ -57,7 +57,7 @@ pub(super) struct Call<S, B> {
 /// (hyper-util's is 304), and the future that every layer above moves would carry
 /// it; on the heap, beside the head's extensions, it costs no allocation of its own.
 pub(super) struct Kept<S> {
-    pub(super) service: S,
+    service: S,
     head: Head,
 }
 
