@@ -233,8 +233,8 @@ where
                     this.state.set(State::Readying { latest });
                 }
                 StateProj::Readying { latest } => {
-                    // The gates let only a call that kept its head retry, and the
-                    // service is kept with it.
+                    // The gates let only a call that kept its head retry (a policy
+                    // of one attempt keeps none), and the service is kept with it.
                     let Some(service) = call.service() else {
                         break call.stopped(StopReason::AttemptsExhausted);
                     };
@@ -248,13 +248,9 @@ where
                             return Poll::Pending;
                         }
                     }
-                    let (req, timeout) = match call.next_attempt(Instant::now()) {
+                    let (future, timeout) = match call.next_attempt(Instant::now()) {
                         Ok(next) => next,
                         Err(result) => break result,
-                    };
-                    // The request came from the kept head, the service is kept beside it.
-                    let Some(future) = call.service().map(|service| service.call(req)) else {
-                        break call.stopped(StopReason::AttemptsExhausted);
                     };
                     this.state.set(State::Attempt {
                         future,

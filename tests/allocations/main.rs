@@ -157,3 +157,53 @@ fn finding_an_origins_breaker_and_account_allocates_nothing() {
         assert_eq!(count, global_count, "{uri}");
     }
 }
+
+/// Allocations made by sending a PUT with a five-byte body through `svc` (whose
+/// answer is ready at once, without reading the body) and dropping the response.
+fn allocations_of_a_put<S>(svc: &mut S) -> usize
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(noop_waker_ref());
+    let req = Request::put("http://127.0.0.1:8080/items/42")
+        .body(Full::from("hello"))
+        .unwrap();
+    let before = ALLOCATIONS.with(Cell::get);
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let fut = pin!(svc.call(req));
+    match fut.poll(&mut cx) {
+        Poll::Ready(res) => drop(res.unwrap()),
+        Poll::Pending => panic!("the answer is ready at once"),
+    }
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn a_body_costs_its_reader_and_what_replays_need_and_no_more() {
+    let mut bare = tower::service_fn(ok::<Full<Bytes>>);
+    let mut retry = RetryLayer::new(RetryPolicy::default())
+        .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    let mut once = RetryLayer::new(RetryPolicy::none())
+        .layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>));
+    allocations_of_a_put(&mut retry);
+    allocations_of_a_put(&mut once);
+
+    let bare_count = allocations_of_a_put(&mut bare);
+    // Kept for replays: the block for later attempts, the shared state, its
+    // fan-out waker and the original body in it; and the first attempt's reader,
+    // boxed so that a replay body is no larger than the body it stands for.
+    assert_eq!(
+        allocations_of_a_put(&mut retry),
+        bare_count + 5,
+        "bare {bare_count}"
+    );
+    // Read straight through: the reader and the original body it holds; and the
+    // call's context, which tells a hedge layer beneath that a call sent once is
+    // never hedged (the extensions' map, its table, the context).
+    assert_eq!(
+        allocations_of_a_put(&mut once),
+        bare_count + 5,
+        "bare {bare_count}"
+    );
+}

@@ -650,6 +650,45 @@ async fn every_attempt_goes_through_an_instance_driven_to_readiness() {
     assert_eq!(clones.load(Ordering::SeqCst), 1);
 }
 
+/// A service as large as a real client (hyper-util's is 304 bytes).
+#[derive(Clone)]
+struct Large {
+    _state: [u64; 64],
+}
+
+impl tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>> for Large {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = io::Error;
+    type Future = std::future::Ready<Result<Self::Response, io::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<backstop::ReplayBody<Full<Bytes>>>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new(Full::default())))
+    }
+}
+
+#[test]
+fn the_response_future_does_not_carry_the_inner_service() {
+    use std::mem::size_of;
+    type Future = backstop::retry::ResponseFuture<Large, Full<Bytes>, Full<Bytes>>;
+    // The clone for later attempts is kept on the heap: every layer above moves
+    // the future, and it stays a few words over the inner one.
+    let inner =
+        size_of::<<Large as tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>>>::Future>();
+    assert!(
+        size_of::<Future>() <= inner + 128,
+        "{} over {inner}",
+        size_of::<Future>()
+    );
+    assert!(size_of::<Future>() < size_of::<Large>());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_policy_of_one_attempt_clones_no_service() {
     let inner = Readied::new();

@@ -122,9 +122,6 @@ impl<S, B> Call<S, B> {
     }
 }
 
-/// An attempt's request, and when its timeout fires.
-pub(super) type Attempt<B> = (Request<ReplayBody<B>>, Option<Instant>);
-
 /// A fresh record for an attempt whose write safety depends on one (no key, and a
 /// method that is not idempotent), given to the request's context and body.
 #[inline]
@@ -304,6 +301,8 @@ where
         }
         let (timeout, now) = match timeout {
             Ok(timeout) => timeout,
+            // The readied service is not called: what it reserved for a call stays
+            // with the retry service, ready for its next one.
             Err(()) => return ResponseFuture::refused_by_deadline(call!(), span),
         };
         if let Some(now) = now {
@@ -355,7 +354,13 @@ where
     }
 
     /// The request for the next attempt and its timeout, or how the call ends.
-    pub(super) fn next_attempt<RB>(&mut self, now: Instant) -> Result<Attempt<B>, CallResult<RB>> {
+    pub(super) fn next_attempt<RB>(
+        &mut self,
+        now: Instant,
+    ) -> Result<(S::Future, Option<Instant>), CallResult<RB>>
+    where
+        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    {
         let Ok(timeout) = self.attempt_timeout(now) else {
             return Err(self.stopped(StopReason::Deadline));
         };
@@ -367,10 +372,11 @@ where
             _ => None,
         };
         let Some(req) = request else {
-            // The gates allowed another attempt, so the head is kept; it fails to
-            // read back only if a header value was made through http's unchecked
-            // constructor with bytes the checked one refuses (see
-            // `head::flat::HeadCopy::parts`). The call then ends here.
+            // The gates allowed another attempt, so the head is kept (it is `None`
+            // only for a policy of one attempt); it fails to read back only if a
+            // header value was made through http's unchecked constructor with bytes
+            // the checked one refuses (see `head::flat::HeadCopy::parts`). The call
+            // then ends here.
             return Err(self.stopped(StopReason::AttemptsExhausted));
         };
         let mut req = self.track(req);
@@ -379,7 +385,12 @@ where
         slow.last_error = None;
         slow.withdrawn = false;
         slow.attempt_started = Some(now);
-        Ok((req, timeout))
+        // The request came from the kept head, so the service kept beside it is
+        // there, driven to readiness by the `Readying` state.
+        match self.kept.as_deref_mut() {
+            Some(kept) => Ok((kept.service.call(req), timeout)),
+            None => Err(self.stopped(StopReason::AttemptsExhausted)),
+        }
     }
 
     /// Classifies an attempt's outcome and decides what comes next.

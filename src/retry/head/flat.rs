@@ -315,7 +315,7 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// Writes a flat head (see [`HeadCopy::Flat`]) into `sink`: `Some(false)` when it
+/// Writes a flat head (see [`HeadCopy::Inline`]) into `sink`: `Some(false)` when it
 /// did not fit there, `None` when its headers are over [`FLAT_LIMIT`].
 #[inline(always)]
 fn write<S: Sink>(
