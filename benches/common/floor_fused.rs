@@ -400,6 +400,10 @@ pub fn check() {
         let res = svc.ready().await.unwrap().call(super::request()).await;
         assert!(matches!(res, Err(Error::Open)));
     });
-    assert_eq!(seen.lock().unwrap().len(), 14, "refused before the inner service");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        14,
+        "refused before the inner service"
+    );
     println!("fused check: ok");
 }
