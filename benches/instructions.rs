@@ -15,7 +15,7 @@
 //! ```
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
-//! `floor_retry`, `floor_stack` (or the partial stacks `retry_progress`,
+//! `floor_retry`, `floor_stack`, `floor_fused` (or the partial stacks `retry_progress`,
 //! `budget_retry_progress`, `breaker_budget_retry_progress`, and the same prefixed
 //! `floor_`); `sizes` prints the size of each layer's response future instead.
 //!
@@ -27,6 +27,15 @@
 //! over `bare` set against `floor_*` shows how far backstop is from that floor.
 //! `floor_check` checks the floor does that work (the head comes back byte for byte, a
 //! 5xx is retried with the rebuilt request) and prints its head's size.
+//!
+//! `floor_fused` is the floor of a FUSED design (`benches/common/floor_fused.rs`): one
+//! guard layer doing the key, breaker, budget and retry work of `floor_stack` in one
+//! response future (one registry lookup, the same two clock reads and flat head copy,
+//! nothing put in the extensions) over the floor's progress layer. What it adds over
+//! `bare` against `floor_stack` is what fusing the layers can save at best.
+//! `fused_check` checks the guard does that work (a 5xx is retried with the head byte
+//! for byte, a POST is keyed and retried with its key, the counts land in the one
+//! entry, an open breaker refuses, nothing goes into the extensions).
 
 use std::hint::black_box;
 
@@ -108,6 +117,10 @@ fn sizes() {
     println!("floor_retry {}", size::<_, Plain>(&common::floor::retry()));
     println!("floor_stack {}", size::<_, Plain>(&common::floor::stack()));
     println!(
+        "floor_fused {}",
+        size::<_, Plain>(&common::floor_fused::fused())
+    );
+    println!(
         "call_context {}",
         std::mem::size_of::<backstop::policy::CallContext>()
     );
@@ -130,7 +143,9 @@ fn main() {
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
         "floor_retry" => drive(&rt, common::floor::retry(), calls),
         "floor_stack" => drive(&rt, common::floor::stack(), calls),
+        "floor_fused" => drive(&rt, common::floor_fused::fused(), calls),
         "floor_check" => common::floor::check(),
+        "fused_check" => common::floor_fused::check(),
         "floor_retry_progress" => drive(&rt, common::floor::partial().0, calls),
         "floor_budget_retry_progress" => drive(&rt, common::floor::partial().1, calls),
         "floor_breaker_budget_retry_progress" => drive(&rt, common::floor::partial().2, calls),

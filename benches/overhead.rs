@@ -31,7 +31,11 @@
 //! The same run also measures `floor_retry` and `floor_stack`, the floor of
 //! `benches/common/floor.rs`: hand-written layers that do only the work any correct
 //! implementation of this design must do on the success path, so the ratios of
-//! `backstop_retry` and `backstop_stack` can be read against what cannot be avoided.
+//! `backstop_retry` and `backstop_stack` can be read against what cannot be avoided,
+//! and `floor_fused`, the floor of a fused design (`benches/common/floor_fused.rs`:
+//! one guard layer doing the key, breaker, budget and retry work in one future, over
+//! the floor's progress layer), so `floor_stack` can be read against what fusing the
+//! layers could save at best.
 //!
 //! One process's ratios are not enough on their own: with the same binary,
 //! `tower_retry`'s own time moves by a third from one process to the next (where
@@ -261,8 +265,9 @@ fn ratios_once() {
     let backstop_stack = common::backstop_stack();
     let floor_retry = common::floor::retry();
     let floor_stack = common::floor::stack();
+    let floor_fused = common::floor_fused::fused();
     type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
-    let stacks: [(&str, Measure<'_>); 5] = [
+    let stacks: [(&str, Measure<'_>); 6] = [
         (
             "tower_retry",
             Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
@@ -282,6 +287,10 @@ fn ratios_once() {
         (
             "floor_stack",
             Box::new(|| added_over_bare(&rt, CALLS, &floor_stack)),
+        ),
+        (
+            "floor_fused",
+            Box::new(|| added_over_bare(&rt, CALLS, &floor_fused)),
         ),
     ];
     let mut samples = vec![Vec::with_capacity(ROUNDS); stacks.len()];

@@ -53,7 +53,8 @@
 //! one context in the extensions, a head copied before the first attempt): going below
 //! it takes another design (fewer layers, a fused guard, no extensions), not a leaner
 //! layer. `benches/instructions.rs` (`floor_check`) checks that the floor does the work
-//! it claims: the head comes back byte for byte and a 5xx is retried.
+//! it claims: the head comes back byte for byte and a 5xx is retried. The floor of a
+//! fused guard is `benches/common/floor_fused.rs`, built from this file's pieces.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -148,7 +149,7 @@ pub struct Ctx {
     attempt: Option<Arc<AtomicU64>>,
 }
 
-fn idempotent(method: &Method) -> bool {
+pub(super) fn idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -163,15 +164,15 @@ fn idempotent(method: &Method) -> bool {
 /// counters.
 pub struct Entry {
     origin: Box<[u8]>,
-    state: AtomicU64,
-    window: [AtomicU64; 8],
+    pub(super) state: AtomicU64,
+    pub(super) window: [AtomicU64; 8],
 }
 
 /// A failure counts in the high half of a window slot, an outcome in the low half.
-const FAILURE: u64 = 1 << 32;
+pub(super) const FAILURE: u64 = 1 << 32;
 
 impl Entry {
-    fn new(scheme: &[u8], authority: &[u8]) -> Self {
+    pub(super) fn new(scheme: &[u8], authority: &[u8]) -> Self {
         let mut origin = Vec::with_capacity(scheme.len() + 3 + authority.len());
         origin.extend_from_slice(scheme);
         origin.extend_from_slice(b"://");
@@ -183,7 +184,17 @@ impl Entry {
         }
     }
 
-    fn is(&self, scheme: &[u8], authority: &[u8]) -> bool {
+    /// An entry that keeps no origin bytes (no allocation), for a part of a larger
+    /// entry that keeps them once (the fused floor's).
+    pub(super) fn unnamed() -> Self {
+        Entry {
+            origin: Box::default(),
+            state: AtomicU64::new(0),
+            window: Default::default(),
+        }
+    }
+
+    pub(super) fn is(&self, scheme: &[u8], authority: &[u8]) -> bool {
         let o = &self.origin[..];
         o.len() == scheme.len() + 3 + authority.len()
             && &o[..scheme.len()] == scheme
@@ -191,13 +202,13 @@ impl Entry {
     }
 
     /// The window slot of `now`: one add, relaxed.
-    fn count(&self, born: Instant, now: Instant, add: u64) {
+    pub(super) fn count(&self, born: Instant, now: Instant, add: u64) {
         let slot = now.saturating_duration_since(born).as_secs() as usize % 8;
         self.window[slot].fetch_add(add, Relaxed);
     }
 
     /// A retry's withdrawal from the budget: one token per ten deposits.
-    fn withdraw(&self) -> bool {
+    pub(super) fn withdraw(&self) -> bool {
         let deposits: u64 = self
             .window
             .iter()
@@ -207,15 +218,32 @@ impl Entry {
     }
 }
 
-/// The origins a layer has seen, keyed by a cheap hash of scheme and authority (the
-/// map does not hash the hash again).
-pub struct Registry {
-    born: Instant,
-    map: RwLock<HashMap<u64, Arc<Entry>, BuildHasherDefault<Prehashed>>>,
+/// What a registry keeps per origin: made from the origin's bytes, and able to
+/// confirm a hash hit against them.
+pub trait Keyed {
+    fn new(scheme: &[u8], authority: &[u8]) -> Self;
+    fn is(&self, scheme: &[u8], authority: &[u8]) -> bool;
 }
 
-impl Registry {
-    fn new() -> Self {
+impl Keyed for Entry {
+    fn new(scheme: &[u8], authority: &[u8]) -> Self {
+        Entry::new(scheme, authority)
+    }
+    fn is(&self, scheme: &[u8], authority: &[u8]) -> bool {
+        Entry::is(self, scheme, authority)
+    }
+}
+
+/// The origins a layer has seen, keyed by a cheap hash of scheme and authority (the
+/// map does not hash the hash again). The floor stack's layers keep an [`Entry`] per
+/// origin; the fused floor keeps one entry holding both the breaker's and the budget's.
+pub struct Registry<E = Entry> {
+    pub(super) born: Instant,
+    map: RwLock<HashMap<u64, Arc<E>, BuildHasherDefault<Prehashed>>>,
+}
+
+impl<E: Keyed> Registry<E> {
+    pub(super) fn new() -> Self {
         Registry {
             born: Instant::now(),
             map: RwLock::new(HashMap::default()),
@@ -224,7 +252,7 @@ impl Registry {
 
     /// One read lock, one lookup, one compare, one `Arc` clone on a hit; the first call
     /// to an origin takes the write lock once.
-    fn lookup(&self, uri: &Uri) -> Arc<Entry> {
+    pub(super) fn lookup(&self, uri: &Uri) -> Arc<E> {
         let scheme = uri.scheme_str().unwrap_or("").as_bytes();
         let authority = uri.authority().map_or("", |a| a.as_str()).as_bytes();
         let key = hash(scheme, authority);
@@ -241,14 +269,14 @@ impl Registry {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
                 .entry(key)
-                .or_insert_with(|| Arc::new(Entry::new(scheme, authority)))
+                .or_insert_with(|| Arc::new(E::new(scheme, authority)))
                 .clone(),
         };
         if entry.is(scheme, authority) {
             entry
         } else {
             // A collision: correct, unshared.
-            Arc::new(Entry::new(scheme, authority))
+            Arc::new(E::new(scheme, authority))
         }
     }
 }
@@ -397,7 +425,7 @@ pub struct Breaker<S> {
 }
 
 /// The breaker entry's state word: 0 is closed.
-const CLOSED: u64 = 0;
+pub(super) const CLOSED: u64 = 0;
 
 impl<S> Service<Req> for Breaker<S>
 where

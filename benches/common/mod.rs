@@ -15,6 +15,7 @@ use http_body_util::Full;
 use tower::{Layer, Service};
 
 pub mod floor;
+pub mod floor_fused;
 
 /// The answer every stack gets.
 pub type Res = Response<Full<Bytes>>;
