@@ -58,6 +58,16 @@ struct Inner {
 }
 
 impl Error {
+    /// What a layer's response future answers when it is polled again after it
+    /// completed (`future` names the layer): an error, never `Pending` for ever.
+    #[cold]
+    pub(crate) fn polled_after_completion(future: &'static str) -> Self {
+        Error::new(
+            ErrorKind::Other,
+            Some(format!("{future} future polled after completion").into()),
+        )
+    }
+
     pub(crate) fn new(kind: ErrorKind, source: Option<BoxError>) -> Self {
         Error {
             inner: Box::new(Inner {

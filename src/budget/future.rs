@@ -169,12 +169,9 @@ where
                     this.state.set(State::Called { future });
                 }
                 StateProj::Done { error } => {
-                    return Poll::Ready(Err(error.take().unwrap_or_else(|| {
-                        Error::new(
-                            crate::policy::ErrorKind::Other,
-                            Some("budget future polled after completion".into()),
-                        )
-                    })))
+                    return Poll::Ready(Err(error
+                        .take()
+                        .unwrap_or_else(|| Error::polled_after_completion("budget"))))
                 }
             }
         }

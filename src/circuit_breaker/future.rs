@@ -122,11 +122,9 @@ where
                 this.state.set(State::Done { error: None });
                 Poll::Ready(result)
             }
-            StateProj::Done { error } => match error.take() {
-                Some(error) => Poll::Ready(Err(error)),
-                // Polled after it finished.
-                None => Poll::Pending,
-            },
+            StateProj::Done { error } => Poll::Ready(Err(error
+                .take()
+                .unwrap_or_else(|| Error::polled_after_completion("circuit breaker")))),
         }
     }
 }

@@ -476,7 +476,8 @@ where
                     this.state.set(State::Done);
                     Poll::Ready(result.map_err(|e| Error::from_inner(e.into())))
                 }
-                _ => Poll::Pending,
+                // Without a race there are no copies: only polled after it ended.
+                _ => Poll::Ready(Err(Error::polled_after_completion("hedge"))),
             };
         };
         loop {
@@ -494,7 +495,7 @@ where
                     Poll::Pending => original_live = true,
                 }
             } else if let StateProj::Done = this.state.as_mut().project() {
-                return Poll::Pending;
+                return Poll::Ready(Err(Error::polled_after_completion("hedge")));
             }
             // Then the copies, in the order they were sent.
             let mut i = 0;

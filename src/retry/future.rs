@@ -17,7 +17,7 @@ use tracing::Span;
 use super::call::{Call, CallResult, Step};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::policy::{CallContext, ErrorKind, StopReason};
+use crate::policy::{CallContext, StopReason};
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
@@ -259,9 +259,9 @@ where
                 }
                 StateProj::Refused { error } => match error.take() {
                     Some(err) => break Err(err),
-                    None => break Err(polled_after_completion()),
+                    None => break Err(Error::polled_after_completion("retry")),
                 },
-                StateProj::Done => break Err(polled_after_completion()),
+                StateProj::Done => break Err(Error::polled_after_completion("retry")),
             }
         };
         this.state.set(State::Done);
@@ -282,14 +282,6 @@ fn finished(span: &Span, attempts: u32) {
         span.record("http.request.resend_count", attempts - 1);
     }
     span.in_scope(|| tracing::debug!(attempts, "call finished"));
-}
-
-/// The error a call answers when it is polled again after it ended.
-fn polled_after_completion() -> Error {
-    Error::new(
-        ErrorKind::Other,
-        Some("retry future polled after completion".into()),
-    )
 }
 
 impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>

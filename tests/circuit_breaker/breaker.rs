@@ -1102,3 +1102,22 @@ mod wire {
         .await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
+    let mock = Script::new([status(200)]);
+    let mut svc = CircuitBreakerLayer::new(breaker(3, 1_000)).layer(mock.clone());
+    let mut future = Box::pin(
+        ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(get("http://a.test/")),
+    );
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(err)) => assert!(!err.is_circuit_open(), "{err}"),
+        other => panic!("expected an error, got {:?}", other.map(|r| r.map(|_| ()))),
+    }
+}

@@ -1069,3 +1069,26 @@ async fn a_method_the_retry_policy_calls_unsafe_is_not_hedged_beneath_it() {
         "a PUT the policy calls unsafe is never hedged"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
+    use std::future::Future;
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    // A GET races its copies; a POST without a key is never hedged.
+    for req in [get(), with_body(Method::POST, "x")] {
+        let script = Script::new([crate::support::script::status(200)]);
+        let mut svc = HedgeLayer::new(HedgePolicy::after(ms(100))).layer(script.clone());
+        let mut future = Box::pin(
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(req),
+        );
+        assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(Err(err)) => assert_eq!(err.kind(), ErrorKind::Other, "{err}"),
+            other => panic!("expected an error, got {:?}", other.map(|r| r.map(|_| ()))),
+        }
+    }
+}
