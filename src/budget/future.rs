@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
@@ -17,7 +17,7 @@ use super::account::Account;
 use super::events::{emit, PauseEvent};
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, CallWaited, Event, Observed, Refusal};
-use crate::policy::{later, meet, pause_hint, Pause};
+use crate::policy::{later, meet, untaken_pause_hint, Pause};
 
 pin_project! {
     /// Response future of [`Budget`](super::Budget).
@@ -182,7 +182,7 @@ where
 /// paused it on each answer it retried after; the last one reaches here.
 #[inline]
 fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
-    if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now) {
+    if let Some(hint) = untaken_pause_hint(res) {
         account.pause_told(later(Instant::now(), hint), observed);
     }
 }

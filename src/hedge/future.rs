@@ -3,7 +3,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use http::{Request, Response};
@@ -15,8 +15,8 @@ use super::HedgeBody;
 use crate::error::{BoxError, Error};
 use crate::observe::{Event, HedgeSent, HedgeWon, LoserCancelled, Observed};
 use crate::policy::{
-    classify_error, ladder, later, AttemptLog, AttemptOutcome, Classification, ErrorKind, Given,
-    Hedged, NotHedged, Outcome, Sent,
+    classify_error, ladder, later, pause_hint, AttemptLog, AttemptOutcome, Classification,
+    ErrorKind, Given, Hedged, HintTaken, NotHedged, Outcome, Sent,
 };
 use crate::policy::{Estimator, Judging};
 
@@ -229,6 +229,18 @@ where
             c.future = None;
         }
         if let Classification::Retryable(_) = class {
+            let mut result = result;
+            // A server that asks its whole origin to come back later says so
+            // whichever send wins: the origin is paused now, and the answer marked
+            // so that the layers above, if it reaches them, do not pause it again.
+            if let (Ok(res), Some(budget)) =
+                (&mut result, Given::new(&this.parts.extensions).budget())
+            {
+                if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now) {
+                    budget.pause_told(later(at, hint), this.observed.as_ref());
+                    res.extensions_mut().insert(HintTaken);
+                }
+            }
             // A losing failure is dropped unread; the latest is kept.
             *this.last_failure = Some(result);
             return Verdict::Wait;

@@ -151,6 +151,21 @@ pub(crate) fn pause_hint(
     }
 }
 
+/// Marks a response whose pause hint a layer beneath already set on its origin: a
+/// hedge layer pauses the origin on the hint of a send that lost (or may yet lose)
+/// the race, and the answer may still reach the layers above as the call's. They
+/// do not pause the origin a second time for one answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HintTaken;
+
+/// The pause hint of `res` (see [`pause_hint`]) that no layer beneath has set on
+/// its origin yet.
+#[inline]
+pub(crate) fn untaken_pause_hint<B>(res: &http::Response<B>) -> Option<Duration> {
+    pause_hint(res.status(), res.headers(), SystemTime::now)
+        .filter(|_| res.extensions().get::<HintTaken>().is_none())
+}
+
 /// How a call that is about to send an attempt at `now` meets `pause`: `Ok(at)`
 /// to wait until `at` and then go, `Err(())` when it must fail at once — the
 /// account fails fast, or the deadline leaves no room for the pause plus
@@ -184,6 +199,17 @@ mod tests {
     use super::*;
     use http::header::RETRY_AFTER;
     use http::HeaderValue;
+
+    #[test]
+    fn a_hint_a_layer_beneath_already_took_is_not_taken_again() {
+        let mut res = http::Response::new(());
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        res.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        assert_eq!(untaken_pause_hint(&res), Some(Duration::from_secs(2)));
+        res.extensions_mut().insert(HintTaken);
+        assert_eq!(untaken_pause_hint(&res), None);
+    }
 
     #[test]
     fn only_429_and_503_pause() {

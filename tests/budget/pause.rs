@@ -558,3 +558,34 @@ async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
         assert_eq!(layer.account(&head(A)).paused_until(), None, "{headers:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_hint_of_a_hedge_that_loses_still_pauses_the_origin() {
+    use crate::support::script::Step;
+    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged};
+    let layer = BudgetLayer::default();
+    // The original answers 200 after 300 ms; the copy sent at 100 ms is told to
+    // come back in 2 s at 110 ms, and loses the race.
+    let mock = Script::new([
+        slow(ms(300), 200),
+        Step::Answer(ms(10), 429, vec![("retry-after", "2")]),
+    ]);
+    let mut c = ServiceBuilder::new()
+        .layer(layer.clone())
+        .layer(RetryLayer::new(retries()))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
+        .service(mock.clone());
+    let t0 = Instant::now();
+    let res = call(&mut c, A).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let hedged = Hedged::of(&res).unwrap();
+    assert_eq!((hedged.copies(), hedged.winner()), (1, Some(0)));
+    assert_eq!(
+        layer.account(&head(A)).paused_until(),
+        Some(t0 + ms(110) + Duration::from_secs(2))
+    );
+    // The next call waits for the pause.
+    let mut next = client(&layer, RetryPolicy::none(), &Script::new([status(200)]));
+    call(&mut next, A).await.unwrap();
+    assert!(Instant::now() - t0 >= ms(2110), "{:?}", Instant::now() - t0);
+}

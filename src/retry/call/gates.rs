@@ -81,7 +81,7 @@ impl<S, B> Call<S, B> {
     /// after (the budget layer pauses it on the call's final answer).
     pub(super) fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
         if let Some(budget) = self.budget() {
-            if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now) {
+            if let Some(hint) = untaken_pause_hint(res) {
                 budget.pause_told(later(now, hint), self.observed.as_deref());
             }
         }
