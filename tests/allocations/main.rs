@@ -56,9 +56,9 @@ fn ok<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
     ready(Ok(Response::new(Full::default())))
 }
 
-/// Allocations made by building a request, sending it through `svc` (whose answer
-/// is ready at once) and dropping the response.
-fn allocations_of_one_call<S>(svc: &mut S, extra_header_bytes: usize) -> usize
+/// Allocations made by sending `req` (built beforehand) through `svc`, whose answer
+/// is ready at once, and dropping the response.
+fn allocations_of<S>(svc: &mut S, req: Request<Full<Bytes>>) -> usize
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
     S::Error: std::fmt::Debug,
@@ -66,12 +66,21 @@ where
     let mut cx = Context::from_waker(noop_waker_ref());
     let before = ALLOCATIONS.with(Cell::get);
     assert!(svc.poll_ready(&mut cx).is_ready());
-    let fut = pin!(svc.call(request(extra_header_bytes)));
+    let fut = pin!(svc.call(req));
     match fut.poll(&mut cx) {
         Poll::Ready(res) => drop(res.unwrap()),
         Poll::Pending => panic!("the answer is ready at once"),
     }
     ALLOCATIONS.with(Cell::get) - before
+}
+
+/// The same for a GET with the usual headers and `extra_header_bytes` of padding.
+fn allocations_of_one_call<S>(svc: &mut S, extra_header_bytes: usize) -> usize
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
+    S::Error: std::fmt::Debug,
+{
+    allocations_of(svc, request(extra_header_bytes))
 }
 
 #[test]
@@ -107,23 +116,13 @@ fn a_head_over_the_flat_limit_is_cloned_and_still_answered() {
     );
 }
 
-/// Allocations made by sending a GET of `uri` (built beforehand) through `svc` and
-/// dropping the response.
+/// The same for a GET of `uri` with no headers.
 fn allocations_of_a_call_to<S>(svc: &mut S, uri: &str) -> usize
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(noop_waker_ref());
-    let req = Request::get(uri).body(Full::default()).unwrap();
-    let before = ALLOCATIONS.with(Cell::get);
-    assert!(svc.poll_ready(&mut cx).is_ready());
-    let fut = pin!(svc.call(req));
-    match fut.poll(&mut cx) {
-        Poll::Ready(res) => drop(res.unwrap()),
-        Poll::Pending => panic!("the answer is ready at once"),
-    }
-    ALLOCATIONS.with(Cell::get) - before
+    allocations_of(svc, Request::get(uri).body(Full::default()).unwrap())
 }
 
 #[test]
@@ -158,25 +157,16 @@ fn finding_an_origins_breaker_and_account_allocates_nothing() {
     }
 }
 
-/// Allocations made by sending a PUT with a five-byte body through `svc` (whose
-/// answer is ready at once, without reading the body) and dropping the response.
+/// The same for a PUT with a five-byte body, which the inner service does not read.
 fn allocations_of_a_put<S>(svc: &mut S) -> usize
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(noop_waker_ref());
     let req = Request::put("http://127.0.0.1:8080/items/42")
         .body(Full::from("hello"))
         .unwrap();
-    let before = ALLOCATIONS.with(Cell::get);
-    assert!(svc.poll_ready(&mut cx).is_ready());
-    let fut = pin!(svc.call(req));
-    match fut.poll(&mut cx) {
-        Poll::Ready(res) => drop(res.unwrap()),
-        Poll::Pending => panic!("the answer is ready at once"),
-    }
-    ALLOCATIONS.with(Cell::get) - before
+    allocations_of(svc, req)
 }
 
 #[test]
