@@ -40,6 +40,19 @@ fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) -> Client {
     )
 }
 
+/// Budget → Retry → Hedge (a copy after 100 ms) → `mock`.
+fn hedged_client(layer: &BudgetLayer, mock: &Script) -> Client {
+    BoxCloneService::new(
+        ServiceBuilder::new()
+            .layer(layer.clone())
+            .layer(RetryLayer::new(retries()))
+            .layer(backstop::hedge::HedgeLayer::new(
+                backstop::hedge::HedgePolicy::after(ms(100)),
+            ))
+            .service(mock.clone()),
+    )
+}
+
 fn spawn_call(
     mut client: Client,
     uri: &'static str,
@@ -423,14 +436,10 @@ async fn a_custom_account_never_pauses() {
 
 #[tokio::test(start_paused = true)]
 async fn no_hedge_is_sent_to_a_paused_origin() {
-    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
+    use backstop::hedge::{Hedged, NotHedged};
     let layer = BudgetLayer::default();
     let mock = Script::new([slow(ms(300), 200)]);
-    let mut c = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(retries()))
-        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
-        .service(mock.clone());
+    let mut c = hedged_client(&layer, &mock);
     let t0 = Instant::now();
     // Another call's answer pauses the origin while the first attempt is out.
     let account = layer.account(&head(A));
@@ -562,7 +571,7 @@ async fn a_grpc_pushback_pauses_the_origin_like_a_retry_after() {
 #[tokio::test(start_paused = true)]
 async fn the_hint_of_a_hedge_that_loses_still_pauses_the_origin() {
     use crate::support::script::Step;
-    use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged};
+    use backstop::hedge::Hedged;
     let layer = BudgetLayer::default();
     // The original answers 200 after 300 ms; the copy sent at 100 ms is told to
     // come back in 2 s at 110 ms, and loses the race.
@@ -570,11 +579,7 @@ async fn the_hint_of_a_hedge_that_loses_still_pauses_the_origin() {
         slow(ms(300), 200),
         Step::Answer(ms(10), 429, vec![("retry-after", "2")]),
     ]);
-    let mut c = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(retries()))
-        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
-        .service(mock.clone());
+    let mut c = hedged_client(&layer, &mock);
     let t0 = Instant::now();
     let res = call(&mut c, A).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);

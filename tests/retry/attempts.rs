@@ -650,43 +650,31 @@ async fn every_attempt_goes_through_an_instance_driven_to_readiness() {
     assert_eq!(clones.load(Ordering::SeqCst), 1);
 }
 
-/// A service as large as a real client (hyper-util's is 304 bytes).
-#[derive(Clone)]
-struct Large {
-    _state: [u64; 64],
-}
-
-impl tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>> for Large {
-    type Response = http::Response<Full<Bytes>>;
-    type Error = io::Error;
-    type Future = std::future::Ready<Result<Self::Response, io::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), io::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<backstop::ReplayBody<Full<Bytes>>>) -> Self::Future {
-        std::future::ready(Ok(http::Response::new(Full::default())))
-    }
-}
-
 #[test]
 fn the_response_future_does_not_carry_the_inner_service() {
     use std::mem::size_of;
-    type Future = backstop::retry::ResponseFuture<Large, Full<Bytes>, Full<Bytes>>;
+    type Replay = Request<backstop::ReplayBody<Full<Bytes>>>;
+    /// The sizes of `inner`, of its future and of the retry layer's over it.
+    fn sizes<S>(_: &S) -> (usize, usize, usize)
+    where
+        S: tower::Service<Replay, Response = http::Response<Full<Bytes>>>,
+    {
+        let retry = size_of::<backstop::retry::ResponseFuture<S, Full<Bytes>, Full<Bytes>>>();
+        (size_of::<S>(), size_of::<S::Future>(), retry)
+    }
+    // An inner service as large as a real client (hyper-util's is 304 bytes).
+    let state = [0u64; 64];
+    let large = tower::service_fn(move |_: Replay| {
+        let _ = &state;
+        std::future::ready(Ok::<_, io::Error>(http::Response::new(
+            Full::<Bytes>::default(),
+        )))
+    });
+    let (service, inner, retry) = sizes(&large);
     // The clone for later attempts is kept on the heap: every layer above moves
     // the future, and it stays a few words over the inner one.
-    let inner =
-        size_of::<<Large as tower::Service<Request<backstop::ReplayBody<Full<Bytes>>>>>::Future>();
-    assert!(
-        size_of::<Future>() <= inner + 128,
-        "{} over {inner}",
-        size_of::<Future>()
-    );
-    assert!(size_of::<Future>() < size_of::<Large>());
+    assert!(retry <= inner + 128, "{retry} over {inner}");
+    assert!(retry < service, "{retry} for a service of {service}");
 }
 
 #[tokio::test(start_paused = true)]
