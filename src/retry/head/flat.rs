@@ -155,9 +155,8 @@ impl HeadCopy {
         })
     }
 
-    /// Makes this the copy of a head: flat in place while it fits (most heads do);
-    /// a larger head is written again into a buffer that grows, and one the flat
-    /// encoding cannot keep exactly is cloned.
+    /// Makes this the copy of a head: flat if the encoding keeps it exactly, else a
+    /// clone.
     #[inline]
     pub(super) fn fill(
         &mut self,
@@ -166,31 +165,38 @@ impl HeadCopy {
         uri: &Uri,
         headers: &HeaderMap,
     ) {
-        let flat = (|| {
-            let prelude = [method_tag(method)?, version_tag(version)?];
-            let text = uri_text(uri)?;
-            if let HeadCopy::Inline(inline) = self {
-                inline.len = 0;
-                if write(inline, prelude, text, headers)? {
-                    return Some(None);
-                }
-            }
-            let mut grown = Vec::with_capacity(4 * INLINE);
-            write(&mut grown, prelude, text, headers)?;
-            Some(Some(HeadCopy::Flat(grown.into_boxed_slice())))
-        })();
-        match flat {
-            Some(None) => {}
-            Some(Some(flat)) => *self = flat,
-            None => {
-                *self = HeadCopy::Cloned(Box::new(Cloned {
-                    method: method.clone(),
-                    version,
-                    uri: uri.clone(),
-                    headers: headers.clone(),
-                }))
+        if self.fill_flat(method, version, uri, headers).is_none() {
+            *self = HeadCopy::Cloned(Box::new(Cloned {
+                method: method.clone(),
+                version,
+                uri: uri.clone(),
+                headers: headers.clone(),
+            }));
+        }
+    }
+
+    /// The flat copy: written in place while it fits (most heads do), else written
+    /// again into a buffer that grows. `None` when the head must be cloned.
+    #[inline]
+    fn fill_flat(
+        &mut self,
+        method: &Method,
+        version: Version,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Option<()> {
+        let prelude = [method_tag(method)?, version_tag(version)?];
+        let text = uri_text(uri)?;
+        if let HeadCopy::Inline(inline) = self {
+            inline.len = 0;
+            if write(inline, prelude, text, headers)? {
+                return Some(());
             }
         }
+        let mut grown = Vec::with_capacity(4 * INLINE);
+        write(&mut grown, prelude, text, headers)?;
+        *self = HeadCopy::Flat(grown.into_boxed_slice());
+        Some(())
     }
 
     /// The head's parts again; `None` if the text does not parse back, which a
