@@ -14,13 +14,7 @@ use tower::ServiceBuilder;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_each_breaker_state_change_and_each_refusal() {
-    let out = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (out, _guard) = Captured::debug();
 
     let breaker = CircuitBreakerPolicy::builder()
         .consecutive_failures(2)

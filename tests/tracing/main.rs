@@ -17,6 +17,20 @@ use std::sync::Arc;
 #[derive(Clone, Default)]
 pub(crate) struct Captured(pub(crate) Arc<std::sync::Mutex<Vec<u8>>>);
 
+impl Captured {
+    /// Everything traced at `DEBUG` and above on this thread, in plain text, until
+    /// the guard is dropped.
+    pub(crate) fn debug() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(out.clone())
+            .finish();
+        (out.clone(), tracing::subscriber::set_default(subscriber))
+    }
+}
+
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);

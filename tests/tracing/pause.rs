@@ -1,11 +1,10 @@
 //! The origin pause's tracing: paused, resumed, calls that waited, calls refused.
 
-use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::requests::call_with;
 use crate::support::script::{status_with, Script};
+use crate::Captured;
 use backstop::budget::BudgetLayer;
 use backstop::policy::Deadline;
 use backstop::{RetryLayer, RetryPolicy};
@@ -13,27 +12,6 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-/// A `tracing` writer that keeps everything in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
-}
 
 fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
     let mut req = Request::get("http://upstream.test/items?token=s3cret")
@@ -47,13 +25,7 @@ fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
-    let out = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (out, _guard) = Captured::debug();
 
     let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
     let policy = RetryPolicy::builder()

@@ -14,13 +14,7 @@ use tower::Layer;
 
 #[tokio::test(start_paused = true)]
 async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
-    let out = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (out, _guard) = Captured::debug();
 
     let mock = Script::new([
         status_with(503, &[("retry-after", "1")]),

@@ -19,13 +19,7 @@ fn ms(n: u64) -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn the_route_name_is_on_the_retry_span_and_the_hedge_events() {
-    let out = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (out, _guard) = Captured::debug();
 
     let routes = Routes::new(RetryPolicy::default()).route(
         Route::path_prefix("/catalog").named("catalog"),
