@@ -41,8 +41,61 @@ pin_project! {
 pub(super) struct Held<S, B> {
     service: S,
     request: Option<Request<B>>,
+    hold: Hold,
+}
+
+/// A call's first attempt held until its share of the end of its origin's pause.
+pub(crate) struct Hold {
     deadline: Option<Instant>,
     release: Pin<Box<Sleep>>,
+}
+
+impl Hold {
+    /// Meets the pause at `now` for a call whose deadline is `deadline`: a hold
+    /// until the call's release, or the error that refuses the call.
+    pub(crate) fn meet(
+        pause: Pause,
+        now: Instant,
+        deadline: Option<Instant>,
+        account: &Account,
+        observed: Option<&Observed>,
+    ) -> Result<Hold, Error> {
+        match meet(&pause, now, deadline, account.pause_min_attempt_time()) {
+            Ok(release) => {
+                waited(observed, release.saturating_duration_since(now));
+                Ok(Hold {
+                    deadline,
+                    release: Box::pin(sleep_until(release)),
+                })
+            }
+            Err(()) => Err(refuse(pause, now, observed)),
+        }
+    }
+
+    /// Waits out the hold: ready when the attempt may go, or with the error that
+    /// refuses the call when a later hint moved the pause's end past what the
+    /// call may wait.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        account: &Account,
+        observed: Option<&Observed>,
+    ) -> Poll<Result<(), Error>> {
+        loop {
+            ready!(self.release.as_mut().poll(cx));
+            let now = Instant::now();
+            let Some(pause) = account.paused_at(now, observed) else {
+                return Poll::Ready(Ok(()));
+            };
+            match meet(&pause, now, self.deadline, account.pause_min_attempt_time()) {
+                Ok(release) => {
+                    waited(observed, release.saturating_duration_since(now));
+                    self.release.as_mut().reset(release);
+                }
+                Err(()) => return Poll::Ready(Err(refuse(pause, now, observed))),
+            }
+        }
+    }
 }
 
 pin_project! {
@@ -72,21 +125,15 @@ where
         observed: Option<Box<Observed>>,
     ) -> Self {
         let deadline = crate::policy::Given::new(request.extensions()).deadline();
-        let state = match meet(&pause, now, deadline, account.pause_min_attempt_time()) {
-            Ok(release) => {
-                waited(observed.as_deref(), release.saturating_duration_since(now));
-                State::Held {
-                    held: Box::new(Held {
-                        service,
-                        request: Some(request),
-                        deadline,
-                        release: Box::pin(sleep_until(release)),
-                    }),
-                }
-            }
-            Err(()) => State::Done {
-                error: Some(refuse(pause, now, observed.as_deref())),
+        let state = match Hold::meet(pause, now, deadline, &account, observed.as_deref()) {
+            Ok(hold) => State::Held {
+                held: Box::new(Held {
+                    service,
+                    request: Some(request),
+                    hold,
+                }),
             },
+            Err(error) => State::Done { error: Some(error) },
         };
         ResponseFuture {
             state,
@@ -137,24 +184,10 @@ where
                     return Poll::Ready(res);
                 }
                 StateProj::Held { held } => {
-                    ready!(held.release.as_mut().poll(cx));
-                    // A later hint may have moved the pause's end while we waited.
-                    let now = Instant::now();
                     let observed = this.observed.as_deref();
-                    if let Some(pause) = this.account.paused_at(now, observed) {
-                        let min = this.account.pause_min_attempt_time();
-                        match meet(&pause, now, held.deadline, min) {
-                            Ok(release) => {
-                                waited(observed, release.saturating_duration_since(now));
-                                held.release.as_mut().reset(release);
-                                continue;
-                            }
-                            Err(()) => {
-                                let error = refuse(pause, now, observed);
-                                this.state.set(State::Done { error: Some(error) });
-                                continue;
-                            }
-                        }
+                    if let Err(error) = ready!(held.hold.poll(cx, this.account, observed)) {
+                        this.state.set(State::Done { error: Some(error) });
+                        continue;
                     }
                     if let Err(e) = ready!(held.service.poll_ready(cx)) {
                         let error = Error::from_inner(e.into());
@@ -181,7 +214,7 @@ where
 /// Pauses the origin on the hint of the call's final answer. A retry layer inside
 /// paused it on each answer it retried after; the last one reaches here.
 #[inline]
-fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
+pub(crate) fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
     if let Some(hint) = untaken_pause_hint(res) {
         account.pause_told(later(Instant::now(), hint), observed);
     }

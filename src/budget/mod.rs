@@ -172,8 +172,10 @@ use http::{Request, Response};
 use tower_service::Service;
 
 pub use crate::error::OriginPaused;
+pub(crate) use account::Account;
 pub use account::OriginAccount;
 pub use config::{BudgetPolicy, BudgetPolicyBuilder, PauseMode};
+pub(crate) use future::Hold;
 pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 

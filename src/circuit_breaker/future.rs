@@ -54,6 +54,36 @@ impl Permit {
         }
     }
 
+    /// Records the call's outcome: its final answer or error.
+    #[inline]
+    pub(crate) fn finish<RB>(self, result: &Result<Response<RB>, Error>) {
+        match result {
+            Ok(res) => self.answered(res),
+            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
+        }
+    }
+
+    /// Records the call's final answer.
+    #[inline]
+    pub(crate) fn answered<RB>(self, res: &Response<RB>) {
+        let outcome = Outcome::Response {
+            status: res.status(),
+            headers: res.headers(),
+        };
+        self.complete(outcome, None)
+    }
+
+    /// Whether the breaker lets an extra attempt of this call through now.
+    #[inline]
+    pub(crate) fn allows_retry(&self) -> bool {
+        crate::policy::BreakerGate::allows_retry(&*self.core)
+    }
+
+    /// The breaker, as the layers beneath see it.
+    pub(crate) fn handle(&self) -> crate::policy::BreakerHandle {
+        crate::policy::BreakerHandle::new(self.core.clone())
+    }
+
     #[inline]
     fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
         let failed = self.core.config.fails(outcome, error);
@@ -108,16 +138,7 @@ where
             StateProj::Called { future, permit } => {
                 let result = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
                 if let Some(permit) = permit.take() {
-                    match &result {
-                        Ok(res) => permit.complete(
-                            Outcome::Response {
-                                status: res.status(),
-                                headers: res.headers(),
-                            },
-                            None,
-                        ),
-                        Err(err) => permit.complete(Outcome::Error(err.kind()), Some(err)),
-                    }
+                    permit.finish(&result);
                 }
                 this.state.set(State::Done { error: None });
                 Poll::Ready(result)

@@ -124,7 +124,7 @@ pub use state::State;
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, Event, Observed, Refusal};
 use crate::policy::{BreakerHandle, CallContext, StopReason};
-use future::Permit;
+pub(crate) use future::Permit;
 use layer::Shared;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
@@ -185,7 +185,9 @@ where
         let breaker = self.shared.breakers.get_for(&mut req);
         let ticket = match breaker.admit() {
             Ok(ticket) => ticket,
-            Err(next_probe_at) => return refused(&req, breaker.label(), next_probe_at),
+            Err(next_probe_at) => {
+                return ResponseFuture::refused(refusal(&req, breaker.label(), next_probe_at))
+            }
         };
         let context = CallContext::of_mut(req.extensions_mut());
         context.set_breaker(BreakerHandle::new(breaker.clone()));
@@ -205,11 +207,11 @@ where
 /// A call the breaker refuses: traced, told to the call's observer, and answered
 /// with an error that says when the next probe is due.
 #[cold]
-fn refused<B, F>(
+pub(crate) fn refusal<B>(
     req: &Request<B>,
     origin: &str,
     next_probe_at: Option<tokio::time::Instant>,
-) -> ResponseFuture<F> {
+) -> Error {
     tracing::debug!(
         origin,
         state = if next_probe_at.is_some() {
@@ -230,9 +232,9 @@ fn refused<B, F>(
             })
         });
     }
-    ResponseFuture::refused(Error::refused(
+    Error::refused(
         StopReason::CircuitOpen,
         Box::new(CircuitOpen::new(next_probe_at)),
         next_probe_at,
-    ))
+    )
 }

@@ -24,7 +24,7 @@ use super::{Config, IdempotencyKey};
 /// ```
 #[derive(Clone)]
 pub struct IdempotencyKeyLayer {
-    config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
 }
 
 impl IdempotencyKeyLayer {

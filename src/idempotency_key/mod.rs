@@ -132,20 +132,31 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        let config = &*self.config;
-        if config.methods.contains(req.method()) {
-            if !req.headers().contains_key(&config.header) {
-                let key = match req.extensions_mut().remove::<CallKey>() {
-                    Some(CallKey(key)) => key,
-                    None => match &config.generator {
-                        Some(generate) => generate(),
-                        None => new_key(),
-                    },
-                };
-                req.headers_mut().insert(config.header.clone(), key);
-            }
+        if self.config.stamp(&mut req) {
             CallContext::of_mut(req.extensions_mut()).mark_keyed();
         }
         self.inner.call(req)
+    }
+}
+
+impl Config {
+    /// Stamps a key on `req` when its method gets one and it has none (the
+    /// caller's [`CallKey`], else a fresh one); whether the call is keyed.
+    #[inline]
+    pub(crate) fn stamp<B>(&self, req: &mut Request<B>) -> bool {
+        if !self.methods.contains(req.method()) {
+            return false;
+        }
+        if !req.headers().contains_key(&self.header) {
+            let key = match req.extensions_mut().remove::<CallKey>() {
+                Some(CallKey(key)) => key,
+                None => match &self.generator {
+                    Some(generate) => generate(),
+                    None => new_key(),
+                },
+            };
+            req.headers_mut().insert(self.header.clone(), key);
+        }
+        true
     }
 }

@@ -15,9 +15,13 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::call::{Call, CallResult, Step};
+use super::guard::{Admitted, Guarded};
 use crate::body::ReplayBody;
+use crate::budget::{Account, Hold};
 use crate::error::{BoxError, Error};
+use crate::policy::RetryPolicy;
 use crate::policy::{CallContext, StopReason};
+use std::sync::Arc;
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
@@ -26,7 +30,7 @@ pin_project! {
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
     {
         #[pin]
-        pub(super) state: State<S::Future, RB>,
+        pub(super) state: State<S::Future, RB, Held<S, B>>,
         pub(super) call: Call<S, B>,
         // The call's span, left out when nothing takes it (`Span::none()` does
         // nothing), which keeps the future small.
@@ -49,9 +53,20 @@ fn poll_timer(timer: &mut Timer, cx: &mut Context<'_>) -> Option<Poll<()>> {
     timer.as_mut().map(|t| t.as_mut().poll(cx))
 }
 
+/// A guarded call whose origin is paused: its request, and a clone of the inner
+/// service to send it with once the pause is over for it (the service the caller
+/// drove ready is left to the next call, so no readiness is held during the wait).
+pub(super) struct Held<S, B> {
+    service: S,
+    request: Option<Request<B>>,
+    account: Arc<Account>,
+    hold: Hold,
+    keyed: bool,
+}
+
 pin_project! {
     #[project = StateProj]
-    pub(super) enum State<F, RB> {
+    pub(super) enum State<F, RB, H> {
         // Waiting for the inner service's answer to the current attempt, and for
         // the attempt's timeout.
         Attempt { #[pin] future: F, timeout: Timer },
@@ -64,7 +79,10 @@ pin_project! {
         // Waiting for the inner service to be ready for the next attempt, no longer
         // than `latest` (the deadline's last useful moment).
         Readying { latest: Timer },
-        // Refused before any attempt: the deadline left no time for one.
+        // A guarded call's first attempt, held while its origin is paused.
+        Held { held: Box<H> },
+        // Refused before any attempt: the deadline left no time for one, or the
+        // guard refused it.
         Refused { error: Option<Error> },
         // The call has ended; polling again is a caller's mistake, answered with an
         // error rather than a future that never completes.
@@ -110,11 +128,95 @@ where
             span,
         }
     }
+
+    /// A call its guard refused.
+    #[cold]
+    pub(super) fn refused(policy: Arc<RetryPolicy>, guarded: Guarded, error: Error) -> Self {
+        ResponseFuture {
+            state: State::Refused { error: Some(error) },
+            call: Call::idle(policy, guarded),
+            span: None,
+        }
+    }
+
+    /// A guarded call whose origin is paused: its first attempt waits out `hold`,
+    /// then goes through `service`.
+    #[cold]
+    pub(super) fn held(
+        service: S,
+        policy: Arc<RetryPolicy>,
+        req: Request<B>,
+        admitted: Admitted,
+        account: Arc<Account>,
+        hold: Hold,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Held {
+                held: Box::new(Held {
+                    service,
+                    request: Some(req),
+                    account,
+                    hold,
+                    keyed: admitted.keyed,
+                }),
+            },
+            call: Call::idle(policy, admitted.guarded),
+            span: None,
+        }
+    }
+
+    /// Polls a held call: `Ready(Some(_))` with the call's future once its first
+    /// attempt has gone, `Ready(None)` when the call is not held (any more).
+    #[cold]
+    fn poll_held(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self>>
+    where
+        S: Service<Request<ReplayBody<B>>> + Clone,
+        S::Error: Into<BoxError>,
+    {
+        let mut this = self.project();
+        let StateProj::Held { held } = this.state.as_mut().project() else {
+            return Poll::Ready(None);
+        };
+        let observed = this.call.guarded().and_then(Guarded::observed);
+        let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
+            Ok(()) => ready!(held.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into())),
+            Err(error) => Err(error),
+        };
+        let request = match (ready, held.request.take()) {
+            (Ok(()), Some(request)) => request,
+            (Err(error), _) => {
+                this.state.set(State::Refused { error: Some(error) });
+                return Poll::Ready(None);
+            }
+            (Ok(()), None) => {
+                this.state.set(State::Done);
+                return Poll::Ready(None);
+            }
+        };
+        let admitted = Admitted {
+            guarded: this
+                .call
+                .guarded_mut()
+                .map(std::mem::take)
+                .unwrap_or_default(),
+            keyed: held.keyed,
+            at: None,
+        };
+        let policy = this.call.policy.clone();
+        let span = Self::span(&request);
+        Poll::Ready(Some(Call::start(
+            &mut held.service,
+            policy,
+            request,
+            span,
+            admitted,
+        )))
+    }
 }
 
 impl<S, B, RB> Future for ResponseFuture<S, B, RB>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,
     B: Body,
     B::Data: Buf,
@@ -123,7 +225,14 @@ where
 {
     type Output = CallResult<RB>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A held call is started (or refused) before the loop below, which so never
+        // meets `Held`.
+        if matches!(self.state, State::Held { .. }) {
+            if let Some(started) = ready!(self.as_mut().poll_held(cx)) {
+                self.set(started);
+            }
+        }
         let mut this = self.project();
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
@@ -139,6 +248,9 @@ where
                                 // and, without a span or an observer, nobody to tell.
                                 if this.span.is_some() || call.is_observed() {
                                     break Ok(res);
+                                }
+                                if let Some(guarded) = call.guarded_mut() {
+                                    guarded.answered(&res);
                                 }
                                 this.state.set(State::Done);
                                 return Poll::Ready(Ok(res));
@@ -261,7 +373,9 @@ where
                     Some(err) => break Err(err),
                     None => break Err(Error::polled_after_completion("retry")),
                 },
-                StateProj::Done => break Err(Error::polled_after_completion("retry")),
+                StateProj::Held { .. } | StateProj::Done => {
+                    break Err(Error::polled_after_completion("retry"))
+                }
             }
         };
         this.state.set(State::Done);

@@ -77,6 +77,7 @@
 
 mod call;
 mod future;
+mod guard;
 mod head;
 mod layer;
 mod route;
@@ -96,6 +97,7 @@ pub use route::{Route, RoutePolicy, Routes};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
 use crate::policy::RetryPolicy;
+use guard::{Admitted, Entered};
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
 /// docs](self).
@@ -103,6 +105,8 @@ use crate::policy::RetryPolicy;
 pub struct Retry<S> {
     inner: S,
     routes: Arc<Routes>,
+    /// The layers whose work the retry layer does itself, when it was given any.
+    guard: Option<Arc<guard::Guard>>,
 }
 
 impl<S> Retry<S> {
@@ -117,7 +121,16 @@ impl<S> Retry<S> {
     }
 
     pub(crate) fn from_routes(inner: S, routes: Arc<Routes>) -> Self {
-        Retry { inner, routes }
+        Retry {
+            inner,
+            routes,
+            guard: None,
+        }
+    }
+
+    pub(crate) fn guarded(mut self, guard: Option<Arc<guard::Guard>>) -> Self {
+        self.guard = guard;
+        self
     }
 
     crate::inner_accessors!();
@@ -153,9 +166,24 @@ where
             None
         };
         let policy = self.routes.choose(&mut req, given);
+        let admitted = match self.guard.as_deref().map(|g| g.enter(&mut req)) {
+            None => Admitted::default(),
+            Some(Entered::Go(admitted)) => admitted,
+            Some(Entered::Held {
+                admitted,
+                account,
+                hold,
+            }) => {
+                let service = self.inner.clone();
+                return ResponseFuture::held(service, policy, req, admitted, account, hold);
+            }
+            Some(Entered::Refused { guarded, error }) => {
+                return ResponseFuture::refused(policy, guarded, error)
+            }
+        };
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness.
         let span = ResponseFuture::<S, B, RB>::span(&req);
-        call::Call::start(&mut self.inner, policy, req, span)
+        call::Call::start(&mut self.inner, policy, req, span, admitted)
     }
 }

@@ -70,20 +70,35 @@ where
     }
 }
 
+/// Pauses `budget`'s origin on the hint of `res`, received at `now`, unless a
+/// layer beneath took that hint already.
+#[inline]
+pub(in crate::retry) fn pause_on_hint<RB>(
+    budget: &BudgetHandle,
+    res: &Response<RB>,
+    now: Instant,
+    observed: Option<&Observed>,
+) {
+    if let Some(hint) = untaken_pause_hint(res) {
+        budget.pause_told(later(now, hint), observed);
+    }
+}
+
 impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
     pub(super) fn budget(&self) -> Option<&BudgetHandle> {
-        self.head().and_then(|h| h.given().budget())
+        match self.guarded().and_then(|g| g.budget.as_ref()) {
+            Some(budget) => Some(budget),
+            None => self.head().and_then(|h| h.given().budget()),
+        }
     }
 
     /// Pauses the call's origin on the hint of an answer the call will retry
     /// after (the budget layer pauses it on the call's final answer).
     pub(super) fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
         if let Some(budget) = self.budget() {
-            if let Some(hint) = untaken_pause_hint(res) {
-                budget.pause_told(later(now, hint), self.observed.as_deref());
-            }
+            pause_on_hint(budget, res, now, self.observed.as_deref());
         }
     }
 
@@ -157,6 +172,9 @@ impl<S, B> Call<S, B> {
     /// call that may retry reads it, from its request head kept for the next
     /// attempt, so the success path neither looks it up nor clones it.
     pub(in crate::retry) fn breaker_allows_retry(&self) -> bool {
+        if let Some(allows) = self.guarded().and_then(Guarded::allows_retry) {
+            return allows;
+        }
         self.head()
             .and_then(|h| h.given().breaker())
             .map_or(true, |b| b.allows_retry())

@@ -16,7 +16,10 @@ mod end;
 mod gates;
 mod tell;
 
+pub(super) use gates::pause_on_hint;
+
 use super::future::{ResponseFuture, State};
+use super::guard::{Admitted, Guarded};
 use super::head::{Extras, Head};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
@@ -29,7 +32,8 @@ use crate::policy::{
 
 /// Everything a call keeps between attempts.
 pub(super) struct Call<S, B> {
-    /// What later attempts need, on the heap; `None` when the policy allows one.
+    /// What later attempts and the guard need, on the heap; `None` when the policy
+    /// allows one attempt and the call is not guarded.
     kept: Option<Box<Kept<S>>>,
     pub(super) policy: Arc<RetryPolicy>,
     /// The policy treats the method as idempotent.
@@ -52,11 +56,19 @@ pub(super) struct Call<S, B> {
     observed: Option<Box<Observed>>,
 }
 
-/// What a call keeps for its later attempts, in one allocation: the service that
-/// sends them and the request's head. A transport's client is a few hundred bytes
+/// What a call keeps for its later attempts and its guard, in one allocation: the
+/// service that sends later attempts, the request's head, and a guarded call's
+/// breaker permit and budget account. A transport's client is a few hundred bytes
 /// (hyper-util's is 304), and the future that every layer above moves would carry
 /// it; on the heap, beside the head's extensions, it costs no allocation of its own.
 pub(super) struct Kept<S> {
+    /// `None` when the policy allows one attempt.
+    later: Option<Later<S>>,
+    guarded: Guarded,
+}
+
+/// What later attempts need: the service that sends them and the request's head.
+struct Later<S> {
     service: S,
     head: Head,
 }
@@ -112,13 +124,25 @@ impl<S, B> Call<S, B> {
     /// The request head kept for later attempts; `None` when the policy allows one.
     #[inline]
     pub(super) fn head(&self) -> Option<&Head> {
-        self.kept.as_deref().map(|kept| &kept.head)
+        Some(&self.kept.as_deref()?.later.as_ref()?.head)
     }
 
     /// The service that sends later attempts; `None` when the policy allows one.
     #[inline]
     pub(super) fn service(&mut self) -> Option<&mut S> {
-        self.kept.as_deref_mut().map(|kept| &mut kept.service)
+        Some(&mut self.kept.as_deref_mut()?.later.as_mut()?.service)
+    }
+
+    /// What the call's guard left it, when it is guarded.
+    #[inline]
+    pub(super) fn guarded(&self) -> Option<&Guarded> {
+        self.kept.as_deref().map(|kept| &kept.guarded)
+    }
+
+    /// The same, mutably.
+    #[inline]
+    pub(super) fn guarded_mut(&mut self) -> Option<&mut Guarded> {
+        self.kept.as_deref_mut().map(|kept| &mut kept.guarded)
     }
 }
 
@@ -202,10 +226,13 @@ where
         policy: Arc<RetryPolicy>,
         req: Request<B>,
         span: Option<Box<tracing::Span>>,
+        admitted: Admitted,
     ) -> ResponseFuture<S, B, RB>
     where
         S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     {
+        let Admitted { guarded, keyed, at } = admitted;
+        let keyed_by_guard = keyed;
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
         // The clock is read at once only when something must be timed; otherwise the
@@ -223,6 +250,7 @@ where
         // layer above that dated the call (the budget's window) saves the read.
         let started = (timed || observed.is_some())
             .then(Instant::now)
+            .or(at)
             .or_else(|| given.entered());
         let deadline = match (given_deadline, policy.timeout(), started) {
             (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
@@ -232,7 +260,7 @@ where
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
         let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
-        let keyed = !idempotent && policy.carries_key(req.headers(), ext);
+        let keyed = !idempotent && (keyed_by_guard || policy.carries_key(req.headers(), ext));
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
         let mut extras = retries.then(|| Extras::of(&given));
@@ -257,12 +285,17 @@ where
         // What later attempts need, allocated once and filled in place: the head's
         // bytes are written where they stay. The service was driven to readiness for
         // the first attempt; the clone drives its own.
-        let kept = extras.map(|extras| {
+        let kept = (extras.is_some() || !guarded.is_empty()).then(|| {
             let mut kept = Box::new(Kept {
-                service: service.clone(),
-                head: Head::empty(extras),
+                later: extras.map(|extras| Later {
+                    service: service.clone(),
+                    head: Head::empty(extras),
+                }),
+                guarded,
             });
-            kept.head.fill(&parts);
+            if let Some(later) = &mut kept.later {
+                later.head.fill(&parts);
+            }
             kept
         });
         let source = retries.then(|| body.source());
@@ -319,6 +352,28 @@ where
             },
             call: call!(),
             span,
+        }
+    }
+
+    /// A call that sends nothing (yet): refused by its guard, or held by it.
+    pub(super) fn idle(policy: Arc<RetryPolicy>, guarded: Guarded) -> Self {
+        Call {
+            kept: (!guarded.is_empty()).then(|| {
+                Box::new(Kept {
+                    later: None,
+                    guarded,
+                })
+            }),
+            policy,
+            idempotent: false,
+            keyed: false,
+            body: None,
+            log: None,
+            attempt: 0,
+            route: None,
+            started: None,
+            slow: None,
+            observed: None,
         }
     }
 
@@ -387,8 +442,8 @@ where
         slow.attempt_started = Some(now);
         // The request came from the kept head, so the service kept beside it is
         // there, driven to readiness by the `Readying` state.
-        match self.kept.as_deref_mut() {
-            Some(kept) => Ok((kept.service.call(req), timeout)),
+        match self.service() {
+            Some(service) => Ok((service.call(req), timeout)),
             None => Err(self.stopped(StopReason::AttemptsExhausted)),
         }
     }

@@ -25,6 +25,9 @@ impl<S, B> Call<S, B> {
         if let Some(observed) = self.observed.take() {
             self.tell_finished(&observed, result);
         }
+        if let Some(guarded) = self.guarded_mut() {
+            guarded.finish(result);
+        }
     }
 
     #[cold]
@@ -45,10 +48,7 @@ impl<S, B> Call<S, B> {
             .and_then(History::stop_reason)
             .unwrap_or(StopReason::Answered);
         let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
-        let budget_available = self
-            .head()
-            .and_then(|h| h.given().budget())
-            .and_then(|b| b.available());
+        let budget_available = self.budget().and_then(|b| b.available());
         observed.tell(|call| {
             Event::CallFinished(observe::CallFinished {
                 call,
