@@ -15,6 +15,7 @@
 //! ```
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
+//! `backstop_layers` (the same five as separate layers),
 //! `floor_retry`, `floor_stack`, `floor_fused` (or the partial stacks `retry_progress`,
 //! `budget_retry_progress`, `breaker_budget_retry_progress`, and the same prefixed
 //! `floor_`); `sizes` prints the size of each layer's response future instead.
@@ -113,6 +114,10 @@ fn sizes() {
     println!("budget {}", size::<_, Plain>(&budget()));
     println!("breaker {}", size::<_, Plain>(&breaker()));
     println!("key {}", size::<_, Plain>(&key));
+    println!(
+        "guarded_retry {}",
+        size::<_, Plain>(&common::guarded_retry().layer(progress()))
+    );
     println!("tower_retry {}", size::<_, Plain>(&common::tower_retry()));
     println!("floor_retry {}", size::<_, Plain>(&common::floor::retry()));
     println!("floor_stack {}", size::<_, Plain>(&common::floor::stack()));
@@ -141,6 +146,7 @@ fn main() {
         "tower_retry" => drive(&rt, common::tower_retry(), calls),
         "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
+        "backstop_layers" => drive(&rt, common::backstop_layers(), calls),
         "floor_retry" => drive(&rt, common::floor::retry(), calls),
         "floor_stack" => drive(&rt, common::floor::stack(), calls),
         "floor_fused" => drive(&rt, common::floor_fused::fused(), calls),

@@ -3,8 +3,10 @@
 //!
 //! `cargo bench --bench loopback`
 //!
-//! The stacks (bare client, `tower::retry`, backstop's `RetryLayer`, and the whole
-//! backstop stack: key, breaker, budget, retry, progress) run interleaved in rounds,
+//! The stacks (bare client, `tower::retry`, backstop's `RetryLayer`, the whole
+//! backstop stack: key, breaker, budget, retry, progress, with the retry layer doing
+//! the key's, breaker's and budget's work itself, and `backstop_layers`, the same
+//! five as separate layers) run interleaved in rounds,
 //! each round in a new order, so the machine's drift falls on all of them. Each line
 //! gives a stack's throughput and its p50 and p99 latency as a ratio to the bare
 //! client's in the same rounds:
@@ -159,6 +161,16 @@ fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
         .map_err(BoxError::from);
     let backstop_stack = ServiceBuilder::new()
         .map_err(BoxError::from)
+        .layer(
+            RetryLayer::new(RetryPolicy::default())
+                .idempotency_key(IdempotencyKeyLayer::new())
+                .circuit_breaker(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
+                .budget(BudgetLayer::new(BudgetPolicy::default())),
+        )
+        .layer(ProgressTrackingLayer::new())
+        .service(client::<ReplayBody<Full<Bytes>>>(proto));
+    let backstop_layers = ServiceBuilder::new()
+        .map_err(BoxError::from)
         .layer(IdempotencyKeyLayer::new())
         .layer(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
         .layer(BudgetLayer::new(BudgetPolicy::default()))
@@ -170,6 +182,7 @@ fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
         ("tower_retry", BoxCloneService::new(tower_retry)),
         ("backstop_retry", BoxCloneService::new(backstop_retry)),
         ("backstop_stack", BoxCloneService::new(backstop_stack)),
+        ("backstop_layers", BoxCloneService::new(backstop_layers)),
     ]
 }
 

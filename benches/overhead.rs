@@ -12,14 +12,17 @@
 //!   that has no opinion (the cost of consulting one).
 //! - `overhead/backstop_retry_progress`: the same over `ProgressTrackingLayer`.
 //! - `overhead/backstop_stack`: idempotency key, circuit breaker, budget, retry and
-//!   progress layers together.
+//!   progress together, with the retry layer doing the key's, breaker's and
+//!   budget's work itself (`RetryLayer::circuit_breaker` and the like).
+//! - `overhead/backstop_layers`: the same five as separate layers.
 //!
 //! On a shared or noisy machine the time of a whole call drifts between benchmarks
 //! run one after the other, which blurs differences of a few tens of nanoseconds. The
 //! `added` group measures what a stack adds over `bare` with the two interleaved in
 //! short runs, so that drift falls on both: `added/tower_retry`,
-//! `added/backstop_retry`, `added/backstop_retry_no_opinion` and
-//! `added/backstop_stack` report nanoseconds added per call. After them, one run
+//! `added/backstop_retry`, `added/backstop_retry_no_opinion`,
+//! `added/backstop_stack` and `added/backstop_layers` report nanoseconds added per
+//! call. After them, one run
 //! interleaves tower's retry, backstop's retry and the whole stack in rounds and
 //! prints each one's median added time and its ratio to `tower_retry`, measured in
 //! that same run (`cargo bench --bench overhead -- ratios` runs only that):
@@ -131,6 +134,15 @@ fn overhead(c: &mut Criterion) {
         })
     });
 
+    // The same five as separate layers.
+    let backstop_layers = common::backstop_layers();
+    group.bench_function("backstop_layers", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = backstop_layers.clone();
+            async move { black_box(svc.ready().await.unwrap().call(request()).await.unwrap()) }
+        })
+    });
+
     group.finish();
 
     let mut added = c.benchmark_group("added");
@@ -145,6 +157,9 @@ fn overhead(c: &mut Criterion) {
     });
     added.bench_function("backstop_stack", |b| {
         b.iter_custom(|iters| added_over_bare(&rt, iters, &backstop_stack))
+    });
+    added.bench_function("backstop_layers", |b| {
+        b.iter_custom(|iters| added_over_bare(&rt, iters, &backstop_layers))
     });
     added.finish();
 }
@@ -263,11 +278,12 @@ fn ratios_once() {
     let tower_retry = common::tower_retry();
     let backstop_retry = common::backstop_retry(RetryPolicy::default());
     let backstop_stack = common::backstop_stack();
+    let backstop_layers = common::backstop_layers();
     let floor_retry = common::floor::retry();
     let floor_stack = common::floor::stack();
     let floor_fused = common::floor_fused::fused();
     type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
-    let stacks: [(&str, Measure<'_>); 6] = [
+    let stacks: [(&str, Measure<'_>); 7] = [
         (
             "tower_retry",
             Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
@@ -279,6 +295,10 @@ fn ratios_once() {
         (
             "backstop_stack",
             Box::new(|| added_over_bare(&rt, CALLS, &backstop_stack)),
+        ),
+        (
+            "backstop_layers",
+            Box::new(|| added_over_bare(&rt, CALLS, &backstop_layers)),
         ),
         (
             "floor_retry",

@@ -120,8 +120,27 @@ pub fn backstop_retry(
     RetryLayer::new(policy).layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>))
 }
 
-/// The whole stack on the success path: key, breaker, budget, retry, progress.
+/// The retry layer guarding its calls itself, as the whole stack is composed: key,
+/// breaker, budget and retry in one layer, over progress.
+pub fn guarded_retry() -> RetryLayer {
+    RetryLayer::new(RetryPolicy::default())
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .circuit_breaker(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
+        .budget(BudgetLayer::new(BudgetPolicy::default()))
+}
+
+/// The whole stack on the success path: key, breaker, budget, retry, progress, with
+/// the retry layer doing the key's, the breaker's and the budget's work.
 pub fn backstop_stack(
+) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {
+    tower::ServiceBuilder::new()
+        .layer(guarded_retry())
+        .layer(ProgressTrackingLayer::new())
+        .service(Trivial)
+}
+
+/// The same five as separate layers: key, breaker, budget, retry, progress.
+pub fn backstop_layers(
 ) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {
     tower::ServiceBuilder::new()
         .layer(IdempotencyKeyLayer::new())

@@ -16,6 +16,7 @@ use crate::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use crate::hedge::{HedgeLayer, HedgePolicy};
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::policy::{Deadline, Keyed, RetryPolicy};
+use crate::retry::Settings;
 use crate::retry::{Retry, Routes};
 
 /// backstop for a [`reqwest_middleware::ClientWithMiddleware`]: the same attempt
@@ -54,7 +55,7 @@ struct Layers {
     key: Option<IdempotencyKeyLayer>,
     breaker: Option<CircuitBreakerLayer>,
     budget: Option<BudgetLayer>,
-    routes: Arc<Routes>,
+    retry: Arc<Settings>,
     hedge: Option<HedgeLayer>,
 }
 
@@ -72,7 +73,7 @@ impl BackstopMiddleware {
                 key: None,
                 breaker: None,
                 budget: None,
-                routes: Arc::new(routes),
+                retry: Arc::new(Settings::new(routes)),
                 hedge: None,
             }),
         }
@@ -165,7 +166,7 @@ impl BackstopMiddleware {
                 body,
             },
         );
-        let retry = Retry::from_routes(maybe(layers.hedge.as_ref(), send), layers.routes.clone());
+        let retry = Retry::from_settings(maybe(layers.hedge.as_ref(), send), layers.retry.clone());
         let mut stack = maybe(
             layers.key.as_ref(),
             maybe(
@@ -192,7 +193,7 @@ impl BackstopMiddleware {
         };
         let policy = match req.extensions().get::<RetryPolicy>() {
             Some(policy) => policy,
-            None => self.layers.routes.policy_for(req),
+            None => self.layers.retry.routes.policy_for(req),
         };
         if policy.max_attempts() > 1 && len > policy.replay_cap() {
             let raised = policy.with_replay_cap(len);

@@ -21,6 +21,7 @@ use crate::budget::{Account, Hold};
 use crate::error::{BoxError, Error};
 use crate::policy::RetryPolicy;
 use crate::policy::{CallContext, StopReason};
+use std::mem;
 use std::sync::Arc;
 
 pin_project! {
@@ -62,6 +63,38 @@ pub(super) struct Held<S, B> {
     account: Arc<Account>,
     hold: Hold,
     keyed: bool,
+}
+
+impl<S, B> Held<S, B>
+where
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    /// Starts the held call, now that its origin's pause is over for it and the
+    /// service is ready, as an unheld call would start (within the future's span,
+    /// opened when the call was held). `None` if it was started already.
+    #[cold]
+    #[inline(never)]
+    fn start<RB>(&mut self, idle: &mut Call<S, B>) -> Option<ResponseFuture<S, B, RB>>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    {
+        let request = self.request.take()?;
+        let admitted = Admitted {
+            guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
+            keyed: self.keyed,
+            at: None,
+        };
+        let policy = idle.policy.clone();
+        Some(Call::start(
+            &mut self.service,
+            policy,
+            request,
+            None,
+            admitted,
+        ))
+    }
 }
 
 pin_project! {
@@ -150,6 +183,7 @@ where
         account: Arc<Account>,
         hold: Hold,
     ) -> Self {
+        let span = Self::span(&req);
         ResponseFuture {
             state: State::Held {
                 held: Box::new(Held {
@@ -161,56 +195,8 @@ where
                 }),
             },
             call: Call::idle(policy, admitted.guarded),
-            span: None,
-        }
-    }
-
-    /// Polls a held call: `Ready(Some(_))` with the call's future once its first
-    /// attempt has gone, `Ready(None)` when the call is not held (any more).
-    #[cold]
-    fn poll_held(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self>>
-    where
-        S: Service<Request<ReplayBody<B>>> + Clone,
-        S::Error: Into<BoxError>,
-    {
-        let mut this = self.project();
-        let StateProj::Held { held } = this.state.as_mut().project() else {
-            return Poll::Ready(None);
-        };
-        let observed = this.call.guarded().and_then(Guarded::observed);
-        let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
-            Ok(()) => ready!(held.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into())),
-            Err(error) => Err(error),
-        };
-        let request = match (ready, held.request.take()) {
-            (Ok(()), Some(request)) => request,
-            (Err(error), _) => {
-                this.state.set(State::Refused { error: Some(error) });
-                return Poll::Ready(None);
-            }
-            (Ok(()), None) => {
-                this.state.set(State::Done);
-                return Poll::Ready(None);
-            }
-        };
-        let admitted = Admitted {
-            guarded: this
-                .call
-                .guarded_mut()
-                .map(std::mem::take)
-                .unwrap_or_default(),
-            keyed: held.keyed,
-            at: None,
-        };
-        let policy = this.call.policy.clone();
-        let span = Self::span(&request);
-        Poll::Ready(Some(Call::start(
-            &mut held.service,
-            policy,
-            request,
             span,
-            admitted,
-        )))
+        }
     }
 }
 
@@ -225,14 +211,7 @@ where
 {
     type Output = CallResult<RB>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // A held call is started (or refused) before the loop below, which so never
-        // meets `Held`.
-        if matches!(self.state, State::Held { .. }) {
-            if let Some(started) = ready!(self.as_mut().poll_held(cx)) {
-                self.set(started);
-            }
-        }
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
@@ -373,9 +352,28 @@ where
                     Some(err) => break Err(err),
                     None => break Err(Error::polled_after_completion("retry")),
                 },
-                StateProj::Held { .. } | StateProj::Done => {
-                    break Err(Error::polled_after_completion("retry"))
+                StateProj::Held { held } => {
+                    let observed = call.guarded().and_then(Guarded::observed);
+                    let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
+                        Ok(()) => ready!(held.service.poll_ready(cx))
+                            .map_err(|e| Error::from_inner(e.into())),
+                        Err(error) => Err(error),
+                    };
+                    if let Err(error) = ready {
+                        break Err(error);
+                    }
+                    let Some(started) = held.start(call) else {
+                        break Err(Error::polled_after_completion("retry"));
+                    };
+                    let ResponseFuture {
+                        state,
+                        call: started,
+                        ..
+                    } = started;
+                    *call = started;
+                    this.state.set(state);
                 }
+                StateProj::Done => break Err(Error::polled_after_completion("retry")),
             }
         };
         this.state.set(State::Done);

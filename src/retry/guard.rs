@@ -106,16 +106,17 @@ impl Guard {
         let account = layer.shared.accounts.get_for(req);
         let now = Instant::now();
         account.deposit_at(now);
-        let pause = account.paused_now(guarded.observed.as_deref());
-        guarded.budget = Some(BudgetHandle::new(account.clone()));
-        guarded.hand_down(req, hand_down);
-        let Some(pause) = pause else {
+        let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
+            guarded.budget = Some(BudgetHandle::new(account));
+            guarded.hand_down(req, hand_down);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
                 at: Some(now),
             });
         };
+        guarded.budget = Some(BudgetHandle::new(account.clone()));
+        guarded.hand_down(req, hand_down);
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the gates, which ask the same account.
         let deadline = Given::new(req.extensions()).deadline();
@@ -169,10 +170,10 @@ impl Guarded {
     }
 
     /// The call ended with a plain first answer (see [`Guarded::finish`]).
-    #[inline]
+    #[inline(never)]
     pub(super) fn answered<RB>(&mut self, res: &Response<RB>) {
         if let Some(budget) = &self.budget {
-            super::call::pause_on_hint(budget, res, Instant::now(), self.observed.as_deref());
+            super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
             permit.answered(res);
@@ -184,7 +185,7 @@ impl Guarded {
     #[inline]
     pub(super) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         if let (Some(budget), Ok(res)) = (&self.budget, result) {
-            super::call::pause_on_hint(budget, res, Instant::now(), self.observed.as_deref());
+            super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
             permit.finish(result);

@@ -2,8 +2,7 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::guard::Guard;
-use super::{Retry, Routes};
+use super::{Retry, Routes, Settings};
 use crate::budget::BudgetLayer;
 use crate::circuit_breaker::CircuitBreakerLayer;
 use crate::idempotency_key::IdempotencyKeyLayer;
@@ -78,8 +77,7 @@ use crate::policy::RetryPolicy;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RetryLayer {
-    routes: Arc<Routes>,
-    guard: Option<Arc<Guard>>,
+    settings: Arc<Settings>,
 }
 
 impl RetryLayer {
@@ -91,13 +89,12 @@ impl RetryLayer {
     /// A layer with policies by route.
     pub fn with_routes(routes: Routes) -> Self {
         RetryLayer {
-            routes: Arc::new(routes),
-            guard: None,
+            settings: Arc::new(Settings::new(routes)),
         }
     }
 
-    fn guard_mut(&mut self) -> &mut Guard {
-        Arc::make_mut(self.guard.get_or_insert_with(Default::default))
+    fn guard_mut(&mut self) -> &mut super::guard::Guard {
+        Arc::make_mut(&mut self.settings).guard_mut()
     }
 
     /// Stamps each call's idempotency key as `keys` would outside this layer (see
@@ -151,6 +148,6 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::from_routes(inner, self.routes.clone()).guarded(self.guard.clone())
+        Retry::from_settings(inner, self.settings.clone())
     }
 }

@@ -104,33 +104,44 @@ use guard::{Admitted, Entered};
 #[derive(Clone, Debug)]
 pub struct Retry<S> {
     inner: S,
-    routes: Arc<Routes>,
-    /// The layers whose work the retry layer does itself, when it was given any.
-    guard: Option<Arc<guard::Guard>>,
+    settings: Arc<Settings>,
 }
 
-impl<S> Retry<S> {
-    /// Wraps `inner` with one policy for every call.
-    pub fn new(inner: S, policy: RetryPolicy) -> Self {
-        Retry::from_routes(inner, Arc::new(Routes::new(policy)))
-    }
+/// What a retry layer and all its services share, behind one reference count.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) routes: Routes,
+    /// The layers whose work the retry layer does itself, when it was given any.
+    guard: Option<guard::Guard>,
+}
 
-    /// Wraps `inner` with policies by route.
-    pub fn with_routes(inner: S, routes: Routes) -> Self {
-        Retry::from_routes(inner, Arc::new(routes))
-    }
-
-    pub(crate) fn from_routes(inner: S, routes: Arc<Routes>) -> Self {
-        Retry {
-            inner,
+impl Settings {
+    pub(crate) fn new(routes: Routes) -> Self {
+        Settings {
             routes,
             guard: None,
         }
     }
 
-    pub(crate) fn guarded(mut self, guard: Option<Arc<guard::Guard>>) -> Self {
-        self.guard = guard;
-        self
+    /// The guard, created empty on first use.
+    pub(crate) fn guard_mut(&mut self) -> &mut guard::Guard {
+        self.guard.get_or_insert_with(Default::default)
+    }
+}
+
+impl<S> Retry<S> {
+    /// Wraps `inner` with one policy for every call.
+    pub fn new(inner: S, policy: RetryPolicy) -> Self {
+        Retry::with_routes(inner, Routes::new(policy))
+    }
+
+    /// Wraps `inner` with policies by route.
+    pub fn with_routes(inner: S, routes: Routes) -> Self {
+        Retry::from_settings(inner, Arc::new(Settings::new(routes)))
+    }
+
+    pub(crate) fn from_settings(inner: S, settings: Arc<Settings>) -> Self {
+        Retry { inner, settings }
     }
 
     crate::inner_accessors!();
@@ -165,24 +176,29 @@ where
         } else {
             None
         };
-        let policy = self.routes.choose(&mut req, given);
-        let admitted = match self.guard.as_deref().map(|g| g.enter(&mut req)) {
-            None => Admitted::default(),
-            Some(Entered::Go(admitted)) => admitted,
-            Some(Entered::Held {
+        let policy = self.settings.routes.choose(&mut req, given);
+        // The inner service that was driven to readiness serves the first attempt; a
+        // call that may retry keeps a clone, which drives its own readiness. An
+        // unguarded call starts on a path of its own, where nothing of a guard is
+        // looked at.
+        let Some(guard) = &self.settings.guard else {
+            let span = ResponseFuture::<S, B, RB>::span(&req);
+            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+        };
+        let admitted = match guard.enter(&mut req) {
+            Entered::Go(admitted) => admitted,
+            Entered::Held {
                 admitted,
                 account,
                 hold,
-            }) => {
+            } => {
                 let service = self.inner.clone();
                 return ResponseFuture::held(service, policy, req, admitted, account, hold);
             }
-            Some(Entered::Refused { guarded, error }) => {
+            Entered::Refused { guarded, error } => {
                 return ResponseFuture::refused(policy, guarded, error)
             }
         };
-        // The inner service that was driven to readiness serves the first attempt; a
-        // call that may retry keeps a clone, which drives its own readiness.
         let span = ResponseFuture::<S, B, RB>::span(&req);
         call::Call::start(&mut self.inner, policy, req, span, admitted)
     }

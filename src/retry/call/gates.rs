@@ -70,16 +70,17 @@ where
     }
 }
 
-/// Pauses `budget`'s origin on the hint of `res`, received at `now`, unless a
-/// layer beneath took that hint already.
+/// Pauses `budget`'s origin on the hint of `res`, received at `now` (read only when
+/// there is a hint, if `None`), unless a layer beneath took that hint already.
 #[inline]
 pub(in crate::retry) fn pause_on_hint<RB>(
     budget: &BudgetHandle,
     res: &Response<RB>,
-    now: Instant,
+    now: Option<Instant>,
     observed: Option<&Observed>,
 ) {
     if let Some(hint) = untaken_pause_hint(res) {
+        let now = now.unwrap_or_else(Instant::now);
         budget.pause_told(later(now, hint), observed);
     }
 }
@@ -98,7 +99,7 @@ impl<S, B> Call<S, B> {
     /// after (the budget layer pauses it on the call's final answer).
     pub(super) fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
         if let Some(budget) = self.budget() {
-            pause_on_hint(budget, res, now, self.observed.as_deref());
+            pause_on_hint(budget, res, Some(now), self.observed.as_deref());
         }
     }
 

@@ -67,6 +67,18 @@ pub(super) struct Kept<S> {
     guarded: Guarded,
 }
 
+impl<S> Kept<S> {
+    /// What a call that sends one attempt keeps: its guard's, if it has any.
+    fn guarded(guarded: Guarded) -> Option<Box<Self>> {
+        (!guarded.is_empty()).then(|| {
+            Box::new(Kept {
+                later: None,
+                guarded,
+            })
+        })
+    }
+}
+
 /// What later attempts need: the service that sends them and the request's head.
 struct Later<S> {
     service: S,
@@ -285,19 +297,22 @@ where
         // What later attempts need, allocated once and filled in place: the head's
         // bytes are written where they stay. The service was driven to readiness for
         // the first attempt; the clone drives its own.
-        let kept = (extras.is_some() || !guarded.is_empty()).then(|| {
-            let mut kept = Box::new(Kept {
-                later: extras.map(|extras| Later {
-                    service: service.clone(),
-                    head: Head::empty(extras),
-                }),
-                guarded,
-            });
-            if let Some(later) = &mut kept.later {
-                later.head.fill(&parts);
+        let kept = match extras {
+            Some(extras) => {
+                let mut kept = Box::new(Kept {
+                    later: Some(Later {
+                        service: service.clone(),
+                        head: Head::empty(extras),
+                    }),
+                    guarded,
+                });
+                if let Some(later) = &mut kept.later {
+                    later.head.fill(&parts);
+                }
+                Some(kept)
             }
-            kept
-        });
+            None => Kept::guarded(guarded),
+        };
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
         let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
@@ -358,12 +373,7 @@ where
     /// A call that sends nothing (yet): refused by its guard, or held by it.
     pub(super) fn idle(policy: Arc<RetryPolicy>, guarded: Guarded) -> Self {
         Call {
-            kept: (!guarded.is_empty()).then(|| {
-                Box::new(Kept {
-                    later: None,
-                    guarded,
-                })
-            }),
+            kept: Kept::guarded(guarded),
             policy,
             idempotent: false,
             keyed: false,
