@@ -164,8 +164,8 @@ fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
         .layer(
             RetryLayer::new(RetryPolicy::default())
                 .idempotency_key(IdempotencyKeyLayer::new())
-                .circuit_breaker(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
-                .budget(BudgetLayer::new(BudgetPolicy::default())),
+                .circuit_breaker(CircuitBreakerPolicy::default())
+                .budget(BudgetPolicy::default()),
         )
         .layer(ProgressTrackingLayer::new())
         .service(client::<ReplayBody<Full<Bytes>>>(proto));

@@ -125,8 +125,8 @@ pub fn backstop_retry(
 pub fn guarded_retry() -> RetryLayer {
     RetryLayer::new(RetryPolicy::default())
         .idempotency_key(IdempotencyKeyLayer::new())
-        .circuit_breaker(CircuitBreakerLayer::new(CircuitBreakerPolicy::default()))
-        .budget(BudgetLayer::new(BudgetPolicy::default()))
+        .circuit_breaker(CircuitBreakerPolicy::default())
+        .budget(BudgetPolicy::default())
 }
 
 /// The whole stack on the success path: key, breaker, budget, retry, progress, with

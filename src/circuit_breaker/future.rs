@@ -6,6 +6,7 @@ use std::task::{ready, Context, Poll};
 
 use http::Response;
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 
 use super::state::{Change, Core, Ticket};
 use crate::error::{BoxError, Error};
@@ -57,20 +58,31 @@ impl Permit {
     /// Records the call's outcome: its final answer or error.
     #[inline]
     pub(crate) fn finish<RB>(self, result: &Result<Response<RB>, Error>) {
+        self.finish_dated(result, None)
+    }
+
+    /// [`finish`](Permit::finish) for a call dated `started` when it entered (see
+    /// [`Core::record_dated`]).
+    #[inline]
+    pub(crate) fn finish_dated<RB>(
+        self,
+        result: &Result<Response<RB>, Error>,
+        started: Option<Instant>,
+    ) {
         match result {
-            Ok(res) => self.answered(res),
-            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
+            Ok(res) => self.answered(res, started),
+            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err), started),
         }
     }
 
     /// Records the call's final answer.
     #[inline]
-    pub(crate) fn answered<RB>(self, res: &Response<RB>) {
+    pub(crate) fn answered<RB>(self, res: &Response<RB>, started: Option<Instant>) {
         let outcome = Outcome::Response {
             status: res.status(),
             headers: res.headers(),
         };
-        self.complete(outcome, None)
+        self.complete(outcome, None, started)
     }
 
     /// Whether the breaker lets an extra attempt of this call through now.
@@ -85,10 +97,15 @@ impl Permit {
     }
 
     #[inline]
-    fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
+    fn complete(
+        mut self,
+        outcome: Outcome<'_>,
+        error: Option<&(dyn std::error::Error + 'static)>,
+        started: Option<Instant>,
+    ) {
         let failed = self.core.config.fails(outcome, error);
         self.recorded = true;
-        if let Some(change) = self.core.record(self.ticket, failed) {
+        if let Some(change) = self.core.record_dated(self.ticket, failed, started) {
             changed(self.observed.as_deref(), change);
         }
     }

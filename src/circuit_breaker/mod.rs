@@ -126,6 +126,7 @@ use crate::observe::{CallRefused, Event, Observed, Refusal};
 use crate::policy::{BreakerHandle, CallContext, StopReason};
 pub(crate) use future::Permit;
 use layer::Shared;
+pub(crate) use state::Core;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).

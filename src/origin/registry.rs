@@ -23,6 +23,13 @@ pub(crate) trait Entry: Send + Sync + 'static {
     /// How long after its last use the entry can still matter: once that long
     /// has passed, a fresh entry would serve the next call as well.
     fn keeps_for(&self) -> Duration;
+
+    /// Whether something outside the registry still holds the entry (a call in
+    /// flight), so it is kept however long it went unused. An entry that lends out
+    /// parts of itself says whether those are held.
+    fn in_use(this: &Arc<Self>) -> bool {
+        Arc::strong_count(this) > 1
+    }
 }
 
 /// The entries of one layer (and of all its clones), found by the call's key.
@@ -125,15 +132,31 @@ impl<T: Entry> Registry<T> {
     /// usual partitions neither take the request apart nor move it.
     #[inline]
     pub(crate) fn get_for<B>(&self, req: &mut Request<B>) -> Arc<T> {
+        self.visit_for(req, Arc::clone)
+    }
+
+    /// Lends `visit` the entry of `req`'s call (created if it is new) and returns
+    /// what it returns: a caller that takes only parts of the entry clones no
+    /// reference to the entry itself.
+    #[inline]
+    pub(crate) fn visit_for<B, R>(
+        &self,
+        req: &mut Request<B>,
+        visit: impl FnOnce(&Arc<T>) -> R,
+    ) -> R {
         match &self.partition.0 {
-            Kind::Origin => self.for_origin(req.uri()),
-            Kind::Global => self.global_entry(),
-            Kind::Custom(_) => {
+            Kind::Origin => self.visit(KeyRef::origin(req.uri()), visit),
+            Kind::Global => match &self.global {
+                Some(entry) => visit(entry),
+                // A global registry is built with its entry; this is not reached.
+                None => self.visit(KeyRef::Custom(""), visit),
+            },
+            Kind::Custom(key) => {
                 let (mut head, ()) = Request::new(()).into_parts();
                 swap_head(req, &mut head);
-                let entry = self.get(&head);
+                let key = key(&head);
                 swap_head(req, &mut head);
-                entry
+                self.visit(KeyRef::Custom(&key), visit)
             }
         }
     }
@@ -154,14 +177,20 @@ impl<T: Entry> Registry<T> {
 
     #[inline]
     fn lookup(&self, key: KeyRef<'_>) -> Arc<T> {
+        self.visit(key, Arc::clone)
+    }
+
+    /// Lends `visit` the entry of `key`, under the read lock when it is there.
+    #[inline]
+    fn visit<R>(&self, key: KeyRef<'_>, visit: impl FnOnce(&Arc<T>) -> R) -> R {
         let hash = self.hasher.hash(key);
         {
             let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(entry) = map.find(hash, key) {
-                return entry.clone();
+                return visit(entry);
             }
         }
-        self.insert(hash, key)
+        visit(&self.insert(hash, key))
     }
 
     /// Creates the entry of a new key (unless another call just did), after
@@ -211,7 +240,7 @@ impl<T: Entry> Map<T> {
         let mut len = 0;
         self.entries.retain(|_, slots| {
             slots.retain(|s| {
-                Arc::strong_count(&s.entry) > 1
+                T::in_use(&s.entry)
                     || now.saturating_duration_since(s.entry.last_used()) < s.entry.keeps_for()
             });
             len += slots.len();

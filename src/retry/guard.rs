@@ -2,29 +2,176 @@
 //! retry budget of each call, run in the retry layer's own call and future instead
 //! of in three layers around it (see [`RetryLayer::circuit_breaker`]).
 //!
+//! The guard keeps each origin's breaker and budget account side by side in one
+//! registry entry, so a call finds both with one lookup (two when the breaker and
+//! the budget partition calls differently).
+//!
 //! [`RetryLayer::circuit_breaker`]: super::RetryLayer::circuit_breaker
 
+use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use http::request::Parts;
 use http::{Request, Response};
 use tokio::time::Instant;
 
-use crate::budget::{Account, BudgetLayer, Hold};
-use crate::circuit_breaker::{refusal, CircuitBreakerLayer, Permit};
+use crate::budget::{Account, BudgetPolicy, Hold, OriginAccount};
+use crate::circuit_breaker::{refusal, CircuitBreakerPolicy, Core, Permit, State};
 use crate::error::Error;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
+use crate::origin::{Entry, Registry};
 use crate::policy::{BudgetHandle, CallContext, Given};
 
-/// What a retry layer guards its calls with: the layers it does the work of.
-#[derive(Clone, Debug, Default)]
+/// What a retry layer guards its calls with: the work of the layers it stands
+/// for, and the state of each origin.
+#[derive(Clone, Default)]
 pub(crate) struct Guard {
     pub(super) key: Option<IdempotencyKeyLayer>,
-    pub(super) breaker: Option<CircuitBreakerLayer>,
-    pub(super) budget: Option<BudgetLayer>,
+    breaker: Option<Arc<CircuitBreakerPolicy>>,
+    budget: Option<BudgetPolicy>,
+    /// Each origin's breaker and account: one registry when the two partition
+    /// calls alike (or only one is set), else one each. Shared by the layer's
+    /// clones and services.
+    origins: Arc<[Registry<Origin>]>,
     /// The breaker's and the budget's handles go into every call's context, for a
     /// hedge layer beneath; without it, only into a context the call has already.
     pub(super) hand_down: bool,
+}
+
+/// What the guard keeps of one origin (or key): its breaker and its budget
+/// account, each when the guard has one. Calls take their own references to the
+/// two, so the entry counts as used while they hold either.
+pub(crate) struct Origin {
+    breaker: Option<Arc<Core>>,
+    account: Option<Arc<Account>>,
+}
+
+impl Entry for Origin {
+    fn last_used(&self) -> Instant {
+        let breaker = self.breaker.as_deref().map(Entry::last_used);
+        let account = self.account.as_deref().map(Entry::last_used);
+        match (breaker, account) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).unwrap_or_else(Instant::now),
+        }
+    }
+
+    fn keeps_for(&self) -> Duration {
+        let breaker = self
+            .breaker
+            .as_deref()
+            .map_or(Duration::ZERO, Entry::keeps_for);
+        let account = self
+            .account
+            .as_deref()
+            .map_or(Duration::ZERO, Entry::keeps_for);
+        breaker.max(account)
+    }
+
+    fn in_use(this: &Arc<Self>) -> bool {
+        Arc::strong_count(this) > 1
+            || this
+                .breaker
+                .as_ref()
+                .is_some_and(|b| Arc::strong_count(b) > 1)
+            || this
+                .account
+                .as_ref()
+                .is_some_and(|a| Arc::strong_count(a) > 1)
+    }
+}
+
+impl Guard {
+    /// Guards calls with a circuit breaker of these settings.
+    pub(super) fn set_breaker(&mut self, policy: CircuitBreakerPolicy) {
+        self.breaker = Some(Arc::new(policy));
+        self.rebuild();
+    }
+
+    /// Guards calls with a retry budget of these numbers.
+    pub(super) fn set_budget(&mut self, policy: BudgetPolicy) {
+        self.budget = Some(policy);
+        self.rebuild();
+    }
+
+    /// Fresh registries for the breaker and budget set now.
+    fn rebuild(&mut self) {
+        let breaker = |policy: &Arc<CircuitBreakerPolicy>| {
+            let policy = policy.clone();
+            move |label: &String| Arc::new(Core::new(policy.clone(), label.clone()))
+        };
+        let account = |policy: &BudgetPolicy| {
+            let policy = policy.clone();
+            move || Arc::new(Account::new(&policy))
+        };
+        self.origins = match (&self.breaker, &self.budget) {
+            (Some(b), Some(a)) if b.partition.same_as(&a.partition) => {
+                let (breaker, account) = (breaker(b), account(a));
+                vec![Registry::new(b.partition.clone(), move |label| Origin {
+                    breaker: Some(breaker(&label)),
+                    account: Some(account()),
+                })]
+            }
+            (b, a) => {
+                let mut origins = Vec::new();
+                if let Some(b) = b {
+                    let breaker = breaker(b);
+                    origins.push(Registry::new(b.partition.clone(), move |label| Origin {
+                        breaker: Some(breaker(&label)),
+                        account: None,
+                    }));
+                }
+                if let Some(a) = a {
+                    let account = account(a);
+                    origins.push(Registry::new(a.partition.clone(), move |_| Origin {
+                        breaker: None,
+                        account: Some(account()),
+                    }));
+                }
+                origins
+            }
+        }
+        .into();
+    }
+
+    /// The breaker and account of the call whose head is `head`.
+    fn origin_of(&self, head: &Parts) -> (Option<Arc<Core>>, Option<Arc<Account>>) {
+        let (mut breaker, mut account) = (None, None);
+        for registry in self.origins.iter() {
+            let origin = registry.get(head);
+            breaker = breaker.or_else(|| origin.breaker.clone());
+            account = account.or_else(|| origin.account.clone());
+        }
+        (breaker, account)
+    }
+
+    /// The state of the breaker of the origin of `head`, if the guard has a breaker.
+    pub(super) fn breaker_state(&self, head: &Parts) -> Option<State> {
+        self.origin_of(head).0.map(|b| b.state())
+    }
+
+    /// The budget account of the origin of `head`, if the guard has a budget.
+    pub(super) fn account(&self, head: &Parts) -> Option<OriginAccount> {
+        self.origin_of(head).1.map(OriginAccount)
+    }
+
+    /// How many entries the guard holds, after forgetting the idle ones.
+    pub(super) fn origins(&self) -> usize {
+        self.origins.iter().map(Registry::len).sum()
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &self.key)
+            .field("breaker", &self.breaker)
+            .field("budget", &self.budget)
+            .field("hand_down", &self.hand_down)
+            .finish()
+    }
 }
 
 /// What a guarded call holds until it ends: its breaker permit and its budget
@@ -35,6 +182,9 @@ pub(crate) struct Guarded {
     pub(super) permit: Option<Permit>,
     /// The call's observer, told of the pause the call's answer sets.
     observed: Option<Box<Observed>>,
+    /// When the guard dated the call (counting it in its budget account): its
+    /// success counts in the breaker's window slot of that instant too.
+    dated: Option<Instant>,
 }
 
 /// A call the guard let through: what it holds, whether the guard stamped a key on
@@ -73,29 +223,39 @@ impl Guard {
         let has_context = context.is_some();
         let observer = context.and_then(CallContext::observer).cloned();
         let observed = |req: &Request<B>| observer.clone().map(|o| Box::new(Observed::new(o, req)));
-        let permit = match &self.breaker {
-            Some(layer) => {
-                let breaker = layer.shared.breakers.get_for(req);
-                match breaker.admit() {
-                    Ok(ticket) => Some(Permit::new(breaker, ticket, observed(req))),
-                    Err(next_probe_at) => {
-                        let error = refusal(req, breaker.label(), next_probe_at);
-                        return Entered::Refused {
-                            guarded: Guarded::default(),
-                            error,
-                        };
-                    }
+        // One lookup finds both (unless they partition calls differently).
+        let (mut breaker, mut account) = (None, None);
+        for registry in self.origins.iter() {
+            registry.visit_for(req, |origin| {
+                if origin.breaker.is_some() {
+                    breaker.clone_from(&origin.breaker);
                 }
-            }
+                if origin.account.is_some() {
+                    account.clone_from(&origin.account);
+                }
+            });
+        }
+        let permit = match breaker {
+            Some(breaker) => match breaker.admit() {
+                Ok(ticket) => Some(Permit::new(breaker, ticket, observed(req))),
+                Err(next_probe_at) => {
+                    let error = refusal(req, breaker.label(), next_probe_at);
+                    return Entered::Refused {
+                        guarded: Guarded::default(),
+                        error,
+                    };
+                }
+            },
             None => None,
         };
         let mut guarded = Guarded {
             budget: None,
             permit,
             observed: observed(req),
+            dated: None,
         };
         let hand_down = self.hand_down || has_context;
-        let Some(layer) = &self.budget else {
+        let Some(account) = account else {
             guarded.hand_down(req, hand_down);
             return Entered::Go(Admitted {
                 guarded,
@@ -103,9 +263,9 @@ impl Guard {
                 at: None,
             });
         };
-        let account = layer.shared.accounts.get_for(req);
         let now = Instant::now();
         account.deposit_at(now);
+        guarded.dated = Some(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
             guarded.budget = Some(BudgetHandle::new(account));
             guarded.hand_down(req, hand_down);
@@ -176,7 +336,7 @@ impl Guarded {
             super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
-            permit.answered(res);
+            permit.answered(res, self.dated);
         }
     }
 
@@ -188,7 +348,7 @@ impl Guarded {
             super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
-            permit.finish(result);
+            permit.finish_dated(result, self.dated);
         }
     }
 }

@@ -2,39 +2,43 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use http::request::Parts;
+
 use super::{Retry, Routes, Settings};
-use crate::budget::BudgetLayer;
-use crate::circuit_breaker::CircuitBreakerLayer;
+use crate::budget::{BudgetPolicy, OriginAccount};
+use crate::circuit_breaker::{CircuitBreakerPolicy, State};
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::policy::RetryPolicy;
 
 /// Applies [`Retry`] to a service: re-sends a request when that is safe and
 /// worthwhile.
 ///
-/// Clones share the policies (and the breakers and accounts it was given).
+/// Clones share the policies, and the breakers and budget accounts of a guard.
 ///
 /// # One layer for the whole guard
 ///
 /// The retry layer can do the work of the layers that usually stand around it
 /// itself: [`idempotency_key`](RetryLayer::idempotency_key),
 /// [`circuit_breaker`](RetryLayer::circuit_breaker) and
-/// [`budget`](RetryLayer::budget). The call then goes through one layer and one
-/// future instead of four, finds each origin's breaker and account once, and keeps
-/// them in its own state instead of in the request's extensions, so the whole guard
-/// costs about what the retry layer alone costs. What a call meets is the same as
-/// in the stack of four layers:
+/// [`budget`](RetryLayer::budget). A call then goes through one layer and one
+/// future instead of four, finds its origin's breaker and budget account with one
+/// lookup (they are kept side by side), and keeps them in its own state instead of
+/// in the request's extensions, so the whole guard costs little more than the
+/// retry layer alone. What a call meets is what it meets in the stack of four:
 ///
 /// ```text
 /// IdempotencyKeyLayer → CircuitBreakerLayer → BudgetLayer → RetryLayer → transport
 /// ```
 ///
-/// the key stamped once per call, the breaker asked once per call (and before every
-/// retry) and told the call's final outcome, each call counted once in its origin's
-/// budget account and every retry withdrawn from it, a paused origin holding (or
-/// refusing) the first attempt, the same errors, tracing events and observer events.
-/// Layers given here share their breakers and accounts with their clones used
-/// elsewhere, and still answer [`CircuitBreakerLayer::state`] and
-/// [`BudgetLayer::origins`].
+/// the key stamped once per call; the breaker asked once per call (and before every
+/// retry) and told the call's final outcome; each call counted once in its origin's
+/// budget account and every retry withdrawn from it; a paused origin holding (or
+/// refusing) the first attempt; the same errors, tracing events and observer
+/// events. The guard's breakers and accounts are its own (shared by the layer's
+/// clones and services): [`breaker_state`](RetryLayer::breaker_state),
+/// [`budget_account`](RetryLayer::budget_account) and
+/// [`origins`](RetryLayer::origins) read them, as
+/// [`CircuitBreakerLayer::state`] and [`BudgetLayer::account`] read a layer's.
 ///
 /// A [`HedgeLayer`](crate::HedgeLayer) beneath reads the breaker and the budget
 /// from the call's context: the guard leaves them there when the call carries a
@@ -43,9 +47,10 @@ use crate::policy::RetryPolicy;
 /// call after [`share_handles`](RetryLayer::share_handles).
 ///
 /// ```
+/// use backstop::circuit_breaker::State;
 /// use backstop::{
-///     BudgetLayer, BudgetPolicy, CircuitBreakerLayer, CircuitBreakerPolicy,
-///     IdempotencyKeyLayer, ReplayBody, RetryLayer, RetryPolicy,
+///     BudgetPolicy, CircuitBreakerPolicy, IdempotencyKeyLayer, ReplayBody, RetryLayer,
+///     RetryPolicy,
 /// };
 /// use bytes::Bytes;
 /// use http_body_util::Full;
@@ -58,23 +63,25 @@ use crate::policy::RetryPolicy;
 ///     assert!(req.headers().contains_key("idempotency-key"));
 ///     Ok::<_, std::io::Error>(http::Response::new(Full::<Bytes>::default()))
 /// });
-/// let breakers = CircuitBreakerLayer::new(CircuitBreakerPolicy::default());
-/// let budget = BudgetLayer::new(BudgetPolicy::default());
-/// let mut client = ServiceBuilder::new()
-///     .layer(
-///         RetryLayer::new(RetryPolicy::default())
-///             .idempotency_key(IdempotencyKeyLayer::new())
-///             .circuit_breaker(breakers.clone())
-///             .budget(budget.clone()),
-///     )
-///     .service(transport);
+/// let guard = RetryLayer::new(RetryPolicy::default())
+///     .idempotency_key(IdempotencyKeyLayer::new())
+///     .circuit_breaker(CircuitBreakerPolicy::default())
+///     .budget(BudgetPolicy::default());
+/// let mut client = ServiceBuilder::new().layer(guard.clone()).service(transport);
 ///
 /// let req = http::Request::post("http://upstream.test/orders").body(Full::default())?;
 /// client.ready().await?.call(req).await?;
-/// // The call counted in its origin's account and breaker.
-/// assert_eq!((budget.origins(), breakers.origins()), (1, 1));
+///
+/// // The call counted in its origin's breaker and account.
+/// let head = http::Request::get("http://upstream.test/").body(())?.into_parts().0;
+/// assert_eq!(guard.breaker_state(&head), Some(State::Closed));
+/// assert!(guard.budget_account(&head).is_some());
+/// assert_eq!(guard.origins(), 1);
 /// # Ok(()) }
 /// ```
+///
+/// [`CircuitBreakerLayer::state`]: crate::CircuitBreakerLayer::state
+/// [`BudgetLayer::account`]: crate::BudgetLayer::account
 #[derive(Clone, Debug)]
 pub struct RetryLayer {
     settings: Arc<Settings>,
@@ -106,27 +113,28 @@ impl RetryLayer {
         self
     }
 
-    /// Guards each call with `breakers` as a [`CircuitBreakerLayer`] outside this
+    /// Guards each call with a circuit breaker per origin, as a
+    /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) of `policy` outside this
     /// layer would (see [`circuit_breaker`](crate::circuit_breaker)): a call to an
-    /// origin whose breaker is open is refused before anything is sent, retries
-    /// ask the breaker, and the breaker records each call's final outcome. See [one
+    /// origin whose breaker is open is refused before anything is sent, retries ask
+    /// the breaker, and the breaker records each call's final outcome. See [one
     /// layer for the whole guard](RetryLayer#one-layer-for-the-whole-guard).
-    pub fn circuit_breaker(mut self, breakers: CircuitBreakerLayer) -> Self {
-        self.guard_mut().breaker = Some(breakers);
+    pub fn circuit_breaker(mut self, policy: CircuitBreakerPolicy) -> Self {
+        self.guard_mut().set_breaker(policy);
         self
     }
 
-    /// Counts each call in its origin's account of `budget`, as a [`BudgetLayer`]
-    /// outside this layer would (see [`budget`](crate::budget)): retries withdraw
-    /// from it, and a paused origin holds (or refuses) the call's first attempt.
-    /// See [one layer for the whole
-    /// guard](RetryLayer#one-layer-for-the-whole-guard).
-    pub fn budget(mut self, budget: BudgetLayer) -> Self {
-        self.guard_mut().budget = Some(budget);
+    /// Counts each call in its origin's retry budget account, as a
+    /// [`BudgetLayer`](crate::BudgetLayer) of `policy` outside this layer would
+    /// (see [`budget`](crate::budget)): retries withdraw from it, and a paused
+    /// origin holds (or refuses) the call's first attempt. See [one layer for the
+    /// whole guard](RetryLayer#one-layer-for-the-whole-guard).
+    pub fn budget(mut self, policy: BudgetPolicy) -> Self {
+        self.guard_mut().set_budget(policy);
         self
     }
 
-    /// Leaves the breaker and the budget given to this layer in every call's
+    /// Leaves the guard's breaker and budget account in every call's
     /// [context](crate::policy::CallContext), for the layers beneath that read them:
     /// a [`HedgeLayer`](crate::HedgeLayer) spends its hedges from the budget and
     /// asks the breaker. Without it they go only into a context the call already
@@ -134,6 +142,30 @@ impl RetryLayer {
     pub fn share_handles(mut self) -> Self {
         self.guard_mut().hand_down = true;
         self
+    }
+
+    /// The state of the guard's breaker that a call with this request head goes
+    /// through, created if it is new; `None` without a
+    /// [`circuit_breaker`](RetryLayer::circuit_breaker).
+    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
+        self.settings.guard.as_ref()?.breaker_state(head)
+    }
+
+    /// The guard's budget account that a call with this request head spends from,
+    /// created if it is new (for metrics and tests); `None` without a
+    /// [`budget`](RetryLayer::budget).
+    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
+        self.settings.guard.as_ref()?.account(head)
+    }
+
+    /// How many origins (or keys) the guard keeps a breaker or an account for
+    /// now, after forgetting the idle ones: those used within the breaker's or the
+    /// budget's window, or that a call still holds. When the breaker and the
+    /// budget partition calls differently, the entries of both are counted. Zero
+    /// without a guard. Counting sweeps under a lock the calls share, so it suits
+    /// a metrics scrape, not every call.
+    pub fn origins(&self) -> usize {
+        self.settings.guard.as_ref().map_or(0, |g| g.origins())
     }
 }
 
