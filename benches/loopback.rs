@@ -151,6 +151,14 @@ impl<E> tower::retry::Policy<Request<Full<Bytes>>, Response<Incoming>, E> for To
     }
 }
 
+/// The retry layer doing the key's, the breaker's and the budget's work itself.
+fn guarded() -> RetryLayer {
+    RetryLayer::new(RetryPolicy::default())
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .circuit_breaker(CircuitBreakerPolicy::default())
+        .budget(BudgetPolicy::default())
+}
+
 fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
     let bare = client::<Full<Bytes>>(proto).map_err(BoxError::from);
     let tower_retry = tower::retry::RetryLayer::new(TowerPolicy(2))
@@ -161,12 +169,7 @@ fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
         .map_err(BoxError::from);
     let backstop_stack = ServiceBuilder::new()
         .map_err(BoxError::from)
-        .layer(
-            RetryLayer::new(RetryPolicy::default())
-                .idempotency_key(IdempotencyKeyLayer::new())
-                .circuit_breaker(CircuitBreakerPolicy::default())
-                .budget(BudgetPolicy::default()),
-        )
+        .layer(guarded())
         .layer(ProgressTrackingLayer::new())
         .service(client::<ReplayBody<Full<Bytes>>>(proto));
     let backstop_layers = ServiceBuilder::new()
@@ -252,6 +255,11 @@ fn future_sizes() {
             ),
         ),
         ("retry", size::<_, Plain>(&retry())),
+        // The retry layer guarding its calls itself: the same future type.
+        (
+            "guarded_retry",
+            size::<_, Plain>(&guarded().layer(transport.clone())),
+        ),
         (
             "budget",
             size::<_, Plain>(&BudgetLayer::new(BudgetPolicy::default()).layer(retry())),

@@ -22,6 +22,10 @@
 //! CircuitBreakerLayer → BudgetLayer → RetryLayer → transport
 //! ```
 //!
+//! The retry layer can do this layer's work itself, in its own future:
+//! [`RetryLayer::budget`](crate::RetryLayer::budget) (see [one layer for the whole
+//! guard](crate::RetryLayer#one-layer-for-the-whole-guard)).
+//!
 //! # Examples
 //!
 //! ```

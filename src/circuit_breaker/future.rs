@@ -6,7 +6,6 @@ use std::task::{ready, Context, Poll};
 
 use http::Response;
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 
 use super::state::{Change, Core, Ticket};
 use crate::error::{BoxError, Error};
@@ -58,31 +57,20 @@ impl Permit {
     /// Records the call's outcome: its final answer or error.
     #[inline]
     pub(crate) fn finish<RB>(self, result: &Result<Response<RB>, Error>) {
-        self.finish_dated(result, None)
-    }
-
-    /// [`finish`](Permit::finish) for a call dated `started` when it entered (see
-    /// [`Core::record_dated`]).
-    #[inline]
-    pub(crate) fn finish_dated<RB>(
-        self,
-        result: &Result<Response<RB>, Error>,
-        started: Option<Instant>,
-    ) {
         match result {
-            Ok(res) => self.answered(res, started),
-            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err), started),
+            Ok(res) => self.answered(res),
+            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
         }
     }
 
     /// Records the call's final answer.
     #[inline]
-    pub(crate) fn answered<RB>(self, res: &Response<RB>, started: Option<Instant>) {
+    pub(crate) fn answered<RB>(self, res: &Response<RB>) {
         let outcome = Outcome::Response {
             status: res.status(),
             headers: res.headers(),
         };
-        self.complete(outcome, None, started)
+        self.complete(outcome, None)
     }
 
     /// Whether the breaker lets an extra attempt of this call through now.
@@ -97,15 +85,10 @@ impl Permit {
     }
 
     #[inline]
-    fn complete(
-        mut self,
-        outcome: Outcome<'_>,
-        error: Option<&(dyn std::error::Error + 'static)>,
-        started: Option<Instant>,
-    ) {
+    fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
         let failed = self.core.config.fails(outcome, error);
         self.recorded = true;
-        if let Some(change) = self.core.record_dated(self.ticket, failed, started) {
+        if let Some(change) = self.core.record(self.ticket, failed) {
             changed(self.observed.as_deref(), change);
         }
     }

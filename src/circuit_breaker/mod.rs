@@ -41,6 +41,10 @@
 //! The service's error is [`backstop::Error`](crate::Error); an inner service's
 //! error is wrapped (a `backstop::Error` from the retry layer is kept as it is).
 //!
+//! The retry layer can do this layer's work itself, in its own future:
+//! [`RetryLayer::circuit_breaker`](crate::RetryLayer::circuit_breaker) (see [one layer
+//! for the whole guard](crate::RetryLayer#one-layer-for-the-whole-guard)).
+//!
 //! # Examples
 //!
 //! ```

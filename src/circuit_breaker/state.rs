@@ -297,28 +297,16 @@ impl Core {
         }
     }
 
-    /// Records the final outcome of an admitted call, dated now.
-    #[cfg(test)]
+    /// Records the final outcome of an admitted call; the state change it made,
+    /// if any.
+    #[inline]
     pub(crate) fn record(&self, ticket: Ticket, failed: bool) -> Option<Change> {
-        self.record_dated(ticket, failed, None)
-    }
-
-    /// Records the final outcome of an admitted call, started at `started` when a
-    /// layer dated it already; the state change it made, if any: a success while closed
-    /// counts in the window slot the call started in (or the current one, if that
-    /// has gone by), and the clock is not read again for it.
-    pub(crate) fn record_dated(
-        &self,
-        ticket: Ticket,
-        failed: bool,
-        started: Option<Instant>,
-    ) -> Option<Change> {
         if ticket.probe {
             self.record_probe(ticket.gen, failed)
         } else if failed {
             self.record_closed_failure(ticket.gen)
         } else {
-            self.record_closed_success(ticket.gen, started);
+            self.record_closed_success(ticket.gen);
             None
         }
     }
@@ -326,15 +314,13 @@ impl Core {
     /// A success while closed: counted in the window, and the run of failures
     /// ends. It changes no state.
     #[inline]
-    fn record_closed_success(&self, gen: u32, started: Option<Instant>) {
+    fn record_closed_success(&self, gen: u32) {
         let w = self.load();
         if w.kind() != CLOSED || w.gen() != gen {
             // The breaker opened since the call was admitted: its outcome is old news.
             return;
         }
-        let slot = self
-            .window
-            .current(started.unwrap_or_else(Instant::now), drop);
+        let slot = self.window.current(Instant::now(), drop);
         slot.fetch_add(CALL, Ordering::Relaxed);
         if self.run.load(Ordering::Relaxed) != 0 {
             self.run.store(0, Ordering::Relaxed);

@@ -8,7 +8,8 @@
 //! that needs one, **once per call**: placed outside the retry layer, every attempt
 //! (and every hedge) of the call carries the same key. It also marks the request
 //! with [`policy::Keyed`](crate::policy::Keyed), so the retry
-//! layer treats it like an idempotent request.
+//! layer treats it like an idempotent request. The retry layer can stamp the keys
+//! itself: [`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key).
 //!
 //! # When to use keys
 //!

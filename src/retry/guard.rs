@@ -182,9 +182,6 @@ pub(crate) struct Guarded {
     pub(super) permit: Option<Permit>,
     /// The call's observer, told of the pause the call's answer sets.
     observed: Option<Box<Observed>>,
-    /// When the guard dated the call (counting it in its budget account): its
-    /// success counts in the breaker's window slot of that instant too.
-    dated: Option<Instant>,
 }
 
 /// A call the guard let through: what it holds, whether the guard stamped a key on
@@ -252,7 +249,6 @@ impl Guard {
             budget: None,
             permit,
             observed: observed(req),
-            dated: None,
         };
         let hand_down = self.hand_down || has_context;
         let Some(account) = account else {
@@ -265,7 +261,6 @@ impl Guard {
         };
         let now = Instant::now();
         account.deposit_at(now);
-        guarded.dated = Some(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
             guarded.budget = Some(BudgetHandle::new(account));
             guarded.hand_down(req, hand_down);
@@ -336,7 +331,7 @@ impl Guarded {
             super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
-            permit.answered(res, self.dated);
+            permit.answered(res);
         }
     }
 
@@ -348,7 +343,7 @@ impl Guarded {
             super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
-            permit.finish_dated(result, self.dated);
+            permit.finish(result);
         }
     }
 }

@@ -125,3 +125,144 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
         .is_circuit_open());
     assert_eq!(breakers.origins(), 1);
 }
+
+/// The same with the retry layer guarding its calls itself: each origin's breaker
+/// and account are kept in one entry, forgotten once both are idle.
+#[tokio::test(start_paused = true)]
+async fn a_guard_forgets_ten_thousand_idle_origins_too() {
+    use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+    let guard = RetryLayer::new(RetryPolicy::none())
+        .circuit_breaker(
+            CircuitBreakerPolicy::builder()
+                .consecutive_failures(2)
+                .cooldown(Duration::from_secs(5))
+                .build()
+                .unwrap(),
+        )
+        .budget(BudgetPolicy::default());
+    let (release, released) = oneshot::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
+    let upstream = tower::service_fn(move |req: Request<ReplayBody<Full<Bytes>>>| {
+        let host = req.uri().host().unwrap_or_default().to_owned();
+        let wait = (host == "slow.test").then(|| released.lock().unwrap().take().unwrap());
+        async move {
+            if let Some(wait) = wait {
+                wait.await.ok();
+            }
+            let mut res = Response::new(Full::<Bytes>::default());
+            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    let client = guard.layer(upstream);
+
+    let mut slow = client.clone();
+    let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
+    tokio::task::yield_now().await;
+
+    let mut opened = 0;
+    for i in 0..ORIGINS {
+        let uri = format!("http://o{i}.test/");
+        let mut svc = client.clone();
+        let res = call(&mut svc, &uri).await.unwrap();
+        if res.status() == 503 && i % 20 == 0 {
+            assert_eq!(call(&mut svc, &uri).await.unwrap().status(), 503);
+            assert!(call(&mut svc, &uri).await.unwrap_err().is_circuit_open());
+            opened += 1;
+        }
+    }
+    assert_eq!(opened, 500);
+    let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;
+    assert_eq!(
+        guard.breaker_state(&head("http://o0.test/")),
+        Some(backstop::circuit_breaker::State::Open)
+    );
+    assert_eq!(guard.origins(), ORIGINS + 1);
+
+    // Past the budget's window an entry stays for its breaker's longest cooldown.
+    advance(Duration::from_secs(20)).await;
+    assert_eq!(guard.origins(), ORIGINS + 1);
+    // Idle past every limit: only the call in flight holds its entry.
+    advance(Duration::from_secs(100)).await;
+    assert_eq!(guard.origins(), 1);
+
+    release.send(()).unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(1), in_flight)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // The breaker just counted the call's outcome: the entry stays as long as it.
+    advance(Duration::from_secs(62)).await;
+    assert_eq!(guard.origins(), 1);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(guard.origins(), 0);
+
+    // A forgotten breaker starts afresh, closed.
+    let mut svc = client.clone();
+    for _ in 0..2 {
+        assert_eq!(
+            call(&mut svc, "http://o0.test/").await.unwrap().status(),
+            503
+        );
+    }
+    assert!(call(&mut svc, "http://o0.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
+    assert_eq!(guard.origins(), 1);
+}
+
+/// A guard whose breaker and budget partition calls differently keeps each in its
+/// own registry: one global breaker, an account per origin.
+#[tokio::test(start_paused = true)]
+async fn a_guard_keeps_breaker_and_budget_apart_when_they_partition_differently() {
+    use backstop::{Partition, ReplayBody, RetryLayer, RetryPolicy};
+    let guard = RetryLayer::new(RetryPolicy::none())
+        .circuit_breaker(
+            CircuitBreakerPolicy::builder()
+                .consecutive_failures(2)
+                .partition(Partition::global())
+                .build()
+                .unwrap(),
+        )
+        .budget(
+            BudgetPolicy::builder()
+                .ratio(1.0)
+                .min_per_second(0.0)
+                .build()
+                .unwrap(),
+        );
+    let upstream = tower::service_fn(|req: Request<ReplayBody<Full<Bytes>>>| {
+        let host = req.uri().host().unwrap_or_default().to_owned();
+        async move {
+            let mut res = Response::new(Full::<Bytes>::default());
+            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    let mut client = guard.layer(upstream);
+    for _ in 0..2 {
+        assert_eq!(
+            call(&mut client, "http://o0.test/").await.unwrap().status(),
+            503
+        );
+    }
+    // The one breaker opened for every origin.
+    assert!(call(&mut client, "http://o1.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
+    let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;
+    let (a, b) = (head("http://o0.test/"), head("http://o1.test/"));
+    assert_eq!(guard.breaker_state(&a), guard.breaker_state(&b));
+    // Two accounts (o0 deposited twice, o1 was refused before the budget) and the
+    // global breaker.
+    assert_eq!(guard.origins(), 3);
+    let (a, b) = (
+        guard.budget_account(&a).unwrap(),
+        guard.budget_account(&b).unwrap(),
+    );
+    assert_eq!((a.available(), b.available()), (2, 0));
+}
