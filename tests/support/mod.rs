@@ -6,3 +6,4 @@ pub mod requests;
 pub mod script;
 #[cfg(feature = "test-util")]
 pub mod wire;
+pub mod shape;
