@@ -498,9 +498,9 @@ over_shapes! {
     }
 }
 
-/// gRPC's pushback pauses the origin as a 429's `Retry-After` does: on the
-/// answer the retry layer retries after, and on a final answer the budget layer
-/// sees; capped by `max_pause` the same way.
+// gRPC's pushback pauses the origin as a 429's `Retry-After` does: on the
+// answer the retry layer retries after, and on a final answer the budget layer
+// sees; capped by `max_pause` the same way.
 #[cfg(feature = "grpc")]
 over_shapes! {
     #[tokio::test(start_paused = true)]
