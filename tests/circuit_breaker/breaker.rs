@@ -10,7 +10,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::support::requests::{call, get, head, paused};
-use crate::support::script::{status, status_with, Script};
+use crate::over_shapes;
+use crate::support::script::{status, status_with, Reply, Script};
+use crate::support::shape::{Shape, Stack};
 use backstop::circuit_breaker::{
     CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
 };
@@ -23,9 +25,34 @@ use http_body_util::Full;
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::{advance, Instant};
+use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type Res = Response<Full<Bytes>>;
+type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
+
+/// The breaker layer alone, then each shape of a guarded client.
+const ALONE_AND_SHAPES: [Option<Shape>; 4] = [
+    None,
+    Some(Shape::Layers),
+    Some(Shape::Guarded),
+    Some(Shape::Shared),
+];
+
+/// `$layer` over `$inner`: alone when `$shape` is `None`, else as the guard of a
+/// retry layer that retries nothing, in that shape.
+macro_rules! guarding {
+    ($shape:expr, $layer:expr, $inner:expr) => {{
+        let layer: &CircuitBreakerLayer = $layer;
+        match $shape {
+            None => BoxCloneService::new(layer.layer($inner)),
+            Some(shape) => {
+                let stack = Stack::new(RetryLayer::new(RetryPolicy::none())).breaker(layer);
+                crate::shaped!(shape, stack, $inner)
+            }
+        }
+    }};
+}
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 fn response(code: u16) -> Res {
@@ -52,204 +79,228 @@ fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn consecutive_failures_open_it_and_it_refuses_without_calling() {
-    let upstream = Script::codes([503, 500, 0, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-    let mut svc = layer.layer(upstream.clone());
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        503
-    );
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        500
-    );
-    let tripped_at = Instant::now();
-    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-    assert!(
-        !err.is_circuit_open(),
-        "a transport error passes through: {err}"
-    );
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-
-    for _ in 0..100 {
-        let err = call(&mut svc, "http://a.test/?token=s3cret")
-            .await
-            .unwrap_err();
-        assert!(err.is_circuit_open());
-        assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
-        assert!(err.is_not_processed());
-        assert_eq!(err.attempts(), 0);
-        assert_eq!(
-            err.next_probe_at(),
-            Some(tripped_at + Duration::from_secs(5))
-        );
-        let text = err.to_string();
-        assert_eq!(text, "call refused (circuit open)");
-        let open = std::error::Error::source(&err)
-            .unwrap()
-            .downcast_ref::<CircuitOpen>()
-            .unwrap();
-        assert_eq!(open.state(), State::Open);
-        assert_eq!(open.to_string(), "circuit open");
-    }
-    assert_eq!(
-        upstream.calls(),
-        3,
-        "refused calls never reach the upstream"
-    );
-    assert_eq!(
-        layer.next_probe_at(&head("http://a.test/")),
-        Some(tripped_at + Duration::from_secs(5))
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_success_breaks_the_run() {
-    let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-    let mut svc = layer.layer(upstream.clone());
-    for _ in 0..8 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    call(&mut svc, "http://a.test/").await.unwrap(); // 200
-    assert_eq!(upstream.calls(), 9);
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
-    // 50 % over at least 10 calls; the consecutive signal is off.
-    let cfg = CircuitBreakerPolicy::builder()
-        .failure_ratio(0.5)
-        .min_calls(10)
-        .consecutive_failures(0)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    for i in 0..9 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(
-            layer.state(&head("http://a.test/")),
-            State::Closed,
-            "call {i}"
-        );
-    }
-    // The tenth call: 5 failures out of 10.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-}
-
-#[tokio::test(start_paused = true)]
-async fn old_outcomes_leave_the_window() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .failure_ratio(0.5)
-        .min_calls(4)
-        .consecutive_failures(0)
-        .window(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503, 503, 503, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream);
-    for _ in 0..3 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    advance(Duration::from_secs(10)).await;
-    // The three failures expired: 1 failure in 2 calls is below min_calls.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-}
-
-#[tokio::test(start_paused = true)]
-async fn four_xx_never_counts() {
-    let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    for _ in 0..50 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    assert_eq!(upstream.calls(), 50);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_successful_probe_closes_it() {
-    let upstream = Script::codes([503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-    tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
-    // The cooldown is over: the next call is the probe, and it succeeds.
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        200
-    );
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    for _ in 0..10 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(upstream.calls(), 13);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_failed_probe_reopens_it_for_twice_as_long() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(1)
-        .cooldown(Duration::from_secs(1))
-        .max_cooldown(Duration::from_secs(3))
-        .jitter(0.0)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503; 5]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    let mut cooldowns = Vec::new();
-    for _ in 0..4 {
-        let opened = Instant::now();
-        let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-        cooldowns.push((next - opened).as_millis());
-        tokio::time::sleep_until(next - Duration::from_millis(1)).await;
-        assert!(call(&mut svc, "http://a.test/")
-            .await
-            .unwrap_err()
-            .is_circuit_open());
-        advance(Duration::from_millis(1)).await;
-        // The probe fails.
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 500, 0, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
         assert_eq!(
             call(&mut svc, "http://a.test/").await.unwrap().status(),
             503
         );
+        assert_eq!(
+            call(&mut svc, "http://a.test/").await.unwrap().status(),
+            500
+        );
+        let tripped_at = Instant::now();
+        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+        assert!(
+            !err.is_circuit_open(),
+            "a transport error passes through: {err}"
+        );
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+
+        for _ in 0..100 {
+            let err = call(&mut svc, "http://a.test/?token=s3cret")
+                .await
+                .unwrap_err();
+            assert!(err.is_circuit_open());
+            assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
+            assert!(err.is_not_processed());
+            assert_eq!(err.attempts(), 0);
+            assert_eq!(
+                err.next_probe_at(),
+                Some(tripped_at + Duration::from_secs(5))
+            );
+            let text = err.to_string();
+            assert_eq!(text, "call refused (circuit open)");
+            let open = std::error::Error::source(&err)
+                .unwrap()
+                .downcast_ref::<CircuitOpen>()
+                .unwrap();
+            assert_eq!(open.state(), State::Open);
+            assert_eq!(open.to_string(), "circuit open");
+        }
+        assert_eq!(
+            upstream.calls(),
+            3,
+            "refused calls never reach the upstream"
+        );
+        assert_eq!(
+            layer.next_probe_at(&head("http://a.test/")),
+            Some(tripped_at + Duration::from_secs(5))
+        );
     }
-    assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
-    assert_eq!(upstream.calls(), 5, "one probe per cooldown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_breaks_the_run() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for _ in 0..8 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        call(&mut svc, "http://a.test/").await.unwrap(); // 200
+        assert_eq!(upstream.calls(), 9);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        // 50 % over at least 10 calls; the consecutive signal is off.
+        let cfg = CircuitBreakerPolicy::builder()
+            .failure_ratio(0.5)
+            .min_calls(10)
+            .consecutive_failures(0)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for i in 0..9 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+            assert_eq!(
+                layer.state(&head("http://a.test/")),
+                State::Closed,
+                "call {i}"
+            );
+        }
+        // The tenth call: 5 failures out of 10.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn old_outcomes_leave_the_window() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .failure_ratio(0.5)
+            .min_calls(4)
+            .consecutive_failures(0)
+            .window(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503, 503, 503, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream);
+        for _ in 0..3 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        advance(Duration::from_secs(10)).await;
+        // The three failures expired: 1 failure in 2 calls is below min_calls.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_xx_never_counts() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for _ in 0..50 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        assert_eq!(upstream.calls(), 50);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successful_probe_closes_it() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+        tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
+        // The cooldown is over: the next call is the probe, and it succeeds.
+        assert_eq!(
+            call(&mut svc, "http://a.test/").await.unwrap().status(),
+            200
+        );
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        for _ in 0..10 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(upstream.calls(), 13);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_reopens_it_for_twice_as_long() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(1)
+            .cooldown(Duration::from_secs(1))
+            .max_cooldown(Duration::from_secs(3))
+            .jitter(0.0)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503; 5]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        let mut cooldowns = Vec::new();
+        for _ in 0..4 {
+            let opened = Instant::now();
+            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+            cooldowns.push((next - opened).as_millis());
+            tokio::time::sleep_until(next - Duration::from_millis(1)).await;
+            assert!(call(&mut svc, "http://a.test/")
+                .await
+                .unwrap_err()
+                .is_circuit_open());
+            advance(Duration::from_millis(1)).await;
+            // The probe fails.
+            assert_eq!(
+                call(&mut svc, "http://a.test/").await.unwrap().status(),
+                503
+            );
+        }
+        assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
+        assert_eq!(upstream.calls(), 5, "one probe per cooldown");
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn several_probes_must_all_succeed() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(1)
-        .cooldown(Duration::from_secs(1))
-        .jitter(0.0)
-        .probes(3)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503, 200, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    advance(Duration::from_secs(1)).await;
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-    // The third probe fails: open again.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(1)
+            .cooldown(Duration::from_secs(1))
+            .jitter(0.0)
+            .probes(3)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503, 200, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        advance(Duration::from_secs(1)).await;
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+        // The third probe fails: open again.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -278,34 +329,37 @@ async fn cooldowns_have_jitter() {
 
 #[tokio::test(start_paused = true)]
 async fn each_origin_has_its_own_breaker() {
-    let upstream = Script::codes([503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    assert!(call(&mut svc, "http://bad.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
-    for _ in 0..10 {
-        call(&mut svc, "http://good.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
-    assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        assert!(call(&mut svc, "http://bad.test/")
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+        for _ in 0..10 {
+            call(&mut svc, "http://good.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
+        assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
 
-    // A global breaker refuses every origin.
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(2)
-        .partition(Partition::global())
-        .build()
-        .unwrap();
-    let mut svc = CircuitBreaker::new(Script::codes([503, 503]), cfg);
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    assert!(call(&mut svc, "http://good.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
+        // A global breaker refuses every origin.
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(2)
+            .partition(Partition::global())
+            .build()
+            .unwrap();
+        let mut svc = guarding!(shape, &CircuitBreakerLayer::new(cfg), Script::codes([503, 503]));
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        assert!(call(&mut svc, "http://good.test/")
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -357,7 +411,7 @@ impl Held {
     }
 }
 
-impl Service<Request<Full<Bytes>>> for Held {
+impl<B> Service<Request<B>> for Held {
     type Response = Res;
     type Error = std::io::Error;
     type Future = BoxFuture<Result<Res, std::io::Error>>;
@@ -366,7 +420,7 @@ impl Service<Request<Full<Bytes>>> for Held {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
+    fn call(&mut self, _: Request<B>) -> Self::Future {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().push(tx);
         Box::pin(async move {
@@ -380,46 +434,49 @@ impl Service<Request<Full<Bytes>>> for Held {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_probe_gives_its_slot_back() {
-    let held = Held::default();
-    let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
-    let mut svc = layer.layer(held.clone());
-    let first = svc.ready().await.unwrap().call(get("http://a.test/"));
-    held.answer_all(503);
-    first.await.unwrap();
-    advance(Duration::from_secs(1)).await;
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let held = Held::default();
+        let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
+        let mut svc = guarding!(shape, &layer, held.clone());
+        let first = svc.ready().await.unwrap().call(get("http://a.test/"));
+        held.answer_all(503);
+        first.await.unwrap();
+        advance(Duration::from_secs(1)).await;
 
-    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-    assert_eq!(
-        held.pending.lock().unwrap().len(),
-        1,
-        "the probe went through"
-    );
-    // The slot is taken: the next call is refused at once, with no time to give.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://a.test/"))
-        .now_or_never()
-        .expect("refused at once")
-        .unwrap_err();
-    assert!(err.is_circuit_open());
-    assert_eq!(err.next_probe_at(), None);
-    let open = std::error::Error::source(&err)
-        .unwrap()
-        .downcast_ref::<CircuitOpen>()
-        .unwrap();
-    assert_eq!(open.state(), State::HalfOpen);
+        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+        assert_eq!(
+            held.pending.lock().unwrap().len(),
+            1,
+            "the probe went through"
+        );
+        // The slot is taken: the next call is refused at once, with no time to give.
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get("http://a.test/"))
+            .now_or_never()
+            .expect("refused at once")
+            .unwrap_err();
+        assert!(err.is_circuit_open());
+        assert_eq!(err.next_probe_at(), None);
+        let open = std::error::Error::source(&err)
+            .unwrap()
+            .downcast_ref::<CircuitOpen>()
+            .unwrap();
+        assert_eq!(open.state(), State::HalfOpen);
 
-    // The caller gives up on the probe: its slot is free again.
-    drop(probe);
-    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-    let tx = held.take_last().expect("a new probe went through");
-    tx.send(200).unwrap();
-    let res = probe.now_or_never().expect("answered").unwrap();
-    assert_eq!(res.status(), 200);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        // The caller gives up on the probe: its slot is free again.
+        drop(probe);
+        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+        let tx = held.take_last().expect("a new probe went through");
+        tx.send(200).unwrap();
+        let res = probe.now_or_never().expect("answered").unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    }
 }
 
 #[test]
@@ -442,8 +499,8 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
                 .unwrap();
             let held = Held::default();
             let layer = CircuitBreakerLayer::new(cfg);
-            let mut svc = layer.layer(held.clone());
-            let first = svc.ready().await.unwrap().call(get("http://a.test/"));
+            let mut svc: CircuitBreaker<Held> = layer.layer(held.clone());
+            let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/"));
             held.answer_all(503);
             let _ = first.await;
             let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
@@ -459,7 +516,7 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
                     (barrier.clone(), called.clone(), all_called.clone());
                 tasks.push(tokio::spawn(async move {
                     barrier.wait().await;
-                    let future = svc.ready().await.unwrap().call(get("http://a.test/"));
+                    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/"));
                     if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
                         all_called.notify_one();
                     }
@@ -536,7 +593,7 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
                 .header("x-trip", "1")
                 .body(Full::default())
                 .unwrap();
-            svc.ready().await.unwrap().call(trip).await.unwrap();
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(trip).await.unwrap();
             most.store(0, Ordering::SeqCst);
             admitted.store(0, Ordering::SeqCst);
             tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap()).await;
@@ -778,7 +835,7 @@ proptest! {
             let start = Instant::now();
             // Create the breaker at t = 0, as the model's clock starts.
             prop_assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-            let mut svc = layer.layer(held.clone());
+            let mut svc: CircuitBreaker<Held> = layer.layer(held.clone());
             let mut model = Machine {
                 state: Model::Closed,
                 gen: 0,
@@ -797,7 +854,7 @@ proptest! {
                     Op::Start => {
                         let expected = model.admit(t);
                         let mut fut: BoxFuture<_> =
-                            Box::pin(svc.ready().await.unwrap().call(get("http://a.test/")));
+                            Box::pin(ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/")));
                         match (expected, held.take_last()) {
                             (Ok((gen, probe)), Some(tx)) => calls.push((fut, tx, gen, probe)),
                             (Err(next), None) => {
@@ -853,67 +910,67 @@ fn fast_retries() -> RetryPolicy {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_whole_retry_sequence_counts_once() {
-    let mock = Script::new(
-        [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
-            .into_iter()
-            .map(status),
-    );
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut client = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(fast_retries()))
-        .service(mock.clone());
-    // Three failed attempts: one failed call.
-    let res = call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(res.status(), 503);
-    assert_eq!(mock.calls(), 3);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    // 503 then 200: a retry cured it, a success that breaks the run.
-    assert_eq!(
-        call(&mut client, "http://a.test/").await.unwrap().status(),
-        200
-    );
-    assert_eq!(mock.calls(), 5);
-    call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(mock.calls(), 11);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-    let err = call(&mut client, "http://a.test/").await.unwrap_err();
-    assert!(err.is_circuit_open());
-    assert_eq!(mock.calls(), 11);
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_retry_sequence_counts_once(shape) {
+        let mock = Script::new(
+            [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
+                .into_iter()
+                .map(status),
+        );
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let stack = Stack::new(RetryLayer::new(fast_retries())).breaker(&layer);
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        // Three failed attempts: one failed call.
+        let res = call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(mock.calls(), 3);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        // 503 then 200: a retry cured it, a success that breaks the run.
+        assert_eq!(
+            call(&mut client, "http://a.test/").await.unwrap().status(),
+            200
+        );
+        assert_eq!(mock.calls(), 5);
+        call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(mock.calls(), 11);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+        let err = call(&mut client, "http://a.test/").await.unwrap_err();
+        assert!(err.is_circuit_open());
+        assert_eq!(mock.calls(), 11);
+    }
 }
 
-#[tokio::test(start_paused = true)]
-async fn retries_stop_when_the_breaker_opens_during_the_wait() {
-    // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
-    // retried) and opens the breaker; A stops after its wait instead of retrying.
-    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
-    let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
-    let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
-    let client = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(policy))
-        .service(mock.clone());
-    let mut a = client.clone();
-    let mut b = client.clone();
-    let call_a = async { call(&mut a, "http://a.test/").await };
-    let call_b = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        call(&mut b, "http://a.test/").await
-    };
-    let (a, b) = tokio::join!(call_a, call_b);
-    assert_eq!(b.unwrap().status(), 500);
-    // The 503's body was drained before the wait, so A ends with an error that
-    // names it.
-    let a = a.unwrap_err();
-    assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
-    assert!(a.is_circuit_open());
-    let h = a.history().unwrap();
-    assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
-    assert_eq!(mock.calls(), 2);
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_when_the_breaker_opens_during_the_wait(shape) {
+        // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
+        // retried) and opens the breaker; A stops after its wait instead of retrying.
+        let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
+        let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
+        let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
+        let stack = Stack::new(RetryLayer::new(policy)).breaker(&layer);
+        let client: Client = crate::shaped!(shape, stack, mock.clone());
+        let mut a = client.clone();
+        let mut b = client.clone();
+        let call_a = async { call(&mut a, "http://a.test/").await };
+        let call_b = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            call(&mut b, "http://a.test/").await
+        };
+        let (a, b) = tokio::join!(call_a, call_b);
+        assert_eq!(b.unwrap().status(), 500);
+        // The 503's body was drained before the wait, so A ends with an error that
+        // names it.
+        let a = a.unwrap_err();
+        assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
+        assert!(a.is_circuit_open());
+        let h = a.history().unwrap();
+        assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
+        assert_eq!(mock.calls(), 2);
+    }
 }
 
 #[test]
