@@ -26,7 +26,7 @@ use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::{advance, Instant};
 use tower::util::BoxCloneService;
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 type Res = Response<Full<Bytes>>;
 type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
@@ -989,6 +989,7 @@ fn services_are_clone_send_and_sync() {
 #[cfg(feature = "test-util")]
 mod wire {
     use super::*;
+    use crate::support::shape::with_every;
     use crate::support::wire::{client as transport, within_10s, BOTH};
     use backstop::test_util::{Protocol, Reply, Upstream};
     use backstop::ReplayBody;
@@ -997,17 +998,14 @@ mod wire {
     type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 
     fn client(
+        shape: Shape,
         layer: &CircuitBreakerLayer,
         protocol: Protocol,
-    ) -> impl Service<
-        Request<Full<Bytes>>,
-        Response = Response<hyper::body::Incoming>,
-        Error = backstop::Error,
-    > + Clone {
-        ServiceBuilder::new()
-            .layer(layer.clone())
-            .layer(RetryLayer::new(fast_retries()))
-            .service::<Transport>(transport(protocol))
+    ) -> BoxCloneService<Request<Full<Bytes>>, Response<hyper::body::Incoming>, backstop::Error>
+    {
+        let stack = Stack::new(RetryLayer::new(fast_retries())).breaker(layer);
+        let transport: Transport = transport(protocol);
+        crate::shaped!(shape, stack, transport)
     }
 
     async fn send<S>(svc: &mut S, uri: http::Uri) -> Result<StatusCode, backstop::Error>
@@ -1030,21 +1028,23 @@ mod wire {
             let addr = listener.local_addr().unwrap();
             drop(listener);
             let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
-            let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
-            let mut svc = client(&layer, Protocol::Http1);
-            for _ in 0..3 {
-                let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                assert!(!err.is_circuit_open());
-                assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
+            for shape in crate::support::shape::SHAPES {
+                let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
+                let mut svc = client(shape, &layer, Protocol::Http1);
+                for _ in 0..3 {
+                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                    assert!(!err.is_circuit_open(), "{shape:?}");
+                    assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
+                }
+                let started = std::time::Instant::now();
+                for _ in 0..1000 {
+                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                    assert!(err.is_circuit_open(), "{shape:?}");
+                    assert!(err.next_probe_at().unwrap() > Instant::now());
+                }
+                // A thousand refusals, no socket touched: far under a millisecond each.
+                assert!(started.elapsed() < Duration::from_secs(1));
             }
-            let started = std::time::Instant::now();
-            for _ in 0..1000 {
-                let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                assert!(err.is_circuit_open());
-                assert!(err.next_probe_at().unwrap() > Instant::now());
-            }
-            // A thousand refusals, no socket touched: far under a millisecond each.
-            assert!(started.elapsed() < Duration::from_secs(1));
         })
         .await;
     }
@@ -1052,7 +1052,7 @@ mod wire {
     #[tokio::test]
     async fn a_failing_upstream_sees_no_request_while_open() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 let upstream = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(503))
@@ -1060,19 +1060,19 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 60_000));
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
                 let seen = upstream.requests().len();
-                assert_eq!(seen, 6, "{protocol:?}: two calls of three attempts");
+                assert_eq!(seen, 6, "{shape:?} {protocol:?}: two calls of three attempts");
                 for _ in 0..100 {
                     assert!(send(&mut svc, upstream.uri("/"))
                         .await
                         .unwrap_err()
                         .is_circuit_open());
                 }
-                assert_eq!(upstream.requests().len(), seen, "{protocol:?}");
+                assert_eq!(upstream.requests().len(), seen, "{shape:?} {protocol:?}");
             }
         })
         .await;
@@ -1081,7 +1081,7 @@ mod wire {
     #[tokio::test]
     async fn a_recovering_upstream_is_probed_back_to_closed() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 // Down for six requests (two calls of three attempts), then up.
                 let upstream = Upstream::builder()
                     .protocol(protocol)
@@ -1091,7 +1091,7 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 100));
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
@@ -1107,7 +1107,7 @@ mod wire {
                 for _ in 0..10 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 200);
                 }
-                assert_eq!(upstream.requests().len(), 6 + 1 + 10, "{protocol:?}");
+                assert_eq!(upstream.requests().len(), 6 + 1 + 10, "{shape:?} {protocol:?}");
             }
         })
         .await;
@@ -1116,7 +1116,7 @@ mod wire {
     #[tokio::test]
     async fn a_bad_origin_beside_a_healthy_one() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 let bad = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(502))
@@ -1131,24 +1131,24 @@ mod wire {
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
                 // One client, one transport, both origins, calls interleaved.
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 let mut refused_bad = 0;
                 for _ in 0..100 {
                     match send(&mut svc, bad.uri("/")).await {
                         Err(e) if e.is_circuit_open() => refused_bad += 1,
                         Ok(status) => assert_eq!(status, 502),
-                        Err(e) => panic!("{protocol:?}: {e}"),
+                        Err(e) => panic!("{shape:?} {protocol:?}: {e}"),
                     }
                     assert_eq!(
                         send(&mut svc, good.uri("/")).await.unwrap(),
                         200,
-                        "{protocol:?}"
+                        "{shape:?} {protocol:?}"
                     );
                 }
                 // Three calls of three attempts opened the bad origin's breaker.
-                assert_eq!(refused_bad, 97, "{protocol:?}");
-                assert_eq!(bad.requests().len(), 9, "{protocol:?}");
-                assert_eq!(good.requests().len(), 100, "{protocol:?}");
+                assert_eq!(refused_bad, 97, "{shape:?} {protocol:?}");
+                assert_eq!(bad.requests().len(), 9, "{shape:?} {protocol:?}");
+                assert_eq!(good.requests().len(), 100, "{shape:?} {protocol:?}");
                 assert_eq!(
                     layer.state(&head(&good.uri("/").to_string())),
                     State::Closed

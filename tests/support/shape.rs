@@ -130,3 +130,12 @@ macro_rules! over_shapes {
         }
     };
 }
+
+/// Every shape with every one of `xs` (a protocol, say), for a test that loops.
+pub fn with_every<T: Copy>(xs: impl IntoIterator<Item = T>) -> Vec<(Shape, T)> {
+    let xs: Vec<T> = xs.into_iter().collect();
+    SHAPES
+        .iter()
+        .flat_map(|&shape| xs.iter().map(move |&x| (shape, x)))
+        .collect()
+}
