@@ -96,7 +96,7 @@ impl Guard {
         };
         let hand_down = self.hand_down || has_context;
         let Some(layer) = &self.budget else {
-            guarded.hand_down(req, hand_down);
+            guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -108,7 +108,7 @@ impl Guard {
         account.deposit_at(now);
         let pause = account.paused_now(guarded.observed.as_deref());
         guarded.budget = Some(BudgetHandle::new(account.clone()));
-        guarded.hand_down(req, hand_down);
+        guarded.hand_down(req, hand_down, keyed);
         let Some(pause) = pause else {
             return Entered::Go(Admitted {
                 guarded,
@@ -143,12 +143,16 @@ impl Guarded {
     }
 
     /// Leaves the handles in the call's context, for the layers beneath, when
-    /// `hand_down`.
-    fn hand_down<B>(&self, req: &mut Request<B>, hand_down: bool) {
-        if !hand_down || (self.budget.is_none() && self.permit.is_none()) {
+    /// `hand_down`, and the keyed mark when the guard stamped the call's key (a
+    /// hedge layer beneath hedges a keyed call as the key layer's mark tells it).
+    fn hand_down<B>(&self, req: &mut Request<B>, hand_down: bool, keyed: bool) {
+        if !hand_down || (self.budget.is_none() && self.permit.is_none() && !keyed) {
             return;
         }
         let context = CallContext::of_mut(req.extensions_mut());
+        if keyed {
+            context.mark_keyed();
+        }
         if let Some(budget) = &self.budget {
             context.set_budget(budget.clone());
         }
