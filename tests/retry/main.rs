@@ -3,5 +3,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[allow(dead_code)]
+#[path = "../observe/record.rs"]
+mod record;
+
 mod attempts;
+mod guard;
 mod wire;
