@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::requests::{call, head, paused};
 use crate::over_shapes;
+use crate::support::requests::{call, head, paused};
 use crate::support::script::{status, Reply, Script};
 use crate::support::shape::Stack;
 use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount};

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::support::requests::{call, get, head};
 use crate::over_shapes;
+use crate::support::requests::{call, get, head};
 use crate::support::script::{slow, status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};

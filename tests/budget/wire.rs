@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 
-type Client = BoxCloneService<Request<Body>, http::Response<hyper::body::Incoming>, backstop::Error>;
+type Client =
+    BoxCloneService<Request<Body>, http::Response<hyper::body::Incoming>, backstop::Error>;
 
 #[tokio::test]
 async fn a_429_pauses_the_origin_over_the_wire() {
@@ -62,7 +63,10 @@ async fn a_429_pauses_the_origin_over_the_wire() {
                 .call(get(Some(Duration::from_millis(100))))
                 .await
                 .unwrap_err();
-            assert!(err.is_paused() && err.is_retryable(), "{shape:?} {protocol:?}: {err}");
+            assert!(
+                err.is_paused() && err.is_retryable(),
+                "{shape:?} {protocol:?}: {err}"
+            );
             assert!(err.retry_after().unwrap() <= Duration::from_millis(300));
             assert_eq!(up.requests().len(), 1, "{shape:?} {protocol:?}");
 

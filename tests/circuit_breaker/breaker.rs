@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::support::requests::{call, get, head, paused};
 use crate::over_shapes;
+use crate::support::requests::{call, get, head, paused};
 use crate::support::script::{status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack};
 use backstop::circuit_breaker::{
@@ -352,7 +352,11 @@ async fn each_origin_has_its_own_breaker() {
             .partition(Partition::global())
             .build()
             .unwrap();
-        let mut svc = guarding!(shape, &CircuitBreakerLayer::new(cfg), Script::codes([503, 503]));
+        let mut svc = guarding!(
+            shape,
+            &CircuitBreakerLayer::new(cfg),
+            Script::codes([503, 503])
+        );
         call(&mut svc, "http://bad.test/").await.unwrap();
         call(&mut svc, "http://bad.test/").await.unwrap();
         assert!(call(&mut svc, "http://good.test/")
@@ -500,7 +504,10 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
             let held = Held::default();
             let layer = CircuitBreakerLayer::new(cfg);
             let mut svc: CircuitBreaker<Held> = layer.layer(held.clone());
-            let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/"));
+            let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(get("http://a.test/"));
             held.answer_all(503);
             let _ = first.await;
             let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
@@ -516,7 +523,10 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
                     (barrier.clone(), called.clone(), all_called.clone());
                 tasks.push(tokio::spawn(async move {
                     barrier.wait().await;
-                    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/"));
+                    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                        .await
+                        .unwrap()
+                        .call(get("http://a.test/"));
                     if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
                         all_called.notify_one();
                     }
@@ -593,7 +603,12 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
                 .header("x-trip", "1")
                 .body(Full::default())
                 .unwrap();
-            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(trip).await.unwrap();
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(trip)
+                .await
+                .unwrap();
             most.store(0, Ordering::SeqCst);
             admitted.store(0, Ordering::SeqCst);
             tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap()).await;
@@ -1065,7 +1080,10 @@ mod wire {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
                 let seen = upstream.requests().len();
-                assert_eq!(seen, 6, "{shape:?} {protocol:?}: two calls of three attempts");
+                assert_eq!(
+                    seen, 6,
+                    "{shape:?} {protocol:?}: two calls of three attempts"
+                );
                 for _ in 0..100 {
                     assert!(send(&mut svc, upstream.uri("/"))
                         .await
@@ -1107,7 +1125,11 @@ mod wire {
                 for _ in 0..10 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 200);
                 }
-                assert_eq!(upstream.requests().len(), 6 + 1 + 10, "{shape:?} {protocol:?}");
+                assert_eq!(
+                    upstream.requests().len(),
+                    6 + 1 + 10,
+                    "{shape:?} {protocol:?}"
+                );
             }
         })
         .await;

@@ -59,7 +59,9 @@ async fn stamped_in(
                 head.extensions_mut().insert(context.clone());
             }
             *sent.lock().unwrap() = Some(head);
-            async { Ok::<_, std::convert::Infallible>(http::Response::new(Full::<Bytes>::default())) }
+            async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(Full::<Bytes>::default()))
+            }
         })
     };
     let stack = Stack::new(RetryLayer::new(RetryPolicy::none())).keys(layer);
@@ -69,7 +71,6 @@ async fn stamped_in(
     let head = sent.lock().unwrap().take();
     head.expect("the transport saw the call")
 }
-
 
 #[tokio::test]
 async fn posts_and_patches_get_a_key_and_the_marker() {

@@ -94,7 +94,11 @@ where
 {
     let layers = run(Shape::Layers).await;
     for shape in [Shape::Guarded, Shape::Shared] {
-        assert_eq!(run(shape).await, layers, "{shape:?} differs from the layers");
+        assert_eq!(
+            run(shape).await,
+            layers,
+            "{shape:?} differs from the layers"
+        );
     }
     layers
 }
@@ -393,12 +397,12 @@ async fn a_held_call_whose_service_fails_readiness_ends_with_that_error() {
         broken.store(true, Ordering::SeqCst);
         let err = future.await.unwrap_err();
         assert_eq!(mock.calls(), 0);
-        let sources = std::iter::successors(
-            Some(&err as &(dyn std::error::Error + 'static)),
-            |e| e.source(),
-        )
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>();
+        let sources =
+            std::iter::successors(Some(&err as &(dyn std::error::Error + 'static)), |e| {
+                e.source()
+            })
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>();
         assert!(sources.iter().any(|s| s == "transport gone"), "{sources:?}");
         (
             err.kind(),

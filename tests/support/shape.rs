@@ -95,9 +95,7 @@ macro_rules! shaped {
                     .layer(stack.retry.clone())
                     .service(inner),
             ),
-            Some(retry) => {
-                tower::util::BoxCloneService::new(tower::Layer::layer(&retry, inner))
-            }
+            Some(retry) => tower::util::BoxCloneService::new(tower::Layer::layer(&retry, inner)),
         }
     }};
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::support::requests::call_with;
 use crate::over_shapes;
+use crate::support::requests::call_with;
 use crate::support::script::{status, Reply, Script};
 use crate::support::shape::Stack;
 use crate::Captured;
@@ -13,7 +13,8 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 
-type Client = tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
+type Client =
+    tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
 over_shapes! {
     #[tokio::test(start_paused = true)]

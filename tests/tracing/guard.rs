@@ -61,16 +61,17 @@ where
     drop(guard_);
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     text.lines()
-        .map(|line| line.split_once(' ').map_or(line, |(_, rest)| rest).to_owned())
+        .map(|line| {
+            line.split_once(' ')
+                .map_or(line, |(_, rest)| rest)
+                .to_owned()
+        })
         .collect()
 }
 
 /// A 429 that pauses the origin for 2 s, then a 503 that opens the breaker.
 fn script() -> Vec<crate::support::script::Step> {
-    vec![
-        status_with(429, &[("retry-after", "2")]),
-        status(503),
-    ]
+    vec![status_with(429, &[("retry-after", "2")]), status(503)]
 }
 
 async fn scenario(mut svc: Client) {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::support::requests::call_with;
 use crate::over_shapes;
+use crate::support::requests::call_with;
 use crate::support::script::{status_with, Reply, Script};
 use crate::support::shape::Stack;
 use crate::Captured;
@@ -15,7 +15,8 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use tower::{Service, ServiceExt};
 
-type Client = tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
+type Client =
+    tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
 fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
     let mut req = Request::get("http://upstream.test/items?token=s3cret")
