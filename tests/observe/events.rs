@@ -5,9 +5,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::over_shapes;
 use crate::record::Recorder;
 use crate::support::requests::call_with;
-use crate::over_shapes;
 use crate::support::script::{io_error, slow, status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};
@@ -36,7 +36,8 @@ fn breaker(consecutive: u32, cooldown: Duration) -> CircuitBreakerPolicy {
         .unwrap()
 }
 
-type Client = tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
+type Client =
+    tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
 /// Observe → the guard in `shape` → `mock`.
 fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> Client {
@@ -305,6 +306,26 @@ mod wire {
 
     type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 
+    /// Observe → the guard in `shape` → `transport`.
+    fn observed_over(
+        shape: Shape,
+        stack: &Stack,
+        recorder: &Recorder,
+        transport: Transport,
+    ) -> tower::util::BoxCloneService<
+        Request<Full<Bytes>>,
+        http::Response<hyper::body::Incoming>,
+        backstop::Error,
+    > {
+        let inner: tower::util::BoxCloneService<_, _, backstop::Error> =
+            crate::shaped!(shape, stack, transport);
+        tower::util::BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(ObserveLayer::new(recorder.clone()))
+                .service(inner),
+        )
+    }
+
     fn quick() -> RetryPolicy {
         RetryPolicy::builder()
             .backoff(Duration::from_millis(1), Duration::from_millis(5))
@@ -315,7 +336,7 @@ mod wire {
     #[tokio::test]
     async fn a_stack_tells_one_call_with_its_attempts_and_retries() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in crate::support::shape::with_every(BOTH) {
                 let upstream = Upstream::builder()
                     .protocol(protocol)
                     .script([Reply::status(503), Reply::status(502)])
@@ -324,15 +345,13 @@ mod wire {
                     .await
                     .unwrap();
                 let recorder = Recorder::default();
-                let mut svc = ServiceBuilder::new()
-                    .layer(ObserveLayer::new(recorder.clone()))
-                    .layer(CircuitBreakerLayer::default())
-                    .layer(BudgetLayer::default())
-                    .layer(RetryLayer::new(quick()))
-                    .service::<Transport>(client(protocol));
+                let stack = Stack::new(RetryLayer::new(quick()))
+                    .breaker(&CircuitBreakerLayer::default())
+                    .budget(&BudgetLayer::default());
+                let mut svc = observed_over(shape, &stack, &recorder, client(protocol));
                 let req = get(&upstream.uri("/orders?id=42").to_string());
                 let res = call_with(&mut svc, req).await.unwrap();
-                assert_eq!(res.status(), 200, "{protocol:?}");
+                assert_eq!(res.status(), 200, "{shape:?} {protocol:?}");
                 let origin = format!("origin=http://{} method=GET", upstream.addr());
                 let lines = recorder.lines();
                 let names: Vec<_> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -346,7 +365,7 @@ mod wire {
                         "attempt_finished",
                         "call_finished"
                     ],
-                    "{protocol:?}: {lines:#?}"
+                    "{shape:?} {protocol:?}: {lines:#?}"
                 );
                 assert!(lines[0].contains("outcome=503"), "{}", lines[0]);
                 assert!(lines[2].contains("outcome=502"), "{}", lines[2]);
@@ -357,7 +376,7 @@ mod wire {
                 assert!(lines
                     .iter()
                     .all(|l| l.ends_with(&origin) && !l.contains("orders")));
-                assert_eq!(upstream.requests().len(), 3, "{protocol:?}");
+                assert_eq!(upstream.requests().len(), 3, "{shape:?} {protocol:?}");
             }
         })
         .await;
@@ -366,7 +385,7 @@ mod wire {
     #[tokio::test]
     async fn an_open_breaker_is_told_as_refusals_that_reach_no_upstream() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in crate::support::shape::with_every(BOTH) {
                 let upstream = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(503))
@@ -374,14 +393,10 @@ mod wire {
                     .await
                     .unwrap();
                 let recorder = Recorder::default();
-                let mut svc = ServiceBuilder::new()
-                    .layer(ObserveLayer::new(recorder.clone()))
-                    .layer(CircuitBreakerLayer::new(breaker(
-                        2,
-                        Duration::from_secs(60),
-                    )))
-                    .layer(RetryLayer::new(quick()))
-                    .service::<Transport>(client(protocol));
+                let stack = Stack::new(RetryLayer::new(quick())).breaker(
+                    &CircuitBreakerLayer::new(breaker(2, Duration::from_secs(60))),
+                );
+                let mut svc = observed_over(shape, &stack, &recorder, client(protocol));
                 for _ in 0..5 {
                     let req = get(&upstream.uri("/").to_string());
                     let _ = call_with(&mut svc, req).await;
@@ -389,16 +404,28 @@ mod wire {
                 assert_eq!(
                     upstream.requests().len(),
                     6,
-                    "{protocol:?}: two calls of three"
+                    "{shape:?} {protocol:?}: two calls of three"
                 );
-                assert_eq!(recorder.named("call_refused").len(), 3, "{protocol:?}");
+                assert_eq!(
+                    recorder.named("call_refused").len(),
+                    3,
+                    "{shape:?} {protocol:?}"
+                );
                 assert_eq!(
                     recorder.named("breaker_state_changed").len(),
                     1,
-                    "{protocol:?}"
+                    "{shape:?} {protocol:?}"
                 );
-                assert_eq!(recorder.named("attempt_finished").len(), 6, "{protocol:?}");
-                assert_eq!(recorder.named("call_finished").len(), 2, "{protocol:?}");
+                assert_eq!(
+                    recorder.named("attempt_finished").len(),
+                    6,
+                    "{shape:?} {protocol:?}"
+                );
+                assert_eq!(
+                    recorder.named("call_finished").len(),
+                    2,
+                    "{shape:?} {protocol:?}"
+                );
             }
         })
         .await;
