@@ -38,8 +38,8 @@ use crate::policy::RetryPolicy;
 /// [`BudgetLayer::origins`].
 ///
 /// A [`HedgeLayer`](crate::HedgeLayer) beneath reads the breaker, the budget and
-/// the keyed mark from the call's context: the guard leaves them there when the call carries a
-/// context already (a route that hedges or is named, an
+/// the keyed mark from the call's context: the guard leaves them there when the
+/// call carries a context already (a route that hedges or is named, an
 /// [`ObserveLayer`](crate::observe::ObserveLayer) above, a caller's), and in every
 /// call after [`share_handles`](RetryLayer::share_handles).
 ///
@@ -133,8 +133,9 @@ impl RetryLayer {
     /// a call whose key it stamped, in every call's
     /// [context](crate::policy::CallContext), for the layers beneath that read them:
     /// a [`HedgeLayer`](crate::HedgeLayer) spends its hedges from the budget, asks
-    /// the breaker, and hedges a keyed call. Without it they go only into a context the call already
-    /// carries, which saves the success path an insert into the extensions.
+    /// the breaker, and hedges a keyed call. Without it they go only into a context
+    /// the call already carries, which saves the success path an insert into the
+    /// extensions.
     pub fn share_handles(mut self) -> Self {
         self.guard_mut().hand_down = true;
         self
