@@ -12,6 +12,11 @@ impl Recorder {
         self.0.lock().unwrap().clone()
     }
 
+    /// Writes down a line of the test's own.
+    pub fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+
     /// The lines whose event name is `name`.
     pub fn named(&self, name: &str) -> Vec<String> {
         self.lines()

@@ -17,7 +17,7 @@ use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy, State};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::idempotency_key::IdempotencyKeyLayer;
-use backstop::observe::ObserveLayer;
+use backstop::observe::{Event, ObserveLayer, Observer};
 use backstop::policy::{CallContext, Deadline, History, StopReason};
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
@@ -67,16 +67,16 @@ fn within(req: &mut Request<Full<Bytes>>, after: Duration) {
     req.extensions_mut().insert(Deadline::after(after));
 }
 
-/// The lines `recorder` wrote, with the jittered waits left out.
-fn normalised(recorder: &Recorder) -> Vec<String> {
+/// The lines `recorder` wrote, with the values of `jittered` left out.
+fn normalised(recorder: &Recorder, jittered: &[&str]) -> Vec<String> {
     recorder
         .lines()
         .into_iter()
         .map(|line| {
             line.split(' ')
                 .map(|word| match word.split_once('=') {
-                    Some(("wait_ms", _)) => "wait_ms=_",
-                    _ => word,
+                    Some((name, _)) if jittered.contains(&name) => format!("{name}=_"),
+                    _ => word.to_owned(),
                 })
                 .collect::<Vec<_>>()
                 .join(" ")
@@ -107,11 +107,24 @@ where
 // Observer events
 
 /// An observed client: Observe → (key, breaker, budget, retry in `shape`) → `mock`.
+/// Besides `recorder`'s lines, each finished call's budget and time are written
+/// down as a line of its own.
 fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> Client {
     let inner: Client = crate::shaped!(shape, stack, mock.clone());
+    let lines = recorder.clone();
+    let observer = move |event: &Event<'_>| {
+        lines.on_event(event);
+        if let Event::CallFinished(finished) = event {
+            lines.push(format!(
+                "finished budget_available={:?} elapsed_ms={}",
+                finished.budget_available,
+                finished.elapsed.as_millis()
+            ));
+        }
+    };
     BoxCloneService::new(
         ServiceBuilder::new()
-            .layer(ObserveLayer::new(recorder.clone()))
+            .layer(ObserveLayer::new(observer))
             .service(inner),
     )
 }
@@ -134,7 +147,7 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
         let res = client.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK, "{shape:?}");
         assert_eq!(mock.calls(), 3, "{shape:?}");
-        normalised(&recorder)
+        normalised(&recorder, &["wait_ms", "elapsed_ms"])
     })
     .await;
     let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -146,7 +159,8 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
             "attempt_finished",
             "retry_scheduled",
             "attempt_finished",
-            "call_finished"
+            "call_finished",
+            "finished"
         ],
         "{lines:#?}"
     );
@@ -169,7 +183,7 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
         assert_eq!(err.next_probe_at(), Some(Instant::now() + ms(1000)));
         assert_eq!(mock.calls(), 1, "{shape:?}");
         assert_eq!(breakers.origins(), 1);
-        normalised(&recorder)
+        normalised(&recorder, &[])
     })
     .await;
     let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -179,12 +193,13 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
             "attempt_finished",
             "retry_skipped",
             "call_finished",
+            "finished",
             "breaker_state_changed",
             "call_refused"
         ],
         "{lines:#?}"
     );
-    assert!(lines[4].contains("refusal=circuit_open"), "{lines:#?}");
+    assert!(lines[5].contains("refusal=circuit_open"), "{lines:#?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -217,7 +232,7 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
         assert_eq!(Instant::now(), t0 + ms(2000), "{shape:?}");
         assert_eq!(mock.calls(), 2, "{shape:?}");
         assert_eq!(budget.origins(), 1);
-        normalised(&recorder)
+        normalised(&recorder, &[])
     })
     .await;
     let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -227,16 +242,18 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
             "attempt_finished",
             "retry_skipped",
             "call_finished",
+            "finished",
             "origin_paused",
             "call_refused",
             "call_waited",
             "origin_resumed",
             "attempt_finished",
-            "call_finished"
+            "call_finished",
+            "finished"
         ],
         "{lines:#?}"
     );
-    assert!(lines[4].contains("refusal=paused"), "{lines:#?}");
+    assert!(lines[5].contains("refusal=paused"), "{lines:#?}");
 }
 
 // ---------------------------------------------------------------------------------
