@@ -108,11 +108,21 @@ where
 
 /// An observed client: Observe → (key, breaker, budget, retry in `shape`) → `mock`.
 /// Besides `recorder`'s lines, each finished call's budget and time are written
-/// down as a line of its own.
-fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> Client {
+/// down as a line of its own, and `every_field` gets each event whole, as its
+/// `Debug` prints it.
+fn observed_whole(
+    shape: Shape,
+    stack: &Stack,
+    recorder: &Recorder,
+    every_field: &Recorder,
+    mock: &Script,
+) -> Client {
     let inner: Client = crate::shaped!(shape, stack, mock.clone());
     let lines = recorder.clone();
+    let whole = every_field.clone();
+    let t0 = Instant::now();
     let observer = move |event: &Event<'_>| {
+        whole.push(since(&format!("{event:?}"), t0));
         lines.on_event(event);
         if let Event::CallFinished(finished) = event {
             lines.push(format!(
@@ -127,6 +137,33 @@ fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> 
             .layer(ObserveLayer::new(observer))
             .service(inner),
     )
+}
+
+/// `text` with each `Instant` printed in it told as the time since `t0`, so that
+/// runs one after the other on the same clock compare.
+fn since(text: &str, t0: Instant) -> String {
+    fn read(instant: &str) -> Option<Duration> {
+        let rest = instant.strip_prefix("Instant { tv_sec: ")?;
+        let (secs, rest) = rest.split_once(", tv_nsec: ")?;
+        let (nanos, _) = rest.split_once(" }")?;
+        Some(Duration::new(secs.parse().ok()?, nanos.parse().ok()?))
+    }
+    let origin = read(&format!("{:?}", t0.into_std())).expect("an Instant prints its parts");
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("Instant { ") {
+        out.push_str(&rest[..at]);
+        let end = at + rest[at..].find(" }").expect("a whole Instant") + 2;
+        let instant = read(&rest[at..end]).expect("an Instant's parts");
+        out.push_str(&format!("t0+{:?}", instant.saturating_sub(origin)));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> Client {
+    observed_whole(shape, stack, recorder, &Recorder::default(), mock)
 }
 
 fn guard(retry: RetryPolicy, breaker: &CircuitBreakerLayer, budget: &BudgetLayer) -> Stack {
@@ -170,12 +207,13 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_call_tells_the_same_events_in_every_shape() {
-    let lines = same_in_every_shape(|shape| async move {
+    let (lines, _) = same_in_every_shape(|shape| async move {
         let recorder = Recorder::default();
+        let every_field = Recorder::default();
         let mock = Script::new([status(503)]);
         let breakers = breaker(1, ms(1000));
         let stack = guard(RetryPolicy::none(), &breakers, &BudgetLayer::default());
-        let mut client = observed(shape, &stack, &recorder, &mock);
+        let mut client = observed_whole(shape, &stack, &recorder, &every_field, &mock);
         call(&mut client, A).await.unwrap();
         let err = call(&mut client, A).await.unwrap_err();
         assert!(err.is_circuit_open(), "{shape:?}: {err}");
@@ -183,7 +221,8 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
         assert_eq!(err.next_probe_at(), Some(Instant::now() + ms(1000)));
         assert_eq!(mock.calls(), 1, "{shape:?}");
         assert_eq!(breakers.origins(), 1);
-        normalised(&recorder, &[])
+        // Every field of every event, the times included, as in the layers.
+        (normalised(&recorder, &[]), every_field.lines())
     })
     .await;
     let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -204,8 +243,9 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
 
 #[tokio::test(start_paused = true)]
 async fn a_paused_call_tells_the_same_events_in_every_shape() {
-    let lines = same_in_every_shape(|shape| async move {
+    let (lines, every_field) = same_in_every_shape(|shape| async move {
         let recorder = Recorder::default();
+        let every_field = Recorder::default();
         // The 429's 2 s hint is longer than a retry may wait: the call ends with
         // it, and the origin is paused.
         let retry = RetryPolicy::builder()
@@ -216,7 +256,7 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
         let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
         let budget = unspread();
         let stack = guard(retry, &breaker(5, ms(1000)), &budget);
-        let mut client = observed(shape, &stack, &recorder, &mock);
+        let mut client = observed_whole(shape, &stack, &recorder, &every_field, &mock);
         let t0 = Instant::now();
         let res = call(&mut client, A).await.unwrap();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -232,7 +272,8 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
         assert_eq!(Instant::now(), t0 + ms(2000), "{shape:?}");
         assert_eq!(mock.calls(), 2, "{shape:?}");
         assert_eq!(budget.origins(), 1);
-        normalised(&recorder, &[])
+        // Every field of every event, the times included, as in the layers.
+        (normalised(&recorder, &[]), every_field.lines())
     })
     .await;
     let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
@@ -252,6 +293,12 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
             "finished"
         ],
         "{lines:#?}"
+    );
+    assert!(
+        every_field
+            .iter()
+            .any(|e| e.contains("refusal: Paused { until: t0+2s }")),
+        "{every_field:#?}"
     );
     assert!(lines[5].contains("refusal=paused"), "{lines:#?}");
 }
