@@ -492,65 +492,110 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            const PROBES: u32 = 3;
-            const CALLS: usize = 10_000;
-            let cfg = CircuitBreakerPolicy::builder()
-                .consecutive_failures(1)
-                .cooldown(Duration::from_millis(20))
-                .jitter(0.0)
-                .probes(PROBES)
-                .build()
-                .unwrap();
-            let held = Held::default();
-            let layer = CircuitBreakerLayer::new(cfg);
-            let mut svc: CircuitBreaker<Held> = layer.layer(held.clone());
-            let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                .await
-                .unwrap()
-                .call(get("http://a.test/"));
-            held.answer_all(503);
-            let _ = first.await;
-            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-            tokio::time::sleep_until(next).await;
+            for shape in ALONE_AND_SHAPES {
+                const PROBES: u32 = 3;
+                const CALLS: usize = 10_000;
+                let cfg = CircuitBreakerPolicy::builder()
+                    .consecutive_failures(1)
+                    .cooldown(Duration::from_millis(20))
+                    .jitter(0.0)
+                    .probes(PROBES)
+                    .build()
+                    .unwrap();
+                let held = Held::default();
+                let layer = CircuitBreakerLayer::new(cfg);
+                let mut svc = guarding!(shape, &layer, held.clone());
+                let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(get("http://a.test/"));
+                held.answer_all(503);
+                let _ = first.await;
+                let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+                tokio::time::sleep_until(next).await;
 
-            let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
-            let called = Arc::new(AtomicUsize::new(0));
-            let all_called = Arc::new(tokio::sync::Notify::new());
-            let mut tasks = Vec::new();
-            for _ in 0..CALLS {
-                let mut svc = svc.clone();
-                let (barrier, called, all_called) =
-                    (barrier.clone(), called.clone(), all_called.clone());
-                tasks.push(tokio::spawn(async move {
-                    barrier.wait().await;
-                    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                        .await
-                        .unwrap()
-                        .call(get("http://a.test/"));
-                    if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
-                        all_called.notify_one();
-                    }
-                    future.await
-                }));
-            }
-            all_called.notified().await;
-            // Every call has been made: only the probes reached the upstream.
-            assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
-            held.answer_all(200);
-            let (mut ok, mut refused) = (0, 0);
-            for t in tasks {
-                match t.await.unwrap() {
-                    Ok(_) => ok += 1,
-                    Err(e) if e.is_circuit_open() => refused += 1,
-                    Err(e) => panic!("{e}"),
+                let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
+                let called = Arc::new(AtomicUsize::new(0));
+                let all_called = Arc::new(tokio::sync::Notify::new());
+                let mut tasks = Vec::new();
+                for _ in 0..CALLS {
+                    let mut svc = svc.clone();
+                    let (barrier, called, all_called) =
+                        (barrier.clone(), called.clone(), all_called.clone());
+                    tasks.push(tokio::spawn(async move {
+                        barrier.wait().await;
+                        let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                            .await
+                            .unwrap()
+                            .call(get("http://a.test/"));
+                        if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
+                            all_called.notify_one();
+                        }
+                        future.await
+                    }));
                 }
+                all_called.notified().await;
+                // Every call has been made: only the probes reached the upstream.
+                assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
+                held.answer_all(200);
+                let (mut ok, mut refused) = (0, 0);
+                for t in tasks {
+                    match t.await.unwrap() {
+                        Ok(_) => ok += 1,
+                        Err(e) if e.is_circuit_open() => refused += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
+                assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
             }
-            assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
-            assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
         })
         .await
         .expect("bounded");
     });
+}
+
+/// An upstream that counts the sends in flight: a request with `x-trip` is
+/// answered 503 at once, any other never.
+#[derive(Clone)]
+struct Counting {
+    in_flight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    admitted: Arc<AtomicUsize>,
+}
+
+/// Takes one off the count of sends in flight when dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<B> Service<Request<B>> for Counting {
+    type Response = Res;
+    type Error = std::io::Error;
+    type Future = BoxFuture<Result<Res, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let trip = req.headers().contains_key("x-trip");
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.admitted.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(self.in_flight.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            if trip {
+                return Ok(response(503));
+            }
+            std::future::pending().await
+        })
+    }
 }
 
 #[test]
@@ -562,79 +607,63 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            const PROBES: usize = 2;
-            let in_flight = Arc::new(AtomicUsize::new(0));
-            let most = Arc::new(AtomicUsize::new(0));
-            let admitted = Arc::new(AtomicUsize::new(0));
-            struct Guard(Arc<AtomicUsize>);
-            impl Drop for Guard {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-            let inner = {
-                let (in_flight, most, admitted) =
-                    (in_flight.clone(), most.clone(), admitted.clone());
-                tower::service_fn(move |req: Request<Full<Bytes>>| {
-                    let trip = req.headers().contains_key("x-trip");
-                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    admitted.fetch_add(1, Ordering::SeqCst);
-                    let guard = Guard(in_flight.clone());
-                    async move {
-                        let _guard = guard;
-                        if trip {
-                            return Ok::<_, std::io::Error>(response(503));
-                        }
-                        std::future::pending().await
-                    }
-                })
-            };
-            let cfg = CircuitBreakerPolicy::builder()
-                .consecutive_failures(1)
-                .cooldown(Duration::from_millis(10))
-                .jitter(0.0)
-                .probes(PROBES as u32)
-                .build()
-                .unwrap();
-            let layer = CircuitBreakerLayer::new(cfg);
-            let mut svc = layer.layer(inner);
-            let trip = Request::get("http://a.test/")
-                .header("x-trip", "1")
-                .body(Full::default())
-                .unwrap();
-            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                .await
-                .unwrap()
-                .call(trip)
-                .await
-                .unwrap();
-            most.store(0, Ordering::SeqCst);
-            admitted.store(0, Ordering::SeqCst);
-            tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap()).await;
+            for shape in ALONE_AND_SHAPES {
+                const PROBES: usize = 2;
+                let in_flight = Arc::new(AtomicUsize::new(0));
+                let most = Arc::new(AtomicUsize::new(0));
+                let admitted = Arc::new(AtomicUsize::new(0));
+                let inner = Counting {
+                    in_flight: in_flight.clone(),
+                    most: most.clone(),
+                    admitted: admitted.clone(),
+                };
+                let cfg = CircuitBreakerPolicy::builder()
+                    .consecutive_failures(1)
+                    .cooldown(Duration::from_millis(10))
+                    .jitter(0.0)
+                    .probes(PROBES as u32)
+                    .build()
+                    .unwrap();
+                let layer = CircuitBreakerLayer::new(cfg);
+                let mut svc = guarding!(shape, &layer, inner.clone());
+                let trip = Request::get("http://a.test/")
+                    .header("x-trip", "1")
+                    .body(Full::default())
+                    .unwrap();
+                ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(trip)
+                    .await
+                    .unwrap();
+                most.store(0, Ordering::SeqCst);
+                admitted.store(0, Ordering::SeqCst);
+                tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap())
+                    .await;
 
-            let mut tasks = Vec::new();
-            for i in 0..10_000usize {
-                let mut svc = svc.clone();
-                tasks.push(tokio::spawn(async move {
-                    let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
-                    // Poll it a few times, then give up on it: a dropped probe.
-                    let mut fut = std::pin::pin!(fut);
-                    for _ in 0..(i % 4) {
-                        if (&mut fut).now_or_never().is_some() {
-                            return;
+                let mut tasks = Vec::new();
+                for i in 0..10_000usize {
+                    let mut svc = svc.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
+                        // Poll it a few times, then give up on it: a dropped probe.
+                        let mut fut = std::pin::pin!(fut);
+                        for _ in 0..(i % 4) {
+                            if (&mut fut).now_or_never().is_some() {
+                                return;
+                            }
+                            tokio::task::yield_now().await;
                         }
-                        tokio::task::yield_now().await;
-                    }
-                }));
+                    }));
+                }
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
+                assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
+                assert_eq!(in_flight.load(Ordering::SeqCst), 0);
+                assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
             }
-            for t in tasks {
-                t.await.unwrap();
-            }
-            assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
-            assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
-            assert_eq!(in_flight.load(Ordering::SeqCst), 0);
-            assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
         })
         .await
         .expect("bounded");
