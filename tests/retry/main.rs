@@ -3,7 +3,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-#[allow(dead_code)]
 #[path = "../observe/record.rs"]
 mod record;
 
