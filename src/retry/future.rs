@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
+    #[project = FutureProj]
     pub struct ResponseFuture<S, B, RB>
     where
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
@@ -72,8 +73,8 @@ where
     B::Error: Into<BoxError>,
 {
     /// Starts the held call, now that its origin's pause is over for it and the
-    /// service is ready, as an unheld call would start (within the future's span,
-    /// opened when the call was held). `None` if it was started already.
+    /// service is ready, as an unheld call would start. `None` if it was started
+    /// already.
     #[cold]
     #[inline(never)]
     fn start<RB>(&mut self, idle: &mut Call<S, B>) -> Option<ResponseFuture<S, B, RB>>
@@ -87,11 +88,12 @@ where
             at: None,
         };
         let policy = idle.policy.clone();
+        let span = ResponseFuture::<S, B, RB>::span(&request);
         Some(Call::start(
             &mut self.service,
             policy,
             request,
-            None,
+            span,
             admitted,
         ))
     }
@@ -183,7 +185,6 @@ where
         account: Arc<Account>,
         hold: Hold,
     ) -> Self {
-        let span = Self::span(&req);
         ResponseFuture {
             state: State::Held {
                 held: Box::new(Held {
@@ -195,7 +196,7 @@ where
                 }),
             },
             call: Call::idle(policy, admitted.guarded),
-            span,
+            span: None,
         }
     }
 }
@@ -213,6 +214,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if let StateProj::Held { .. } = this.state.as_mut().project() {
+            ready!(start_held(&mut this, cx));
+        }
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
         // Every way a call ends leaves this loop with its result, and only here (a
@@ -352,28 +356,10 @@ where
                     Some(err) => break Err(err),
                     None => break Err(Error::polled_after_completion("retry")),
                 },
-                StateProj::Held { held } => {
-                    let observed = call.guarded().and_then(Guarded::observed);
-                    let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
-                        Ok(()) => ready!(held.service.poll_ready(cx))
-                            .map_err(|e| Error::from_inner(e.into())),
-                        Err(error) => Err(error),
-                    };
-                    if let Err(error) = ready {
-                        break Err(error);
-                    }
-                    let Some(started) = held.start(call) else {
-                        break Err(Error::polled_after_completion("retry"));
-                    };
-                    let ResponseFuture {
-                        state,
-                        call: started,
-                        ..
-                    } = started;
-                    *call = started;
-                    this.state.set(state);
+                // A held call is started before this loop (see `start_held`).
+                StateProj::Held { .. } | StateProj::Done => {
+                    break Err(Error::polled_after_completion("retry"))
                 }
-                StateProj::Done => break Err(Error::polled_after_completion("retry")),
             }
         };
         this.state.set(State::Done);
@@ -384,6 +370,45 @@ where
         call.ended(&ended);
         Poll::Ready(ended)
     }
+}
+
+/// Waits out a held call's hold, then starts it as an unheld call starts: its span
+/// opened then, and its first attempt sent. A hold that ends in an error leaves the
+/// call refused with it.
+#[cold]
+#[inline(never)]
+fn start_held<S, B, RB>(this: &mut FutureProj<'_, S, B, RB>, cx: &mut Context<'_>) -> Poll<()>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    let StateProj::Held { held } = this.state.as_mut().project() else {
+        return Poll::Ready(());
+    };
+    let observed = this.call.guarded().and_then(Guarded::observed);
+    let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
+        Ok(()) => ready!(held.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into())),
+        Err(error) => Err(error),
+    };
+    let started = match ready {
+        Ok(()) => held.start(this.call),
+        Err(error) => {
+            this.state.set(State::Refused { error: Some(error) });
+            return Poll::Ready(());
+        }
+    };
+    match started {
+        Some(ResponseFuture { state, call, span }) => {
+            *this.call = call;
+            *this.span = span;
+            this.state.set(state);
+        }
+        None => this.state.set(State::Done),
+    }
+    Poll::Ready(())
 }
 
 /// Records on the call's span, once, how many times the request was sent again,

@@ -152,6 +152,12 @@ impl Guard {
         self.origin_of(head).0.map(|b| b.state())
     }
 
+    /// When the breaker of the origin of `head` lets its next probe through, if
+    /// the guard has a breaker and it is open.
+    pub(super) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        self.origin_of(head).0?.next_probe_at()
+    }
+
     /// The budget account of the origin of `head`, if the guard has a budget.
     pub(super) fn account(&self, head: &Parts) -> Option<OriginAccount> {
         self.origin_of(head).1.map(OriginAccount)
@@ -252,7 +258,7 @@ impl Guard {
         };
         let hand_down = self.hand_down || has_context;
         let Some(account) = account else {
-            guarded.hand_down(req, hand_down);
+            guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -263,7 +269,7 @@ impl Guard {
         account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
             guarded.budget = Some(BudgetHandle::new(account));
-            guarded.hand_down(req, hand_down);
+            guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -271,7 +277,7 @@ impl Guard {
             });
         };
         guarded.budget = Some(BudgetHandle::new(account.clone()));
-        guarded.hand_down(req, hand_down);
+        guarded.hand_down(req, hand_down, keyed);
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the gates, which ask the same account.
         let deadline = Given::new(req.extensions()).deadline();
@@ -299,12 +305,16 @@ impl Guarded {
     }
 
     /// Leaves the handles in the call's context, for the layers beneath, when
-    /// `hand_down`.
-    fn hand_down<B>(&self, req: &mut Request<B>, hand_down: bool) {
-        if !hand_down || (self.budget.is_none() && self.permit.is_none()) {
+    /// `hand_down`, and the keyed mark when the guard stamped the call's key (a
+    /// hedge layer beneath hedges a keyed call as the key layer's mark tells it).
+    fn hand_down<B>(&self, req: &mut Request<B>, hand_down: bool, keyed: bool) {
+        if !hand_down || (self.budget.is_none() && self.permit.is_none() && !keyed) {
             return;
         }
         let context = CallContext::of_mut(req.extensions_mut());
+        if keyed {
+            context.mark_keyed();
+        }
         if let Some(budget) = &self.budget {
             context.set_budget(budget.clone());
         }

@@ -40,9 +40,9 @@ use crate::policy::RetryPolicy;
 /// [`origins`](RetryLayer::origins) read them, as
 /// [`CircuitBreakerLayer::state`] and [`BudgetLayer::account`] read a layer's.
 ///
-/// A [`HedgeLayer`](crate::HedgeLayer) beneath reads the breaker and the budget
-/// from the call's context: the guard leaves them there when the call carries a
-/// context already (a route that hedges or is named, an
+/// A [`HedgeLayer`](crate::HedgeLayer) beneath reads the breaker, the budget and
+/// the keyed mark from the call's context: the guard leaves them there when the
+/// call carries a context already (a route that hedges or is named, an
 /// [`ObserveLayer`](crate::observe::ObserveLayer) above, a caller's), and in every
 /// call after [`share_handles`](RetryLayer::share_handles).
 ///
@@ -100,6 +100,34 @@ impl RetryLayer {
         }
     }
 
+    /// This layer with `policy` for every call instead of its own, and the same
+    /// guard: a layer made so shares the breakers and budget accounts of this one
+    /// (and of its clones).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use backstop::{BudgetPolicy, RetryLayer, RetryPolicy};
+    ///
+    /// let writes = RetryLayer::new(RetryPolicy::default()).budget(BudgetPolicy::default());
+    /// // Reads retry more, from the same budget.
+    /// let reads = writes.clone().policy(RetryPolicy::builder().max_attempts(5).build()?);
+    /// let head = http::Request::get("http://upstream.test/").body(())?.into_parts().0;
+    /// writes.budget_account(&head).unwrap().deposit();
+    /// assert_eq!(reads.origins(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policy(self, policy: RetryPolicy) -> Self {
+        self.routes(Routes::new(policy))
+    }
+
+    /// This layer with policies by route instead of its own, and the same guard
+    /// (see [`policy`](RetryLayer::policy)).
+    pub fn routes(mut self, routes: Routes) -> Self {
+        Arc::make_mut(&mut self.settings).routes = routes;
+        self
+    }
+
     fn guard_mut(&mut self) -> &mut super::guard::Guard {
         Arc::make_mut(&mut self.settings).guard_mut()
     }
@@ -134,11 +162,13 @@ impl RetryLayer {
         self
     }
 
-    /// Leaves the guard's breaker and budget account in every call's
+    /// Leaves the guard's breaker and budget account, and the keyed mark of a call
+    /// whose key it stamped, in every call's
     /// [context](crate::policy::CallContext), for the layers beneath that read them:
-    /// a [`HedgeLayer`](crate::HedgeLayer) spends its hedges from the budget and
-    /// asks the breaker. Without it they go only into a context the call already
-    /// carries, which saves the success path an insert into the extensions.
+    /// a [`HedgeLayer`](crate::HedgeLayer) spends its hedges from the budget, asks
+    /// the breaker, and hedges a keyed call. Without it they go only into a context
+    /// the call already carries, which saves the success path an insert into the
+    /// extensions.
     pub fn share_handles(mut self) -> Self {
         self.guard_mut().hand_down = true;
         self
@@ -149,6 +179,14 @@ impl RetryLayer {
     /// [`circuit_breaker`](RetryLayer::circuit_breaker).
     pub fn breaker_state(&self, head: &Parts) -> Option<State> {
         self.settings.guard.as_ref()?.breaker_state(head)
+    }
+
+    /// When the guard's breaker that a call with this request head goes through lets
+    /// its next probe through: `None` while it is closed, and without a
+    /// [`circuit_breaker`](RetryLayer::circuit_breaker) (see
+    /// [`CircuitBreakerLayer::next_probe_at`](crate::CircuitBreakerLayer::next_probe_at)).
+    pub fn next_probe_at(&self, head: &Parts) -> Option<tokio::time::Instant> {
+        self.settings.guard.as_ref()?.next_probe_at(head)
     }
 
     /// The guard's budget account that a call with this request head spends from,

@@ -1,22 +1,27 @@
 //! The retry budget: exact accounting traces on tokio's paused clock, the sliding
 //! window, per-origin accounts, and the layer under the retry layer.
 
+use crate::support::shape::BudgetLayer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::over_shapes;
 use crate::support::requests::{call, head, paused};
-use crate::support::script::{status, Script};
-use backstop::budget::{BudgetLayer, BudgetPolicy, OriginAccount};
+use crate::support::script::{status, Reply, Script};
+use crate::support::shape::Stack;
+use backstop::budget::{BudgetPolicy, OriginAccount};
 use backstop::policy::{CallContext, History, StopReason};
 use backstop::Partition;
-use backstop::{RetryLayer, RetryPolicy};
+use backstop::RetryPolicy;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use proptest::prelude::*;
 use tokio::time::advance;
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
+
+type Client = tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
 
 fn budget(ratio: f64, min_per_second: f64) -> BudgetPolicy {
     BudgetPolicy::builder()
@@ -328,108 +333,104 @@ proptest! {
 // ---------------------------------------------------------------------------------
 // The layer
 
-#[tokio::test(start_paused = true)]
-async fn under_the_retry_layer_an_outage_costs_the_ratio() {
-    // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
-    let mock = Script::new((0..1000).map(|_| status(503)));
-    let b = BudgetPolicy::builder()
-        .ratio(0.2)
-        .min_per_second(0.0)
-        .window(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let mut client = ServiceBuilder::new()
-        .layer(BudgetLayer::new(b))
-        .layer(RetryLayer::new(fast_retries(4)))
-        .service(mock.clone());
-    let mut stopped_by_budget = 0;
-    for _ in 0..100 {
-        let res = call(&mut client, "http://upstream.test/").await.unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let h = res.extensions().get::<History>().unwrap();
-        if h.stop_reason() == Some(StopReason::Budget) {
-            stopped_by_budget += 1;
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn under_the_retry_layer_an_outage_costs_the_ratio(shape) {
+        // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
+        let mock = Script::new((0..1000).map(|_| status(503)));
+        let b = BudgetPolicy::builder()
+            .ratio(0.2)
+            .min_per_second(0.0)
+            .window(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let stack = Stack::new(fast_retries(4)).budget(&BudgetLayer::new(b));
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        let mut stopped_by_budget = 0;
+        for _ in 0..100 {
+            let res = call(&mut client, "http://upstream.test/").await.unwrap();
+            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let h = res.extensions().get::<History>().unwrap();
+            if h.stop_reason() == Some(StopReason::Budget) {
+                stopped_by_budget += 1;
+            }
         }
+        // Naive retries would have sent 400.
+        assert_eq!(mock.calls(), 120);
+        assert_eq!(stopped_by_budget, 100, "every sequence ended at the budget");
     }
-    // Naive retries would have sent 400.
-    assert_eq!(mock.calls(), 120);
-    assert_eq!(stopped_by_budget, 100, "every sequence ended at the budget");
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_floor_serves_a_fresh_client() {
-    let mock = Script::new([status(503), status(503), status(200)]);
-    let mut client = ServiceBuilder::new()
-        .layer(BudgetLayer::default())
-        .layer(RetryLayer::new(fast_retries(3)))
-        .service(mock.clone());
-    let res = call(&mut client, "http://upstream.test/").await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(mock.calls(), 3);
-}
-
-#[tokio::test(start_paused = true)]
-async fn each_origin_has_its_own_account() {
-    let layer = BudgetLayer::new(budget(0.5, 0.0));
-    let healthy = Script::new([]); // 200 for ever
-    let failing = Script::new((0..100).map(|_| status(503)));
-    let mut to_healthy = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(fast_retries(4)))
-        .service(healthy.clone());
-    let mut to_failing = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(fast_retries(4)))
-        .service(failing.clone());
-
-    for _ in 0..4 {
-        let res = call(&mut to_healthy, "http://healthy.test/").await.unwrap();
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn the_floor_serves_a_fresh_client(shape) {
+        let mock = Script::new([status(503), status(503), status(200)]);
+        let stack = Stack::new(fast_retries(3)).budget(&BudgetLayer::default());
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        let res = call(&mut client, "http://upstream.test/").await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(mock.calls(), 3);
     }
-    for _ in 0..10 {
-        call(&mut to_failing, "http://failing.test/").await.unwrap();
-    }
-    // The failing origin paid for 5 retries with its own 10 first attempts; the
-    // healthy origin's 2 are untouched.
-    assert_eq!(failing.calls(), 15);
-    assert_eq!(layer.account(&head("http://failing.test/")).available(), 0);
-    assert_eq!(layer.account(&head("http://healthy.test/x")).available(), 2);
-    // Scheme and port make other origins.
-    assert_eq!(layer.account(&head("https://healthy.test/")).available(), 0);
-    assert_eq!(
-        layer
-            .account(&head("http://healthy.test:8080/"))
-            .available(),
-        0
-    );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_global_account_is_shared_by_every_origin() {
-    let b = BudgetPolicy::builder()
-        .ratio(0.5)
-        .min_per_second(0.0)
-        .partition(Partition::global())
-        .build()
-        .unwrap();
-    let layer = BudgetLayer::new(b);
-    let healthy = Script::new([]);
-    let failing = Script::new((0..100).map(|_| status(503)));
-    let mut to_healthy = layer
-        .clone()
-        .layer(RetryLayer::new(fast_retries(4)).layer(healthy));
-    let mut to_failing = layer
-        .clone()
-        .layer(RetryLayer::new(fast_retries(4)).layer(failing.clone()));
-    for _ in 0..4 {
-        call(&mut to_healthy, "http://healthy.test/").await.unwrap();
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn each_origin_has_its_own_account(shape) {
+        let layer = BudgetLayer::new(budget(0.5, 0.0));
+        let healthy = Script::new([]); // 200 for ever
+        let failing = Script::new((0..100).map(|_| status(503)));
+        let stack = Stack::new(fast_retries(4)).budget(&layer);
+        let mut to_healthy: Client = crate::shaped!(shape, stack, healthy.clone());
+        let mut to_failing: Client = crate::shaped!(shape, stack, failing.clone());
+
+        for _ in 0..4 {
+            let res = call(&mut to_healthy, "http://healthy.test/").await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+        }
+        for _ in 0..10 {
+            call(&mut to_failing, "http://failing.test/").await.unwrap();
+        }
+        // The failing origin paid for 5 retries with its own 10 first attempts; the
+        // healthy origin's 2 are untouched.
+        assert_eq!(failing.calls(), 15);
+        assert_eq!(layer.account(&head("http://failing.test/")).available(), 0);
+        assert_eq!(layer.account(&head("http://healthy.test/x")).available(), 2);
+        // Scheme and port make other origins.
+        assert_eq!(layer.account(&head("https://healthy.test/")).available(), 0);
+        assert_eq!(
+            layer
+                .account(&head("http://healthy.test:8080/"))
+                .available(),
+            0
+        );
     }
-    // 2 retries saved by the healthy origin's calls, plus 1 from these two calls.
-    for _ in 0..2 {
-        call(&mut to_failing, "http://failing.test/").await.unwrap();
+}
+
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_global_account_is_shared_by_every_origin(shape) {
+        let b = BudgetPolicy::builder()
+            .ratio(0.5)
+            .min_per_second(0.0)
+            .partition(Partition::global())
+            .build()
+            .unwrap();
+        let layer = BudgetLayer::new(b);
+        let healthy = Script::new([]);
+        let failing = Script::new((0..100).map(|_| status(503)));
+        let stack = Stack::new(fast_retries(4)).budget(&layer);
+        let mut to_healthy: Client = crate::shaped!(shape, stack, healthy);
+        let mut to_failing: Client = crate::shaped!(shape, stack, failing.clone());
+        for _ in 0..4 {
+            call(&mut to_healthy, "http://healthy.test/").await.unwrap();
+        }
+        // 2 retries saved by the healthy origin's calls, plus 1 from these two calls.
+        for _ in 0..2 {
+            call(&mut to_failing, "http://failing.test/").await.unwrap();
+        }
+        assert_eq!(failing.calls(), 2 + 3);
+        assert_eq!(layer.account(&head("http://other.test/")).available(), 0);
     }
-    assert_eq!(failing.calls(), 2 + 3);
-    assert_eq!(layer.account(&head("http://other.test/")).available(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -519,24 +520,25 @@ fn hedging_transport(hedges: &Arc<Mutex<Vec<bool>>>) -> Script {
     })
 }
 
-#[tokio::test(start_paused = true)]
-async fn retries_and_hedges_spend_one_account() {
-    // Each call deposits two retries' worth. The first attempt's hedge spends one,
-    // the retry the other; the second attempt's hedge then finds nothing.
-    let layer = BudgetLayer::new(budget(2.0, 0.0));
-    let hedges = Arc::default();
-    let transport = hedging_transport(&hedges);
-    let mut client = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(fast_retries(4)))
-        .service(transport.clone());
-    let res = call(&mut client, "http://upstream.test/").await.unwrap();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(transport.calls(), 2);
-    assert_eq!(*hedges.lock().unwrap(), [true, false]);
-    let h = res.extensions().get::<History>().unwrap();
-    assert_eq!(h.stop_reason(), Some(StopReason::Budget));
-    assert_eq!(layer.account(&head("http://upstream.test/")).available(), 0);
+over_shapes! {
+    only(Layers, Shared)
+    #[tokio::test(start_paused = true)]
+    async fn retries_and_hedges_spend_one_account(shape) {
+        // Each call deposits two retries' worth. The first attempt's hedge spends one,
+        // the retry the other; the second attempt's hedge then finds nothing.
+        let layer = BudgetLayer::new(budget(2.0, 0.0));
+        let hedges = Arc::default();
+        let transport = hedging_transport(&hedges);
+        let stack = Stack::new(fast_retries(4)).budget(&layer);
+        let mut client: Client = crate::shaped!(shape, stack, transport.clone());
+        let res = call(&mut client, "http://upstream.test/").await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(transport.calls(), 2);
+        assert_eq!(*hedges.lock().unwrap(), [true, false]);
+        let h = res.extensions().get::<History>().unwrap();
+        assert_eq!(h.stop_reason(), Some(StopReason::Budget));
+        assert_eq!(layer.account(&head("http://upstream.test/")).available(), 0);
+    }
 }
 
 #[tokio::test(start_paused = true)]

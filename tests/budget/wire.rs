@@ -1,20 +1,25 @@
 //! The origin pause over real loopback upstreams, HTTP/1.1 and HTTP/2.
 
+use crate::support::shape::BudgetLayer;
 use std::time::Duration;
 
-use crate::support::wire::{empty, quick, transport, upstream, within_10s, BOTH};
-use backstop::budget::BudgetLayer;
+use crate::support::shape::{with_every, Stack};
+use crate::support::wire::{empty, quick, transport, upstream, within_10s, Body, BOTH};
 use backstop::policy::Deadline;
 use backstop::test_util::{Reply, Step};
-use backstop::{RetryLayer, RetryPolicy};
+use backstop::RetryPolicy;
 use http::{Request, StatusCode};
 use tokio::time::Instant;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceExt};
+
+type Client =
+    BoxCloneService<Request<Body>, http::Response<hyper::body::Incoming>, backstop::Error>;
 
 #[tokio::test]
 async fn a_429_pauses_the_origin_over_the_wire() {
     within_10s(async {
-        for protocol in BOTH {
+        for (shape, protocol) in with_every(BOTH) {
             let up = upstream(
                 protocol,
                 vec![Step::Reply(
@@ -23,14 +28,10 @@ async fn a_429_pauses_the_origin_over_the_wire() {
             )
             .await;
             let layer = BudgetLayer::default();
-            let mut once = ServiceBuilder::new()
-                .layer(layer.clone())
-                .layer(RetryLayer::new(RetryPolicy::none()))
-                .service(transport(protocol));
-            let mut client = ServiceBuilder::new()
-                .layer(layer.clone())
-                .layer(RetryLayer::new(quick()))
-                .service(transport(protocol));
+            let once = Stack::new(RetryPolicy::none()).budget(&layer);
+            let mut once: Client = crate::shaped!(shape, once, transport(protocol));
+            let client = Stack::new(quick()).budget(&layer);
+            let mut client: Client = crate::shaped!(shape, client, transport(protocol));
             let get = |deadline: Option<Duration>| {
                 let mut req = Request::get(up.uri("/items")).body(empty()).unwrap();
                 if let Some(after) = deadline {
@@ -51,7 +52,7 @@ async fn a_429_pauses_the_origin_over_the_wire() {
             let hint = Duration::from_millis(300);
             assert!(
                 until >= t0 + hint && until <= received + hint,
-                "{protocol:?}"
+                "{shape:?} {protocol:?}"
             );
 
             // A deadline inside the pause: refused, nothing sent.
@@ -62,15 +63,18 @@ async fn a_429_pauses_the_origin_over_the_wire() {
                 .call(get(Some(Duration::from_millis(100))))
                 .await
                 .unwrap_err();
-            assert!(err.is_paused() && err.is_retryable(), "{protocol:?}: {err}");
+            assert!(
+                err.is_paused() && err.is_retryable(),
+                "{shape:?} {protocol:?}: {err}"
+            );
             assert!(err.retry_after().unwrap() <= Duration::from_millis(300));
-            assert_eq!(up.requests().len(), 1, "{protocol:?}");
+            assert_eq!(up.requests().len(), 1, "{shape:?} {protocol:?}");
 
             // Room to wait: it goes once the pause is over, and succeeds.
             let res = client.ready().await.unwrap().call(get(None)).await.unwrap();
-            assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
-            assert!(Instant::now() >= until, "{protocol:?}");
-            assert_eq!(up.requests().len(), 2, "{protocol:?}");
+            assert_eq!(res.status(), StatusCode::OK, "{shape:?} {protocol:?}");
+            assert!(Instant::now() >= until, "{shape:?} {protocol:?}");
+            assert_eq!(up.requests().len(), 2, "{shape:?} {protocol:?}");
         }
     })
     .await;

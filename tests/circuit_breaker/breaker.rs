@@ -2,6 +2,7 @@
 //! cancellation and heavy concurrency, one outcome per call under the retry layer,
 //! and real loopback upstreams that die, recover, or fail beside a healthy one.
 
+use crate::support::shape::CircuitBreakerLayer;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::over_shapes;
 use crate::support::requests::{call, get, head, paused};
-use crate::support::script::{status, status_with, Script};
-use backstop::circuit_breaker::{
-    CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy, CircuitOpen, State,
-};
+use crate::support::script::{status, status_with, Reply, Script};
+use crate::support::shape::{Shape, Stack};
+use backstop::circuit_breaker::{CircuitBreaker, CircuitBreakerPolicy, CircuitOpen, State};
 use backstop::policy::{BreakerHandle, CallContext, StopReason};
-use backstop::{Partition, RetryLayer, RetryPolicy};
+use backstop::{Partition, RetryPolicy};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
@@ -23,9 +24,34 @@ use http_body_util::Full;
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::{advance, Instant};
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::util::BoxCloneService;
+use tower::{Layer, Service, ServiceExt};
 
 type Res = Response<Full<Bytes>>;
+type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
+
+/// The breaker layer alone, then each shape of a guarded client.
+const ALONE_AND_SHAPES: [Option<Shape>; 4] = [
+    None,
+    Some(Shape::Layers),
+    Some(Shape::Guarded),
+    Some(Shape::Shared),
+];
+
+/// `$layer` over `$inner`: alone when `$shape` is `None`, else as the guard of a
+/// retry layer that retries nothing, in that shape.
+macro_rules! guarding {
+    ($shape:expr, $layer:expr, $inner:expr) => {{
+        let layer: &CircuitBreakerLayer = $layer;
+        match $shape {
+            None => BoxCloneService::new(layer.layer($inner)),
+            Some(shape) => {
+                let stack = Stack::new(RetryPolicy::none()).breaker(layer);
+                crate::shaped!(shape, stack, $inner)
+            }
+        }
+    }};
+}
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 fn response(code: u16) -> Res {
@@ -52,204 +78,228 @@ fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn consecutive_failures_open_it_and_it_refuses_without_calling() {
-    let upstream = Script::codes([503, 500, 0, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-    let mut svc = layer.layer(upstream.clone());
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        503
-    );
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        500
-    );
-    let tripped_at = Instant::now();
-    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-    assert!(
-        !err.is_circuit_open(),
-        "a transport error passes through: {err}"
-    );
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-
-    for _ in 0..100 {
-        let err = call(&mut svc, "http://a.test/?token=s3cret")
-            .await
-            .unwrap_err();
-        assert!(err.is_circuit_open());
-        assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
-        assert!(err.is_not_processed());
-        assert_eq!(err.attempts(), 0);
-        assert_eq!(
-            err.next_probe_at(),
-            Some(tripped_at + Duration::from_secs(5))
-        );
-        let text = err.to_string();
-        assert_eq!(text, "call refused (circuit open)");
-        let open = std::error::Error::source(&err)
-            .unwrap()
-            .downcast_ref::<CircuitOpen>()
-            .unwrap();
-        assert_eq!(open.state(), State::Open);
-        assert_eq!(open.to_string(), "circuit open");
-    }
-    assert_eq!(
-        upstream.calls(),
-        3,
-        "refused calls never reach the upstream"
-    );
-    assert_eq!(
-        layer.next_probe_at(&head("http://a.test/")),
-        Some(tripped_at + Duration::from_secs(5))
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_success_breaks_the_run() {
-    let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-    let mut svc = layer.layer(upstream.clone());
-    for _ in 0..8 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    call(&mut svc, "http://a.test/").await.unwrap(); // 200
-    assert_eq!(upstream.calls(), 9);
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
-    // 50 % over at least 10 calls; the consecutive signal is off.
-    let cfg = CircuitBreakerPolicy::builder()
-        .failure_ratio(0.5)
-        .min_calls(10)
-        .consecutive_failures(0)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    for i in 0..9 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(
-            layer.state(&head("http://a.test/")),
-            State::Closed,
-            "call {i}"
-        );
-    }
-    // The tenth call: 5 failures out of 10.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-}
-
-#[tokio::test(start_paused = true)]
-async fn old_outcomes_leave_the_window() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .failure_ratio(0.5)
-        .min_calls(4)
-        .consecutive_failures(0)
-        .window(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503, 503, 503, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream);
-    for _ in 0..3 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    advance(Duration::from_secs(10)).await;
-    // The three failures expired: 1 failure in 2 calls is below min_calls.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-}
-
-#[tokio::test(start_paused = true)]
-async fn four_xx_never_counts() {
-    let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    for _ in 0..50 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    assert_eq!(upstream.calls(), 50);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_successful_probe_closes_it() {
-    let upstream = Script::codes([503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-    tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
-    // The cooldown is over: the next call is the probe, and it succeeds.
-    assert_eq!(
-        call(&mut svc, "http://a.test/").await.unwrap().status(),
-        200
-    );
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    for _ in 0..10 {
-        call(&mut svc, "http://a.test/").await.unwrap();
-    }
-    assert_eq!(upstream.calls(), 13);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_failed_probe_reopens_it_for_twice_as_long() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(1)
-        .cooldown(Duration::from_secs(1))
-        .max_cooldown(Duration::from_secs(3))
-        .jitter(0.0)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503; 5]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    let mut cooldowns = Vec::new();
-    for _ in 0..4 {
-        let opened = Instant::now();
-        let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-        cooldowns.push((next - opened).as_millis());
-        tokio::time::sleep_until(next - Duration::from_millis(1)).await;
-        assert!(call(&mut svc, "http://a.test/")
-            .await
-            .unwrap_err()
-            .is_circuit_open());
-        advance(Duration::from_millis(1)).await;
-        // The probe fails.
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 500, 0, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
         assert_eq!(
             call(&mut svc, "http://a.test/").await.unwrap().status(),
             503
         );
+        assert_eq!(
+            call(&mut svc, "http://a.test/").await.unwrap().status(),
+            500
+        );
+        let tripped_at = Instant::now();
+        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+        assert!(
+            !err.is_circuit_open(),
+            "a transport error passes through: {err}"
+        );
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+
+        for _ in 0..100 {
+            let err = call(&mut svc, "http://a.test/?token=s3cret")
+                .await
+                .unwrap_err();
+            assert!(err.is_circuit_open());
+            assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
+            assert!(err.is_not_processed());
+            assert_eq!(err.attempts(), 0);
+            assert_eq!(
+                err.next_probe_at(),
+                Some(tripped_at + Duration::from_secs(5))
+            );
+            let text = err.to_string();
+            assert_eq!(text, "call refused (circuit open)");
+            let open = std::error::Error::source(&err)
+                .unwrap()
+                .downcast_ref::<CircuitOpen>()
+                .unwrap();
+            assert_eq!(open.state(), State::Open);
+            assert_eq!(open.to_string(), "circuit open");
+        }
+        assert_eq!(
+            upstream.calls(),
+            3,
+            "refused calls never reach the upstream"
+        );
+        assert_eq!(
+            layer.next_probe_at(&head("http://a.test/")),
+            Some(tripped_at + Duration::from_secs(5))
+        );
     }
-    assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
-    assert_eq!(upstream.calls(), 5, "one probe per cooldown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_breaks_the_run() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for _ in 0..8 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        call(&mut svc, "http://a.test/").await.unwrap(); // 200
+        assert_eq!(upstream.calls(), 9);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        // 50 % over at least 10 calls; the consecutive signal is off.
+        let cfg = CircuitBreakerPolicy::builder()
+            .failure_ratio(0.5)
+            .min_calls(10)
+            .consecutive_failures(0)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for i in 0..9 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+            assert_eq!(
+                layer.state(&head("http://a.test/")),
+                State::Closed,
+                "call {i}"
+            );
+        }
+        // The tenth call: 5 failures out of 10.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn old_outcomes_leave_the_window() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .failure_ratio(0.5)
+            .min_calls(4)
+            .consecutive_failures(0)
+            .window(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503, 503, 503, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream);
+        for _ in 0..3 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        advance(Duration::from_secs(10)).await;
+        // The three failures expired: 1 failure in 2 calls is below min_calls.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_xx_never_counts() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        for _ in 0..50 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        assert_eq!(upstream.calls(), 50);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successful_probe_closes_it() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+        tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
+        // The cooldown is over: the next call is the probe, and it succeeds.
+        assert_eq!(
+            call(&mut svc, "http://a.test/").await.unwrap().status(),
+            200
+        );
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        for _ in 0..10 {
+            call(&mut svc, "http://a.test/").await.unwrap();
+        }
+        assert_eq!(upstream.calls(), 13);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_reopens_it_for_twice_as_long() {
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(1)
+            .cooldown(Duration::from_secs(1))
+            .max_cooldown(Duration::from_secs(3))
+            .jitter(0.0)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503; 5]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        let mut cooldowns = Vec::new();
+        for _ in 0..4 {
+            let opened = Instant::now();
+            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+            cooldowns.push((next - opened).as_millis());
+            tokio::time::sleep_until(next - Duration::from_millis(1)).await;
+            assert!(call(&mut svc, "http://a.test/")
+                .await
+                .unwrap_err()
+                .is_circuit_open());
+            advance(Duration::from_millis(1)).await;
+            // The probe fails.
+            assert_eq!(
+                call(&mut svc, "http://a.test/").await.unwrap().status(),
+                503
+            );
+        }
+        assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
+        assert_eq!(upstream.calls(), 5, "one probe per cooldown");
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn several_probes_must_all_succeed() {
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(1)
-        .cooldown(Duration::from_secs(1))
-        .jitter(0.0)
-        .probes(3)
-        .build()
-        .unwrap();
-    let upstream = Script::codes([503, 200, 200, 503]);
-    let layer = CircuitBreakerLayer::new(cfg);
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://a.test/").await.unwrap();
-    advance(Duration::from_secs(1)).await;
-    call(&mut svc, "http://a.test/").await.unwrap();
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-    // The third probe fails: open again.
-    call(&mut svc, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(1)
+            .cooldown(Duration::from_secs(1))
+            .jitter(0.0)
+            .probes(3)
+            .build()
+            .unwrap();
+        let upstream = Script::codes([503, 200, 200, 503]);
+        let layer = CircuitBreakerLayer::new(cfg);
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://a.test/").await.unwrap();
+        advance(Duration::from_secs(1)).await;
+        call(&mut svc, "http://a.test/").await.unwrap();
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+        // The third probe fails: open again.
+        call(&mut svc, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -278,34 +328,41 @@ async fn cooldowns_have_jitter() {
 
 #[tokio::test(start_paused = true)]
 async fn each_origin_has_its_own_breaker() {
-    let upstream = Script::codes([503, 503]);
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut svc = layer.layer(upstream.clone());
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    assert!(call(&mut svc, "http://bad.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
-    for _ in 0..10 {
-        call(&mut svc, "http://good.test/").await.unwrap();
-    }
-    assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
-    assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let upstream = Script::codes([503, 503]);
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let mut svc = guarding!(shape, &layer, upstream.clone());
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        assert!(call(&mut svc, "http://bad.test/")
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+        for _ in 0..10 {
+            call(&mut svc, "http://good.test/").await.unwrap();
+        }
+        assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
+        assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
 
-    // A global breaker refuses every origin.
-    let cfg = CircuitBreakerPolicy::builder()
-        .consecutive_failures(2)
-        .partition(Partition::global())
-        .build()
-        .unwrap();
-    let mut svc = CircuitBreaker::new(Script::codes([503, 503]), cfg);
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    call(&mut svc, "http://bad.test/").await.unwrap();
-    assert!(call(&mut svc, "http://good.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
+        // A global breaker refuses every origin.
+        let cfg = CircuitBreakerPolicy::builder()
+            .consecutive_failures(2)
+            .partition(Partition::global())
+            .build()
+            .unwrap();
+        let mut svc = guarding!(
+            shape,
+            &CircuitBreakerLayer::new(cfg),
+            Script::codes([503, 503])
+        );
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        call(&mut svc, "http://bad.test/").await.unwrap();
+        assert!(call(&mut svc, "http://good.test/")
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -357,7 +414,7 @@ impl Held {
     }
 }
 
-impl Service<Request<Full<Bytes>>> for Held {
+impl<B> Service<Request<B>> for Held {
     type Response = Res;
     type Error = std::io::Error;
     type Future = BoxFuture<Result<Res, std::io::Error>>;
@@ -366,7 +423,7 @@ impl Service<Request<Full<Bytes>>> for Held {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
+    fn call(&mut self, _: Request<B>) -> Self::Future {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().push(tx);
         Box::pin(async move {
@@ -380,46 +437,49 @@ impl Service<Request<Full<Bytes>>> for Held {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_probe_gives_its_slot_back() {
-    let held = Held::default();
-    let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
-    let mut svc = layer.layer(held.clone());
-    let first = svc.ready().await.unwrap().call(get("http://a.test/"));
-    held.answer_all(503);
-    first.await.unwrap();
-    advance(Duration::from_secs(1)).await;
+    for shape in ALONE_AND_SHAPES {
+        eprintln!("shape: {shape:?}");
+        let held = Held::default();
+        let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
+        let mut svc = guarding!(shape, &layer, held.clone());
+        let first = svc.ready().await.unwrap().call(get("http://a.test/"));
+        held.answer_all(503);
+        first.await.unwrap();
+        advance(Duration::from_secs(1)).await;
 
-    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-    assert_eq!(
-        held.pending.lock().unwrap().len(),
-        1,
-        "the probe went through"
-    );
-    // The slot is taken: the next call is refused at once, with no time to give.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get("http://a.test/"))
-        .now_or_never()
-        .expect("refused at once")
-        .unwrap_err();
-    assert!(err.is_circuit_open());
-    assert_eq!(err.next_probe_at(), None);
-    let open = std::error::Error::source(&err)
-        .unwrap()
-        .downcast_ref::<CircuitOpen>()
-        .unwrap();
-    assert_eq!(open.state(), State::HalfOpen);
+        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+        assert_eq!(
+            held.pending.lock().unwrap().len(),
+            1,
+            "the probe went through"
+        );
+        // The slot is taken: the next call is refused at once, with no time to give.
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(get("http://a.test/"))
+            .now_or_never()
+            .expect("refused at once")
+            .unwrap_err();
+        assert!(err.is_circuit_open());
+        assert_eq!(err.next_probe_at(), None);
+        let open = std::error::Error::source(&err)
+            .unwrap()
+            .downcast_ref::<CircuitOpen>()
+            .unwrap();
+        assert_eq!(open.state(), State::HalfOpen);
 
-    // The caller gives up on the probe: its slot is free again.
-    drop(probe);
-    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-    let tx = held.take_last().expect("a new probe went through");
-    tx.send(200).unwrap();
-    let res = probe.now_or_never().expect("answered").unwrap();
-    assert_eq!(res.status(), 200);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        // The caller gives up on the probe: its slot is free again.
+        drop(probe);
+        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+        let tx = held.take_last().expect("a new probe went through");
+        tx.send(200).unwrap();
+        let res = probe.now_or_never().expect("answered").unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    }
 }
 
 #[test]
@@ -431,59 +491,110 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            const PROBES: u32 = 3;
-            const CALLS: usize = 10_000;
-            let cfg = CircuitBreakerPolicy::builder()
-                .consecutive_failures(1)
-                .cooldown(Duration::from_millis(20))
-                .jitter(0.0)
-                .probes(PROBES)
-                .build()
-                .unwrap();
-            let held = Held::default();
-            let layer = CircuitBreakerLayer::new(cfg);
-            let mut svc = layer.layer(held.clone());
-            let first = svc.ready().await.unwrap().call(get("http://a.test/"));
-            held.answer_all(503);
-            let _ = first.await;
-            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-            tokio::time::sleep_until(next).await;
+            for shape in ALONE_AND_SHAPES {
+                const PROBES: u32 = 3;
+                const CALLS: usize = 10_000;
+                let cfg = CircuitBreakerPolicy::builder()
+                    .consecutive_failures(1)
+                    .cooldown(Duration::from_millis(20))
+                    .jitter(0.0)
+                    .probes(PROBES)
+                    .build()
+                    .unwrap();
+                let held = Held::default();
+                let layer = CircuitBreakerLayer::new(cfg);
+                let mut svc = guarding!(shape, &layer, held.clone());
+                let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(get("http://a.test/"));
+                held.answer_all(503);
+                let _ = first.await;
+                let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+                tokio::time::sleep_until(next).await;
 
-            let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
-            let called = Arc::new(AtomicUsize::new(0));
-            let all_called = Arc::new(tokio::sync::Notify::new());
-            let mut tasks = Vec::new();
-            for _ in 0..CALLS {
-                let mut svc = svc.clone();
-                let (barrier, called, all_called) =
-                    (barrier.clone(), called.clone(), all_called.clone());
-                tasks.push(tokio::spawn(async move {
-                    barrier.wait().await;
-                    let future = svc.ready().await.unwrap().call(get("http://a.test/"));
-                    if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
-                        all_called.notify_one();
-                    }
-                    future.await
-                }));
-            }
-            all_called.notified().await;
-            // Every call has been made: only the probes reached the upstream.
-            assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
-            held.answer_all(200);
-            let (mut ok, mut refused) = (0, 0);
-            for t in tasks {
-                match t.await.unwrap() {
-                    Ok(_) => ok += 1,
-                    Err(e) if e.is_circuit_open() => refused += 1,
-                    Err(e) => panic!("{e}"),
+                let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
+                let called = Arc::new(AtomicUsize::new(0));
+                let all_called = Arc::new(tokio::sync::Notify::new());
+                let mut tasks = Vec::new();
+                for _ in 0..CALLS {
+                    let mut svc = svc.clone();
+                    let (barrier, called, all_called) =
+                        (barrier.clone(), called.clone(), all_called.clone());
+                    tasks.push(tokio::spawn(async move {
+                        barrier.wait().await;
+                        let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                            .await
+                            .unwrap()
+                            .call(get("http://a.test/"));
+                        if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
+                            all_called.notify_one();
+                        }
+                        future.await
+                    }));
                 }
+                all_called.notified().await;
+                // Every call has been made: only the probes reached the upstream.
+                assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
+                held.answer_all(200);
+                let (mut ok, mut refused) = (0, 0);
+                for t in tasks {
+                    match t.await.unwrap() {
+                        Ok(_) => ok += 1,
+                        Err(e) if e.is_circuit_open() => refused += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
+                assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
             }
-            assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
-            assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
         })
         .await
         .expect("bounded");
     });
+}
+
+/// An upstream that counts the sends in flight: a request with `x-trip` is
+/// answered 503 at once, any other never.
+#[derive(Clone)]
+struct Counting {
+    in_flight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    admitted: Arc<AtomicUsize>,
+}
+
+/// Takes one off the count of sends in flight when dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<B> Service<Request<B>> for Counting {
+    type Response = Res;
+    type Error = std::io::Error;
+    type Future = BoxFuture<Result<Res, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let trip = req.headers().contains_key("x-trip");
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.admitted.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(self.in_flight.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            if trip {
+                return Ok(response(503));
+            }
+            std::future::pending().await
+        })
+    }
 }
 
 #[test]
@@ -495,74 +606,63 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            const PROBES: usize = 2;
-            let in_flight = Arc::new(AtomicUsize::new(0));
-            let most = Arc::new(AtomicUsize::new(0));
-            let admitted = Arc::new(AtomicUsize::new(0));
-            struct Guard(Arc<AtomicUsize>);
-            impl Drop for Guard {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-            let inner = {
-                let (in_flight, most, admitted) =
-                    (in_flight.clone(), most.clone(), admitted.clone());
-                tower::service_fn(move |req: Request<Full<Bytes>>| {
-                    let trip = req.headers().contains_key("x-trip");
-                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    admitted.fetch_add(1, Ordering::SeqCst);
-                    let guard = Guard(in_flight.clone());
-                    async move {
-                        let _guard = guard;
-                        if trip {
-                            return Ok::<_, std::io::Error>(response(503));
-                        }
-                        std::future::pending().await
-                    }
-                })
-            };
-            let cfg = CircuitBreakerPolicy::builder()
-                .consecutive_failures(1)
-                .cooldown(Duration::from_millis(10))
-                .jitter(0.0)
-                .probes(PROBES as u32)
-                .build()
-                .unwrap();
-            let layer = CircuitBreakerLayer::new(cfg);
-            let mut svc = layer.layer(inner);
-            let trip = Request::get("http://a.test/")
-                .header("x-trip", "1")
-                .body(Full::default())
-                .unwrap();
-            svc.ready().await.unwrap().call(trip).await.unwrap();
-            most.store(0, Ordering::SeqCst);
-            admitted.store(0, Ordering::SeqCst);
-            tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap()).await;
+            for shape in ALONE_AND_SHAPES {
+                const PROBES: usize = 2;
+                let in_flight = Arc::new(AtomicUsize::new(0));
+                let most = Arc::new(AtomicUsize::new(0));
+                let admitted = Arc::new(AtomicUsize::new(0));
+                let inner = Counting {
+                    in_flight: in_flight.clone(),
+                    most: most.clone(),
+                    admitted: admitted.clone(),
+                };
+                let cfg = CircuitBreakerPolicy::builder()
+                    .consecutive_failures(1)
+                    .cooldown(Duration::from_millis(10))
+                    .jitter(0.0)
+                    .probes(PROBES as u32)
+                    .build()
+                    .unwrap();
+                let layer = CircuitBreakerLayer::new(cfg);
+                let mut svc = guarding!(shape, &layer, inner.clone());
+                let trip = Request::get("http://a.test/")
+                    .header("x-trip", "1")
+                    .body(Full::default())
+                    .unwrap();
+                ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                    .await
+                    .unwrap()
+                    .call(trip)
+                    .await
+                    .unwrap();
+                most.store(0, Ordering::SeqCst);
+                admitted.store(0, Ordering::SeqCst);
+                tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap())
+                    .await;
 
-            let mut tasks = Vec::new();
-            for i in 0..10_000usize {
-                let mut svc = svc.clone();
-                tasks.push(tokio::spawn(async move {
-                    let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
-                    // Poll it a few times, then give up on it: a dropped probe.
-                    let mut fut = std::pin::pin!(fut);
-                    for _ in 0..(i % 4) {
-                        if (&mut fut).now_or_never().is_some() {
-                            return;
+                let mut tasks = Vec::new();
+                for i in 0..10_000usize {
+                    let mut svc = svc.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
+                        // Poll it a few times, then give up on it: a dropped probe.
+                        let mut fut = std::pin::pin!(fut);
+                        for _ in 0..(i % 4) {
+                            if (&mut fut).now_or_never().is_some() {
+                                return;
+                            }
+                            tokio::task::yield_now().await;
                         }
-                        tokio::task::yield_now().await;
-                    }
-                }));
+                    }));
+                }
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
+                assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
+                assert_eq!(in_flight.load(Ordering::SeqCst), 0);
+                assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
             }
-            for t in tasks {
-                t.await.unwrap();
-            }
-            assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
-            assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
-            assert_eq!(in_flight.load(Ordering::SeqCst), 0);
-            assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
         })
         .await
         .expect("bounded");
@@ -778,7 +878,7 @@ proptest! {
             let start = Instant::now();
             // Create the breaker at t = 0, as the model's clock starts.
             prop_assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-            let mut svc = layer.layer(held.clone());
+            let mut svc: CircuitBreaker<Held> = layer.layer(held.clone());
             let mut model = Machine {
                 state: Model::Closed,
                 gen: 0,
@@ -797,7 +897,7 @@ proptest! {
                     Op::Start => {
                         let expected = model.admit(t);
                         let mut fut: BoxFuture<_> =
-                            Box::pin(svc.ready().await.unwrap().call(get("http://a.test/")));
+                            Box::pin(ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc).await.unwrap().call(get("http://a.test/")));
                         match (expected, held.take_last()) {
                             (Ok((gen, probe)), Some(tx)) => calls.push((fut, tx, gen, probe)),
                             (Err(next), None) => {
@@ -853,67 +953,67 @@ fn fast_retries() -> RetryPolicy {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_whole_retry_sequence_counts_once() {
-    let mock = Script::new(
-        [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
-            .into_iter()
-            .map(status),
-    );
-    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-    let mut client = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(fast_retries()))
-        .service(mock.clone());
-    // Three failed attempts: one failed call.
-    let res = call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(res.status(), 503);
-    assert_eq!(mock.calls(), 3);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    // 503 then 200: a retry cured it, a success that breaks the run.
-    assert_eq!(
-        call(&mut client, "http://a.test/").await.unwrap().status(),
-        200
-    );
-    assert_eq!(mock.calls(), 5);
-    call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    call(&mut client, "http://a.test/").await.unwrap();
-    assert_eq!(mock.calls(), 11);
-    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-    let err = call(&mut client, "http://a.test/").await.unwrap_err();
-    assert!(err.is_circuit_open());
-    assert_eq!(mock.calls(), 11);
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_retry_sequence_counts_once(shape) {
+        let mock = Script::new(
+            [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
+                .into_iter()
+                .map(status),
+        );
+        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+        let stack = Stack::new(fast_retries()).breaker(&layer);
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        // Three failed attempts: one failed call.
+        let res = call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(mock.calls(), 3);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        // 503 then 200: a retry cured it, a success that breaks the run.
+        assert_eq!(
+            call(&mut client, "http://a.test/").await.unwrap().status(),
+            200
+        );
+        assert_eq!(mock.calls(), 5);
+        call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+        call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(mock.calls(), 11);
+        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+        let err = call(&mut client, "http://a.test/").await.unwrap_err();
+        assert!(err.is_circuit_open());
+        assert_eq!(mock.calls(), 11);
+    }
 }
 
-#[tokio::test(start_paused = true)]
-async fn retries_stop_when_the_breaker_opens_during_the_wait() {
-    // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
-    // retried) and opens the breaker; A stops after its wait instead of retrying.
-    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
-    let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
-    let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
-    let client = ServiceBuilder::new()
-        .layer(layer.clone())
-        .layer(RetryLayer::new(policy))
-        .service(mock.clone());
-    let mut a = client.clone();
-    let mut b = client.clone();
-    let call_a = async { call(&mut a, "http://a.test/").await };
-    let call_b = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        call(&mut b, "http://a.test/").await
-    };
-    let (a, b) = tokio::join!(call_a, call_b);
-    assert_eq!(b.unwrap().status(), 500);
-    // The 503's body was drained before the wait, so A ends with an error that
-    // names it.
-    let a = a.unwrap_err();
-    assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
-    assert!(a.is_circuit_open());
-    let h = a.history().unwrap();
-    assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
-    assert_eq!(mock.calls(), 2);
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_when_the_breaker_opens_during_the_wait(shape) {
+        // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
+        // retried) and opens the breaker; A stops after its wait instead of retrying.
+        let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
+        let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
+        let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
+        let stack = Stack::new(policy).breaker(&layer);
+        let client: Client = crate::shaped!(shape, stack, mock.clone());
+        let mut a = client.clone();
+        let mut b = client.clone();
+        let call_a = async { call(&mut a, "http://a.test/").await };
+        let call_b = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            call(&mut b, "http://a.test/").await
+        };
+        let (a, b) = tokio::join!(call_a, call_b);
+        assert_eq!(b.unwrap().status(), 500);
+        // The 503's body was drained before the wait, so A ends with an error that
+        // names it.
+        let a = a.unwrap_err();
+        assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
+        assert!(a.is_circuit_open());
+        let h = a.history().unwrap();
+        assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
+        assert_eq!(mock.calls(), 2);
+    }
 }
 
 #[test]
@@ -932,6 +1032,7 @@ fn services_are_clone_send_and_sync() {
 #[cfg(feature = "test-util")]
 mod wire {
     use super::*;
+    use crate::support::shape::with_every;
     use crate::support::wire::{client as transport, within_10s, BOTH};
     use backstop::test_util::{Protocol, Reply, Upstream};
     use backstop::ReplayBody;
@@ -940,17 +1041,14 @@ mod wire {
     type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 
     fn client(
+        shape: Shape,
         layer: &CircuitBreakerLayer,
         protocol: Protocol,
-    ) -> impl Service<
-        Request<Full<Bytes>>,
-        Response = Response<hyper::body::Incoming>,
-        Error = backstop::Error,
-    > + Clone {
-        ServiceBuilder::new()
-            .layer(layer.clone())
-            .layer(RetryLayer::new(fast_retries()))
-            .service::<Transport>(transport(protocol))
+    ) -> BoxCloneService<Request<Full<Bytes>>, Response<hyper::body::Incoming>, backstop::Error>
+    {
+        let stack = Stack::new(fast_retries()).breaker(layer);
+        let transport: Transport = transport(protocol);
+        crate::shaped!(shape, stack, transport)
     }
 
     async fn send<S>(svc: &mut S, uri: http::Uri) -> Result<StatusCode, backstop::Error>
@@ -973,21 +1071,23 @@ mod wire {
             let addr = listener.local_addr().unwrap();
             drop(listener);
             let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
-            let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
-            let mut svc = client(&layer, Protocol::Http1);
-            for _ in 0..3 {
-                let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                assert!(!err.is_circuit_open());
-                assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
+            for shape in crate::support::shape::SHAPES {
+                let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
+                let mut svc = client(shape, &layer, Protocol::Http1);
+                for _ in 0..3 {
+                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                    assert!(!err.is_circuit_open(), "{shape:?}");
+                    assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
+                }
+                let started = std::time::Instant::now();
+                for _ in 0..1000 {
+                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                    assert!(err.is_circuit_open(), "{shape:?}");
+                    assert!(err.next_probe_at().unwrap() > Instant::now());
+                }
+                // A thousand refusals, no socket touched: far under a millisecond each.
+                assert!(started.elapsed() < Duration::from_secs(1));
             }
-            let started = std::time::Instant::now();
-            for _ in 0..1000 {
-                let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                assert!(err.is_circuit_open());
-                assert!(err.next_probe_at().unwrap() > Instant::now());
-            }
-            // A thousand refusals, no socket touched: far under a millisecond each.
-            assert!(started.elapsed() < Duration::from_secs(1));
         })
         .await;
     }
@@ -995,7 +1095,7 @@ mod wire {
     #[tokio::test]
     async fn a_failing_upstream_sees_no_request_while_open() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 let upstream = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(503))
@@ -1003,19 +1103,22 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 60_000));
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
                 let seen = upstream.requests().len();
-                assert_eq!(seen, 6, "{protocol:?}: two calls of three attempts");
+                assert_eq!(
+                    seen, 6,
+                    "{shape:?} {protocol:?}: two calls of three attempts"
+                );
                 for _ in 0..100 {
                     assert!(send(&mut svc, upstream.uri("/"))
                         .await
                         .unwrap_err()
                         .is_circuit_open());
                 }
-                assert_eq!(upstream.requests().len(), seen, "{protocol:?}");
+                assert_eq!(upstream.requests().len(), seen, "{shape:?} {protocol:?}");
             }
         })
         .await;
@@ -1024,7 +1127,7 @@ mod wire {
     #[tokio::test]
     async fn a_recovering_upstream_is_probed_back_to_closed() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 // Down for six requests (two calls of three attempts), then up.
                 let upstream = Upstream::builder()
                     .protocol(protocol)
@@ -1034,7 +1137,7 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 100));
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
@@ -1050,7 +1153,11 @@ mod wire {
                 for _ in 0..10 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 200);
                 }
-                assert_eq!(upstream.requests().len(), 6 + 1 + 10, "{protocol:?}");
+                assert_eq!(
+                    upstream.requests().len(),
+                    6 + 1 + 10,
+                    "{shape:?} {protocol:?}"
+                );
             }
         })
         .await;
@@ -1059,7 +1166,7 @@ mod wire {
     #[tokio::test]
     async fn a_bad_origin_beside_a_healthy_one() {
         within_10s(async {
-            for protocol in BOTH {
+            for (shape, protocol) in with_every(BOTH) {
                 let bad = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(502))
@@ -1074,24 +1181,24 @@ mod wire {
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
                 // One client, one transport, both origins, calls interleaved.
-                let mut svc = client(&layer, protocol);
+                let mut svc = client(shape, &layer, protocol);
                 let mut refused_bad = 0;
                 for _ in 0..100 {
                     match send(&mut svc, bad.uri("/")).await {
                         Err(e) if e.is_circuit_open() => refused_bad += 1,
                         Ok(status) => assert_eq!(status, 502),
-                        Err(e) => panic!("{protocol:?}: {e}"),
+                        Err(e) => panic!("{shape:?} {protocol:?}: {e}"),
                     }
                     assert_eq!(
                         send(&mut svc, good.uri("/")).await.unwrap(),
                         200,
-                        "{protocol:?}"
+                        "{shape:?} {protocol:?}"
                     );
                 }
                 // Three calls of three attempts opened the bad origin's breaker.
-                assert_eq!(refused_bad, 97, "{protocol:?}");
-                assert_eq!(bad.requests().len(), 9, "{protocol:?}");
-                assert_eq!(good.requests().len(), 100, "{protocol:?}");
+                assert_eq!(refused_bad, 97, "{shape:?} {protocol:?}");
+                assert_eq!(bad.requests().len(), 9, "{shape:?} {protocol:?}");
+                assert_eq!(good.requests().len(), 100, "{shape:?} {protocol:?}");
                 assert_eq!(
                     layer.state(&head(&good.uri("/").to_string())),
                     State::Closed

@@ -1,4 +1,7 @@
-//! An observer that writes each event down as one line of text.
+//! An observer that writes each event down as one line of text (shared by the
+//! test binaries that observe, each using part of it).
+
+#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +13,11 @@ pub struct Recorder(Arc<Mutex<Vec<String>>>);
 impl Recorder {
     pub fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
+    }
+
+    /// Writes down a line of the test's own.
+    pub fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
     }
 
     /// The lines whose event name is `name`.

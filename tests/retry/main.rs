@@ -3,5 +3,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[path = "../observe/record.rs"]
+mod record;
+
 mod attempts;
+mod guard;
 mod wire;

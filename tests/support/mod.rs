@@ -4,5 +4,6 @@ pub mod gates;
 pub mod raw;
 pub mod requests;
 pub mod script;
+pub mod shape;
 #[cfg(feature = "test-util")]
 pub mod wire;

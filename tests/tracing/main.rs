@@ -6,6 +6,7 @@
 mod support;
 
 mod breaker;
+mod guard;
 mod pause;
 mod retry;
 mod routes;

@@ -48,7 +48,9 @@ impl<S, B> Call<S, B> {
             .and_then(History::stop_reason)
             .unwrap_or(StopReason::Answered);
         let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
-        let budget_available = self.budget().and_then(|b| b.available());
+        // Read only for a call that may retry (a budget layer above leaves its
+        // account in the head kept for the retries), the guard's account too.
+        let budget_available = self.head().and(self.budget()).and_then(|b| b.available());
         observed.tell(|call| {
             Event::CallFinished(observe::CallFinished {
                 call,

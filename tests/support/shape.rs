@@ -1,0 +1,287 @@
+//! The two shapes of a guarded client, so one test body states a behaviour for
+//! both: the stack of layers
+//! `IdempotencyKeyLayer → CircuitBreakerLayer → BudgetLayer → RetryLayer → inner`,
+//! and one `RetryLayer` guarding its calls itself with the same policies (with and
+//! without `share_handles`). The kit's `CircuitBreakerLayer` and `BudgetLayer`
+//! read the state of whichever shape ran.
+
+use std::sync::{Arc, OnceLock};
+
+use backstop::budget::{BudgetPolicy, OriginAccount};
+use backstop::circuit_breaker::{CircuitBreakerPolicy, State};
+use backstop::idempotency_key::IdempotencyKeyLayer;
+use backstop::{RetryLayer, RetryPolicy};
+use http::request::Parts;
+use tokio::time::Instant;
+
+/// How a [`Stack`] is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Each guard a layer of its own, around the retry layer.
+    Layers,
+    /// The retry layer guarding its calls itself.
+    Guarded,
+    /// The same, with `share_handles()`.
+    Shared,
+}
+
+/// Every shape, for a test that loops over them.
+pub const SHAPES: [Shape; 3] = [Shape::Layers, Shape::Guarded, Shape::Shared];
+
+/// The retry layer that guards the calls of every stack built with the same
+/// breaker and budget, once one is built: its breakers and accounts are theirs.
+type GuardCell = Arc<OnceLock<RetryLayer>>;
+
+/// A circuit breaker under test: backstop's layer in the [`Shape::Layers`] shape,
+/// the breakers of the guard built with it in the guarded ones. It reads as the
+/// layer does, whichever shape the test runs.
+#[derive(Clone)]
+pub struct CircuitBreakerLayer {
+    layer: backstop::CircuitBreakerLayer,
+    guard: GuardCell,
+}
+
+impl CircuitBreakerLayer {
+    pub fn new(policy: CircuitBreakerPolicy) -> Self {
+        CircuitBreakerLayer {
+            layer: backstop::CircuitBreakerLayer::new(policy),
+            guard: GuardCell::default(),
+        }
+    }
+
+    pub fn state(&self, head: &Parts) -> State {
+        match self.guard.get() {
+            Some(guard) => guard.breaker_state(head).expect("the guard has a breaker"),
+            None => self.layer.state(head),
+        }
+    }
+
+    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        match self.guard.get() {
+            Some(guard) => guard.next_probe_at(head),
+            None => self.layer.next_probe_at(head),
+        }
+    }
+
+    /// The breakers held; for a guard, its entries (a breaker and an account each
+    /// when both partition by origin).
+    pub fn origins(&self) -> usize {
+        match self.guard.get() {
+            Some(guard) => guard.origins(),
+            None => self.layer.origins(),
+        }
+    }
+}
+
+impl Default for CircuitBreakerLayer {
+    fn default() -> Self {
+        CircuitBreakerLayer::new(CircuitBreakerPolicy::default())
+    }
+}
+
+impl<S> tower::Layer<S> for CircuitBreakerLayer {
+    type Service = backstop::circuit_breaker::CircuitBreaker<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.layer.layer(inner)
+    }
+}
+
+/// A retry budget under test, as [`CircuitBreakerLayer`] is a breaker.
+#[derive(Clone)]
+pub struct BudgetLayer {
+    layer: backstop::BudgetLayer,
+    guard: GuardCell,
+}
+
+impl BudgetLayer {
+    pub fn new(policy: BudgetPolicy) -> Self {
+        BudgetLayer {
+            layer: backstop::BudgetLayer::new(policy),
+            guard: GuardCell::default(),
+        }
+    }
+
+    pub fn account(&self, head: &Parts) -> OriginAccount {
+        match self.guard.get() {
+            Some(guard) => guard.budget_account(head).expect("the guard has a budget"),
+            None => self.layer.account(head),
+        }
+    }
+
+    /// The accounts held; for a guard, its entries (see
+    /// [`CircuitBreakerLayer::origins`]).
+    pub fn origins(&self) -> usize {
+        match self.guard.get() {
+            Some(guard) => guard.origins(),
+            None => self.layer.origins(),
+        }
+    }
+}
+
+impl Default for BudgetLayer {
+    fn default() -> Self {
+        BudgetLayer::new(BudgetPolicy::default())
+    }
+}
+
+impl<S> tower::Layer<S> for BudgetLayer {
+    type Service = backstop::budget::Budget<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.layer.layer(inner)
+    }
+}
+
+/// What a client is made of, whatever its shape.
+#[derive(Clone)]
+pub struct Stack {
+    pub keys: Option<IdempotencyKeyLayer>,
+    pub breaker: Option<CircuitBreakerLayer>,
+    pub budget: Option<BudgetLayer>,
+    pub policy: RetryPolicy,
+}
+
+impl Stack {
+    pub fn new(policy: RetryPolicy) -> Self {
+        Stack {
+            keys: None,
+            breaker: None,
+            budget: None,
+            policy,
+        }
+    }
+
+    pub fn keys(mut self, keys: IdempotencyKeyLayer) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    pub fn breaker(mut self, breaker: &CircuitBreakerLayer) -> Self {
+        self.breaker = Some(breaker.clone());
+        self
+    }
+
+    pub fn budget(mut self, budget: &BudgetLayer) -> Self {
+        self.budget = Some(budget.clone());
+        self
+    }
+
+    /// The layers of the [`Shape::Layers`] shape.
+    pub fn layers(
+        &self,
+    ) -> (
+        Option<IdempotencyKeyLayer>,
+        Option<backstop::CircuitBreakerLayer>,
+        Option<backstop::BudgetLayer>,
+        RetryLayer,
+    ) {
+        (
+            self.keys.clone(),
+            self.breaker.as_ref().map(|b| b.layer.clone()),
+            self.budget.as_ref().map(|b| b.layer.clone()),
+            RetryLayer::new(self.policy.clone()),
+        )
+    }
+
+    /// The retry layer of the guarded shapes: `None` for [`Shape::Layers`]. Every
+    /// stack built with the same breaker (or budget) shares one guard's state.
+    pub fn guarded(&self, shape: Shape) -> Option<RetryLayer> {
+        if shape == Shape::Layers {
+            return None;
+        }
+        let cells: Vec<&GuardCell> = [
+            self.breaker.as_ref().map(|b| &b.guard),
+            self.budget.as_ref().map(|b| &b.guard),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let base = match cells.iter().find_map(|c| c.get()) {
+            Some(base) => base.clone(),
+            None => {
+                let mut base = RetryLayer::new(RetryPolicy::none());
+                if let Some(breaker) = &self.breaker {
+                    base = base.circuit_breaker(breaker.layer.config().clone());
+                }
+                if let Some(budget) = &self.budget {
+                    base = base.budget(budget.layer.budget().clone());
+                }
+                base
+            }
+        };
+        for cell in cells {
+            let _ = cell.set(base.clone());
+        }
+        let mut retry = base.policy(self.policy.clone());
+        if let Some(keys) = &self.keys {
+            retry = retry.idempotency_key(keys.clone());
+        }
+        if shape == Shape::Shared {
+            retry = retry.share_handles();
+        }
+        Some(retry)
+    }
+}
+
+/// `$stack` built in `$shape` over `$inner`, as a `BoxCloneService` (a macro, so
+/// the services' long bounds are checked where the types are known).
+#[macro_export]
+macro_rules! shaped {
+    ($shape:expr, $stack:expr, $inner:expr) => {{
+        let stack: &$crate::support::shape::Stack = &$stack;
+        let inner = $inner;
+        match stack.guarded($shape) {
+            None => {
+                let (keys, breaker, budget, retry) = stack.layers();
+                tower::util::BoxCloneService::new(
+                    tower::ServiceBuilder::new()
+                        .option_layer(keys)
+                        .option_layer(breaker)
+                        .option_layer(budget)
+                        .layer(retry)
+                        .service(inner),
+                )
+            }
+            Some(retry) => tower::util::BoxCloneService::new(tower::Layer::layer(&retry, inner)),
+        }
+    }};
+}
+
+/// A test run once per shape: `over_shapes! { #[attr] async fn name(shape) { .. } }`
+/// makes a module `name` with one test per shape (`Layers`, `Guarded`, `Shared`);
+/// `over_shapes! { only(Layers, Shared) #[attr] async fn .. }` runs those only.
+#[macro_export]
+macro_rules! over_shapes {
+    (only($($s:ident),+) #[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::support::shape::Shape;
+
+            async fn run($shape: Shape) $body
+
+            $(
+                #[$attr]
+                #[allow(non_snake_case)]
+                async fn $s() {
+                    run(Shape::$s).await
+                }
+            )+
+        }
+    };
+    (#[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
+        $crate::over_shapes! {
+            only(Layers, Guarded, Shared) #[$attr] async fn $name($shape) $body
+        }
+    };
+}
+
+/// Every shape with every one of `xs` (a protocol, say), for a test that loops.
+pub fn with_every<T: Copy>(xs: impl IntoIterator<Item = T>) -> Vec<(Shape, T)> {
+    let xs: Vec<T> = xs.into_iter().collect();
+    SHAPES
+        .iter()
+        .flat_map(|&shape| xs.iter().map(move |&x| (shape, x)))
+        .collect()
+}
