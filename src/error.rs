@@ -234,6 +234,12 @@ impl Error {
         self.stop_reason() == Some(StopReason::Deadline)
     }
 
+    /// Whether the call ended before it sent anything: a layer refused it (an open
+    /// breaker, its origin's pause) or its deadline left no time for an attempt.
+    pub(crate) fn sent_nothing(&self) -> bool {
+        self.inner.refused.is_some() || self.history().is_some_and(|h| h.is_empty())
+    }
+
     /// Whether an open circuit breaker refused the call or its retry.
     pub fn is_circuit_open(&self) -> bool {
         self.stop_reason() == Some(StopReason::CircuitOpen)

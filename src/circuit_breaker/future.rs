@@ -56,9 +56,13 @@ impl Permit {
 
     /// Records the call's outcome: its final answer or error.
     #[inline]
+    /// A call that ended before it sent anything (refused by a layer inside, or
+    /// out of time before its first attempt) says nothing of the origin: it counts
+    /// neither way, and a probe's slot goes back, as for a dropped call.
     pub(crate) fn finish<RB>(self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
+            Err(err) if err.sent_nothing() => drop(self),
             Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
         }
     }

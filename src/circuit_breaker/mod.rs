@@ -27,7 +27,9 @@
 //!
 //! The breaker sits **outside** the retry layer and records **one outcome per
 //! call**: a call that needed three attempts to fail counts as one failure, and a
-//! call that a retry cured counts as a success. It also leaves a
+//! call that a retry cured counts as a success. A call that ended before it sent
+//! anything (refused while its origin is paused, or out of time before its first
+//! attempt) says nothing of the origin and counts neither way. It also leaves a
 //! [`BreakerHandle`] in the request extensions; the
 //! [`RetryLayer`](crate::RetryLayer) asks it before every retry and after every wait,
 //! and stops with [`StopReason::CircuitOpen`]

@@ -1228,3 +1228,35 @@ async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
         other => panic!("expected an error, got {:?}", other.map(|r| r.map(|_| ()))),
     }
 }
+
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_call_refused_before_it_sent_anything_counts_neither_way(shape) {
+        use crate::support::shape::BudgetLayer;
+        use backstop::policy::Deadline;
+        let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+        let breakers = CircuitBreakerLayer::new(breaker(1, 1_000));
+        let budget = BudgetLayer::default();
+        let stack = Stack::new(RetryPolicy::none()).breaker(&breakers).budget(&budget);
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        // A 429 is not a failure; its hint pauses the origin for 2 s.
+        let res = call(&mut client, "http://a.test/").await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        // A call whose deadline ends inside the pause is refused, sending nothing.
+        let mut req = get("http://a.test/");
+        req.extensions_mut().insert(Deadline::after(std::time::Duration::from_secs(1)));
+        let err = client.ready().await.unwrap().call(req).await.unwrap_err();
+        assert!(err.is_paused(), "{err}");
+        assert_eq!(mock.calls(), 1);
+        // The breaker learned nothing from it: one failure would have opened it.
+        assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
+        // Nor from a call whose deadline had passed before it began.
+        let mut req = get("http://a.test/");
+        req.extensions_mut().insert(Deadline::at(Instant::now()));
+        let err = client.ready().await.unwrap().call(req).await.unwrap_err();
+        assert_eq!(err.attempts(), 0);
+        assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
+        advance(std::time::Duration::from_secs(3)).await;
+        assert_eq!(call(&mut client, "http://a.test/").await.unwrap().status(), 200);
+    }
+}

@@ -33,8 +33,8 @@ fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
 
 fn guard() -> Stack {
     let breaker = CircuitBreakerPolicy::builder()
-        // The pause's refusal counts as a failure (in both shapes), the 503 next.
-        .consecutive_failures(2)
+        // The 503 opens it (the pause's refusal sent nothing and counts neither way).
+        .consecutive_failures(1)
         .min_calls(u32::MAX)
         .cooldown(Duration::from_secs(1))
         .max_cooldown(Duration::from_secs(1))
@@ -83,7 +83,7 @@ async fn scenario(mut svc: Client) {
         .await
         .unwrap_err();
     assert!(err.is_paused(), "{err}");
-    // Held for 2 s, then answered 503: the breaker's second failure opens it.
+    // Held for 2 s, then answered 503: the breaker's first failure opens it.
     let res = call_with(&mut svc, get(None)).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Refused by the breaker.
