@@ -39,7 +39,11 @@
 //!   time, the origin's [circuit breaker](crate::policy::BreakerHandle) must allow
 //!   an extra attempt, and the [retry budget](crate::policy::BudgetHandle) must
 //!   pay for it; the first refusal ends hedging for that request
-//!   ([`NotHedged`]). When a copy was due, a [`Hedged`] record of every send is
+//!   ([`NotHedged`]). The breaker and the budget are read from the call's
+//!   [context](crate::policy::CallContext): beneath a
+//!   [`RetryLayer`](crate::RetryLayer) that guards its calls itself, give it
+//!   [`share_handles`](crate::RetryLayer::share_handles) (or a route that hedges), or
+//!   the hedges spend from no budget and meet no breaker or pause. When a copy was due, a [`Hedged`] record of every send is
 //!   part of the attempt's [record](crate::policy::AttemptLog), which rides on the
 //!   response's extensions ([`Hedged::of`]) or in the error ([`Hedged::find`]).
 //!
