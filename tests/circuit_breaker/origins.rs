@@ -24,6 +24,52 @@ fn answer(host: &str) -> u16 {
     }
 }
 
+/// Calls each of the `ORIGINS` origins once through a clone of `client`, and every
+/// twentieth that failed twice more (its breaker opens and refuses the third): how
+/// many failed once, and how many breakers opened.
+async fn call_every_origin<S>(client: &S) -> (usize, usize)
+where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<Full<Bytes>>,
+            Error = backstop::Error,
+        > + Clone,
+{
+    let (mut failed_once, mut opened) = (0, 0);
+    for i in 0..ORIGINS {
+        let uri = format!("http://o{i}.test/");
+        let mut svc = client.clone();
+        let res = call(&mut svc, &uri).await.unwrap();
+        if res.status() == 503 {
+            failed_once += 1;
+            if i % 20 == 0 {
+                assert_eq!(call(&mut svc, &uri).await.unwrap().status(), 503);
+                assert!(call(&mut svc, &uri).await.unwrap_err().is_circuit_open());
+                opened += 1;
+            }
+        }
+    }
+    (failed_once, opened)
+}
+
+/// o0's breaker, fresh and closed, opens on its second failure in a row.
+async fn opens_after_two_failures<S>(client: &S)
+where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<Full<Bytes>>,
+            Error = backstop::Error,
+        > + Clone,
+{
+    let mut svc = client.clone();
+    for _ in 0..2 {
+        let res = call(&mut svc, "http://o0.test/").await.unwrap();
+        assert_eq!(res.status(), 503);
+    }
+    let err = call(&mut svc, "http://o0.test/").await.unwrap_err();
+    assert!(err.is_circuit_open());
+}
+
 #[tokio::test(start_paused = true)]
 async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     let breakers = CircuitBreakerLayer::new(
@@ -60,22 +106,7 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
     tokio::task::yield_now().await;
 
-    let (mut failed_once, mut opened) = (0, 0);
-    for i in 0..ORIGINS {
-        let uri = format!("http://o{i}.test/");
-        let mut svc = client.clone();
-        let res = call(&mut svc, &uri).await.unwrap();
-        if res.status() == 503 {
-            failed_once += 1;
-            if i % 20 == 0 {
-                // A second failure in a row opens the breaker, which refuses the third.
-                assert_eq!(call(&mut svc, &uri).await.unwrap().status(), 503);
-                assert!(call(&mut svc, &uri).await.unwrap_err().is_circuit_open());
-                opened += 1;
-            }
-        }
-    }
-    assert_eq!((failed_once, opened), (1_000, 500));
+    assert_eq!(call_every_origin(&client).await, (1_000, 500));
     assert_eq!(budgets.origins(), ORIGINS + 1);
     assert_eq!(breakers.origins(), ORIGINS + 1);
 
@@ -112,17 +143,7 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     // A forgotten breaker starts afresh, closed: o0's old breaker, past its
     // cooldown, would have let one probe through and reopened when it failed; the
     // new one takes two failures in a row to open.
-    let mut svc = client.clone();
-    for _ in 0..2 {
-        assert_eq!(
-            call(&mut svc, "http://o0.test/").await.unwrap().status(),
-            503
-        );
-    }
-    assert!(call(&mut svc, "http://o0.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
+    opens_after_two_failures(&client).await;
     assert_eq!(breakers.origins(), 1);
 }
 
@@ -160,18 +181,7 @@ async fn a_guard_forgets_ten_thousand_idle_origins_too() {
     let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
     tokio::task::yield_now().await;
 
-    let mut opened = 0;
-    for i in 0..ORIGINS {
-        let uri = format!("http://o{i}.test/");
-        let mut svc = client.clone();
-        let res = call(&mut svc, &uri).await.unwrap();
-        if res.status() == 503 && i % 20 == 0 {
-            assert_eq!(call(&mut svc, &uri).await.unwrap().status(), 503);
-            assert!(call(&mut svc, &uri).await.unwrap_err().is_circuit_open());
-            opened += 1;
-        }
-    }
-    assert_eq!(opened, 500);
+    assert_eq!(call_every_origin(&client).await, (1_000, 500));
     let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;
     assert_eq!(
         guard.breaker_state(&head("http://o0.test/")),
@@ -200,17 +210,7 @@ async fn a_guard_forgets_ten_thousand_idle_origins_too() {
     assert_eq!(guard.origins(), 0);
 
     // A forgotten breaker starts afresh, closed.
-    let mut svc = client.clone();
-    for _ in 0..2 {
-        assert_eq!(
-            call(&mut svc, "http://o0.test/").await.unwrap().status(),
-            503
-        );
-    }
-    assert!(call(&mut svc, "http://o0.test/")
-        .await
-        .unwrap_err()
-        .is_circuit_open());
+    opens_after_two_failures(&client).await;
     assert_eq!(guard.origins(), 1);
 }
 

@@ -5,31 +5,16 @@
 use crate::support::shape::{BudgetLayer, CircuitBreakerLayer};
 use std::time::Duration;
 
+use super::pause::{get, Client};
 use crate::support::requests::call_with;
-use crate::support::script::{status, status_with, Reply, Script};
+use crate::support::script::{status, status_with, Script};
 use crate::support::shape::{Shape, Stack};
 use crate::Captured;
 use backstop::budget::BudgetPolicy;
 use backstop::circuit_breaker::CircuitBreakerPolicy;
 use backstop::idempotency_key::IdempotencyKeyLayer;
-use backstop::policy::Deadline;
 use backstop::RetryPolicy;
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::Full;
-
-type Client =
-    tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
-
-fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
-    let mut req = Request::get("http://upstream.test/items?token=s3cret")
-        .body(Full::default())
-        .unwrap();
-    if let Some(after) = deadline {
-        req.extensions_mut().insert(Deadline::after(after));
-    }
-    req
-}
+use http::StatusCode;
 
 fn guard() -> Stack {
     let breaker = CircuitBreakerPolicy::builder()

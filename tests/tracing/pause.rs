@@ -15,10 +15,12 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use tower::{Service, ServiceExt};
 
-type Client =
+/// A boxed client of the shape under test (also for `guard.rs`).
+pub(crate) type Client =
     tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
-fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
+/// A GET whose URL carries a secret the traces must not show, with a deadline.
+pub(crate) fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
     let mut req = Request::get("http://upstream.test/items?token=s3cret")
         .body(Full::default())
         .unwrap();
