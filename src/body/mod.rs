@@ -141,6 +141,7 @@ where
     B::Error: Into<BoxError>,
 {
     /// The first reader of `body`, keeping up to `cap` bytes for replays.
+    #[inline]
     pub(crate) fn new(body: B, cap: usize) -> Self {
         if body.is_end_stream() {
             return ReplayBody::from_repr(Repr::Empty);
@@ -177,6 +178,7 @@ where
     }
 
     /// A handle that makes new readers of this body later, from the first byte.
+    #[inline]
     pub(crate) fn source(&self) -> ReplaySource<B> {
         ReplaySource(match &self.repr {
             Repr::Empty => None,

@@ -335,8 +335,15 @@ impl Guarded {
     }
 
     /// The call ended with a plain first answer (see [`Guarded::finish`]).
-    #[inline(never)]
+    #[inline]
     pub(super) fn answered<RB>(&mut self, res: &Response<RB>) {
+        if self.budget.is_some() || self.permit.is_some() {
+            self.answered_guarded(res);
+        }
+    }
+
+    #[inline(never)]
+    fn answered_guarded<RB>(&mut self, res: &Response<RB>) {
         if let Some(budget) = &self.budget {
             super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
         }
