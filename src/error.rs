@@ -237,7 +237,11 @@ impl Error {
     /// Whether the call ended before it sent anything: a layer refused it (an open
     /// breaker, its origin's pause) or its deadline left no time for an attempt.
     pub(crate) fn sent_nothing(&self) -> bool {
-        self.inner.refused.is_some() || self.history().is_some_and(|h| h.is_empty())
+        // A history tells what was sent, whatever refused the last retry.
+        match self.history() {
+            Some(history) => history.is_empty(),
+            None => self.inner.refused.is_some(),
+        }
     }
 
     /// Whether an open circuit breaker refused the call or its retry.

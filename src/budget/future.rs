@@ -17,7 +17,7 @@ use super::account::Account;
 use super::events::{emit, PauseEvent};
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, CallWaited, Event, Observed, Refusal};
-use crate::policy::{later, meet, untaken_pause_hint, Pause};
+use crate::policy::{meet, pause_until, Pause};
 
 pin_project! {
     /// Response future of [`Budget`](super::Budget).
@@ -177,8 +177,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::Called { future } => {
                     let res = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
-                    if let Ok(res) = &res {
-                        pause_from(this.account, res, this.observed.as_deref());
+                    // The hint of the call's final answer pauses the origin (a retry
+                    // layer inside paused it on each answer it retried after).
+                    if let Some(until) = res.as_ref().ok().and_then(|r| pause_until(r, None)) {
+                        this.account.pause_told(until, this.observed.as_deref());
                     }
                     this.state.set(State::Done { error: None });
                     return Poll::Ready(res);
@@ -208,15 +210,6 @@ where
                 }
             }
         }
-    }
-}
-
-/// Pauses the origin on the hint of the call's final answer. A retry layer inside
-/// paused it on each answer it retried after; the last one reaches here.
-#[inline]
-pub(crate) fn pause_from<RB>(account: &Account, res: &Response<RB>, observed: Option<&Observed>) {
-    if let Some(hint) = untaken_pause_hint(res) {
-        account.pause_told(later(Instant::now(), hint), observed);
     }
 }
 

@@ -8,7 +8,7 @@ use http::request::Parts;
 use http::uri::{Authority, Scheme};
 use http::Uri;
 
-type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
+pub(super) type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
 
 /// Which calls share a retry budget account or a circuit breaker.
 ///

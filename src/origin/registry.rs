@@ -10,7 +10,7 @@ use http::request::Parts;
 use http::{Request, Uri};
 use tokio::time::Instant;
 
-use super::partition::{Hasher, Key, KeyRef, Kind};
+use super::partition::{Hasher, Key, KeyFn, KeyRef, Kind};
 use super::Partition;
 
 /// What a registry keeps per key: a budget account, a breaker, a latency
@@ -120,16 +120,10 @@ impl<T: Entry> Registry<T> {
 
     /// The entry of the call whose head is `head`, created if it is new.
     pub(crate) fn get(&self, head: &Parts) -> Arc<T> {
-        match &self.partition.0 {
-            Kind::Origin => self.for_origin(&head.uri),
-            Kind::Global => self.global_entry(),
-            Kind::Custom(key) => self.lookup(KeyRef::Custom(&key(head))),
-        }
+        self.visit_head(head, Arc::clone)
     }
 
-    /// The entry of `req`'s call, created if it is new. Only a custom key reads
-    /// the head as `Parts`; the request is lent to it field by field, so the
-    /// usual partitions neither take the request apart nor move it.
+    /// The entry of `req`'s call, created if it is new.
     #[inline]
     pub(crate) fn get_for<B>(&self, req: &mut Request<B>) -> Arc<T> {
         self.visit_for(req, Arc::clone)
@@ -144,40 +138,30 @@ impl<T: Entry> Registry<T> {
         req: &mut Request<B>,
         visit: impl FnOnce(&Arc<T>) -> R,
     ) -> R {
+        self.visit_head(req, visit)
+    }
+
+    /// The entry of `uri`'s origin, created if it is new.
+    #[inline]
+    pub(crate) fn for_origin(&self, uri: &Uri) -> Arc<T> {
+        self.visit(KeyRef::origin(uri), Arc::clone)
+    }
+
+    /// Lends `visit` the entry of the call whose head `head` gives.
+    #[inline]
+    fn visit_head<R>(&self, mut head: impl HeadOf, visit: impl FnOnce(&Arc<T>) -> R) -> R {
         match &self.partition.0 {
-            Kind::Origin => self.visit(KeyRef::origin(req.uri()), visit),
+            Kind::Origin => self.visit(KeyRef::origin(head.uri()), visit),
             Kind::Global => match &self.global {
                 Some(entry) => visit(entry),
                 // A global registry is built with its entry; this is not reached.
                 None => self.visit(KeyRef::Custom(""), visit),
             },
             Kind::Custom(key) => {
-                let (mut head, ()) = Request::new(()).into_parts();
-                swap_head(req, &mut head);
-                let key = key(&head);
-                swap_head(req, &mut head);
+                let key = head.key(&**key);
                 self.visit(KeyRef::Custom(&key), visit)
             }
         }
-    }
-
-    /// The entry of `uri`'s origin, created if it is new.
-    #[inline]
-    pub(crate) fn for_origin(&self, uri: &Uri) -> Arc<T> {
-        self.lookup(KeyRef::origin(uri))
-    }
-
-    fn global_entry(&self) -> Arc<T> {
-        match &self.global {
-            Some(entry) => entry.clone(),
-            // A global registry is built with its entry; this is not reached.
-            None => self.lookup(KeyRef::Custom("")),
-        }
-    }
-
-    #[inline]
-    fn lookup(&self, key: KeyRef<'_>) -> Arc<T> {
-        self.visit(key, Arc::clone)
     }
 
     /// Lends `visit` the entry of `key`, under the read lock when it is there.
@@ -250,6 +234,40 @@ impl<T: Entry> Map<T> {
         if self.entries.capacity() > 2 * self.entries.len().max(SWEEP_FLOOR) {
             self.entries.shrink_to(self.entries.len() * 2);
         }
+    }
+}
+
+/// What a call's entry is found by: a request head, or a request.
+trait HeadOf {
+    fn uri(&self) -> &Uri;
+
+    /// The call's custom key.
+    fn key(&mut self, key: &KeyFn) -> String;
+}
+
+impl HeadOf for &Parts {
+    fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    fn key(&mut self, key: &KeyFn) -> String {
+        key(self)
+    }
+}
+
+/// Only a custom key reads the head as `Parts`; the request is lent to it field by
+/// field, so the usual partitions neither take the request apart nor move it.
+impl<B> HeadOf for &mut Request<B> {
+    fn uri(&self) -> &Uri {
+        Request::uri(self)
+    }
+
+    fn key(&mut self, key: &KeyFn) -> String {
+        let (mut head, ()) = Request::new(()).into_parts();
+        swap_head(self, &mut head);
+        let key = key(&head);
+        swap_head(self, &mut head);
+        key
     }
 }
 

@@ -45,7 +45,7 @@ pub use hedging::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
 pub use idempotency::{is_idempotent, Keyed};
-pub(crate) use pause::{meet, pause_hint, untaken_pause_hint, HintTaken};
+pub(crate) use pause::{meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};
 pub use report::{CallError, Report};

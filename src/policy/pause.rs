@@ -166,6 +166,14 @@ pub(crate) fn untaken_pause_hint<B>(res: &http::Response<B>) -> Option<Duration>
         .filter(|_| res.extensions().get::<HintTaken>().is_none())
 }
 
+/// Until when `res`'s origin should be paused, by its untaken hint received at
+/// `now` (the clock is read only when there is a hint, if `now` is `None`).
+#[inline]
+pub(crate) fn pause_until<B>(res: &http::Response<B>, now: Option<Instant>) -> Option<Instant> {
+    let hint = untaken_pause_hint(res)?;
+    Some(super::later(now.unwrap_or_else(Instant::now), hint))
+}
+
 /// How a call that is about to send an attempt at `now` meets `pause`: `Ok(at)`
 /// to wait until `at` and then go, `Err(())` when it must fail at once — the
 /// account fails fast, or the deadline leaves no room for the pause plus

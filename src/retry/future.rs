@@ -64,6 +64,8 @@ pub(super) struct Held<S, B> {
     account: Arc<Account>,
     hold: Hold,
     keyed: bool,
+    /// When the guard dated the call, before the hold.
+    dated: Option<Instant>,
 }
 
 impl<S, B> Held<S, B>
@@ -85,7 +87,7 @@ where
         let admitted = Admitted {
             guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
-            at: None,
+            at: self.dated,
         };
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
@@ -193,6 +195,7 @@ where
                     account,
                     hold,
                     keyed: admitted.keyed,
+                    dated: admitted.at,
                 }),
             },
             call: Call::idle(policy, admitted.guarded),

@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
 use crate::origin::{Entry, Registry};
-use crate::policy::{BudgetHandle, CallContext, Given};
+use crate::policy::{pause_until, BudgetHandle, CallContext, Given};
 
 /// What a retry layer guards its calls with: the work of the layers it stands
 /// for, and the state of each origin.
@@ -46,6 +46,26 @@ pub(crate) struct Guard {
 pub(crate) struct Origin {
     breaker: Option<Arc<Core>>,
     account: Option<Arc<Account>>,
+}
+
+/// A call's breaker and account, taken from the entries of its origin.
+#[derive(Default)]
+struct Found {
+    breaker: Option<Arc<Core>>,
+    account: Option<Arc<Account>>,
+}
+
+impl Found {
+    /// Takes the parts `origin` has (each registry's entries hold their own).
+    #[inline]
+    fn take_from(&mut self, origin: &Origin) {
+        if let Some(breaker) = &origin.breaker {
+            self.breaker = Some(breaker.clone());
+        }
+        if let Some(account) = &origin.account {
+            self.account = Some(account.clone());
+        }
+    }
 }
 
 impl Entry for Origin {
@@ -137,30 +157,28 @@ impl Guard {
     }
 
     /// The breaker and account of the call whose head is `head`.
-    fn origin_of(&self, head: &Parts) -> (Option<Arc<Core>>, Option<Arc<Account>>) {
-        let (mut breaker, mut account) = (None, None);
+    fn origin_of(&self, head: &Parts) -> Found {
+        let mut found = Found::default();
         for registry in self.origins.iter() {
-            let origin = registry.get(head);
-            breaker = breaker.or_else(|| origin.breaker.clone());
-            account = account.or_else(|| origin.account.clone());
+            found.take_from(&registry.get(head));
         }
-        (breaker, account)
+        found
     }
 
     /// The state of the breaker of the origin of `head`, if the guard has a breaker.
     pub(super) fn breaker_state(&self, head: &Parts) -> Option<State> {
-        self.origin_of(head).0.map(|b| b.state())
+        self.origin_of(head).breaker.map(|b| b.state())
     }
 
     /// When the breaker of the origin of `head` lets its next probe through, if
     /// the guard has a breaker and it is open.
     pub(super) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.origin_of(head).0?.next_probe_at()
+        self.origin_of(head).breaker?.next_probe_at()
     }
 
     /// The budget account of the origin of `head`, if the guard has a budget.
     pub(super) fn account(&self, head: &Parts) -> Option<OriginAccount> {
-        self.origin_of(head).1.map(OriginAccount)
+        self.origin_of(head).account.map(OriginAccount)
     }
 
     /// How many entries the guard holds, after forgetting the idle ones.
@@ -211,7 +229,7 @@ pub(super) enum Entered {
         hold: Hold,
     },
     /// The breaker or the origin's pause refused it; the call holds what must
-    /// still see its end (a refused pause still counts for the breaker).
+    /// still see its end (the breaker permit, given back as the call sent nothing).
     Refused { guarded: Guarded, error: Error },
 }
 
@@ -227,17 +245,11 @@ impl Guard {
         let observer = context.and_then(CallContext::observer).cloned();
         let observed = |req: &Request<B>| observer.clone().map(|o| Box::new(Observed::new(o, req)));
         // One lookup finds both (unless they partition calls differently).
-        let (mut breaker, mut account) = (None, None);
+        let mut found = Found::default();
         for registry in self.origins.iter() {
-            registry.visit_for(req, |origin| {
-                if origin.breaker.is_some() {
-                    breaker.clone_from(&origin.breaker);
-                }
-                if origin.account.is_some() {
-                    account.clone_from(&origin.account);
-                }
-            });
+            registry.visit_for(req, |origin| found.take_from(origin));
         }
+        let Found { breaker, account } = found;
         let permit = match breaker {
             Some(breaker) => match breaker.admit() {
                 Ok(ticket) => Some(Permit::new(breaker, ticket, observed(req))),
@@ -265,7 +277,10 @@ impl Guard {
                 at: None,
             });
         };
-        let now = Instant::now();
+        // Dated once: by a layer above that dated the call already, else now.
+        let now = Given::new(req.extensions())
+            .entered()
+            .unwrap_or_else(Instant::now);
         account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
             guarded.budget = Some(BudgetHandle::new(account));
@@ -281,13 +296,16 @@ impl Guard {
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the gates, which ask the same account.
         let deadline = Given::new(req.extensions()).deadline();
+        let dated = now;
         let now = Instant::now();
         match Hold::meet(pause, now, deadline, &account, guarded.observed.as_deref()) {
+            // The call's time counts from its date, the hold included, as behind a
+            // budget layer.
             Ok(hold) => Entered::Held {
                 admitted: Admitted {
                     guarded,
                     keyed,
-                    at: None,
+                    at: Some(dated),
                 },
                 account,
                 hold,
@@ -344,8 +362,8 @@ impl Guarded {
 
     #[inline(never)]
     fn answered_guarded<RB>(&mut self, res: &Response<RB>) {
-        if let Some(budget) = &self.budget {
-            super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
+        if let (Some(budget), Some(until)) = (&self.budget, pause_until(res, None)) {
+            budget.pause_told(until, self.observed.as_deref());
         }
         if let Some(permit) = self.permit.take() {
             permit.answered(res);
@@ -356,11 +374,13 @@ impl Guarded {
     /// answer, and the breaker records it, as the layers it stands for would.
     #[inline]
     pub(super) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
-        if let (Some(budget), Ok(res)) = (&self.budget, result) {
-            super::call::pause_on_hint(budget, res, None, self.observed.as_deref());
-        }
-        if let Some(permit) = self.permit.take() {
-            permit.finish(result);
+        match result {
+            Ok(res) => self.answered(res),
+            Err(_) => {
+                if let Some(permit) = self.permit.take() {
+                    permit.finish(result);
+                }
+            }
         }
     }
 }

@@ -22,7 +22,8 @@ use crate::policy::RetryPolicy;
 /// [`circuit_breaker`](RetryLayer::circuit_breaker) and
 /// [`budget`](RetryLayer::budget). A call then goes through one layer and one
 /// future instead of four, finds its origin's breaker and budget account with one
-/// lookup (they are kept side by side), and keeps them in its own state instead of
+/// lookup (they are kept side by side; two lookups when the two policies partition
+/// calls differently), and keeps them in its own state instead of
 /// in the request's extensions, so the whole guard costs little more than the
 /// retry layer alone. What a call meets is what it meets in the stack of four:
 ///
@@ -34,8 +35,14 @@ use crate::policy::RetryPolicy;
 /// retry) and told the call's final outcome; each call counted once in its origin's
 /// budget account and every retry withdrawn from it; a paused origin holding (or
 /// refusing) the first attempt; the same errors, tracing events and observer
-/// events. The guard's breakers and accounts are its own (shared by the layer's
-/// clones and services): [`breaker_state`](RetryLayer::breaker_state),
+/// events (except that the guard's events name the route the call matched, which
+/// the layers outside the retry layer cannot know). A call that ended before it
+/// sent anything counts neither way for the breaker, in both shapes.
+///
+/// The guard's breakers and accounts are its own. [`circuit_breaker`] and
+/// [`budget`] start them empty; clones of the layer made afterwards, their
+/// services, and layers made from it by [`policy`](RetryLayer::policy) or
+/// [`routes`](RetryLayer::routes) share them: [`breaker_state`](RetryLayer::breaker_state),
 /// [`budget_account`](RetryLayer::budget_account) and
 /// [`origins`](RetryLayer::origins) read them, as
 /// [`CircuitBreakerLayer::state`] and [`BudgetLayer::account`] read a layer's.
@@ -80,6 +87,8 @@ use crate::policy::RetryPolicy;
 /// # Ok(()) }
 /// ```
 ///
+/// [`circuit_breaker`]: RetryLayer::circuit_breaker
+/// [`budget`]: RetryLayer::budget
 /// [`CircuitBreakerLayer::state`]: crate::CircuitBreakerLayer::state
 /// [`BudgetLayer::account`]: crate::BudgetLayer::account
 #[derive(Clone, Debug)]
@@ -147,6 +156,9 @@ impl RetryLayer {
     /// origin whose breaker is open is refused before anything is sent, retries ask
     /// the breaker, and the breaker records each call's final outcome. See [one
     /// layer for the whole guard](RetryLayer#one-layer-for-the-whole-guard).
+    ///
+    /// The guard's breakers (and accounts) start afresh: a layer this is called on
+    /// no longer shares them with layers it was cloned from.
     pub fn circuit_breaker(mut self, policy: CircuitBreakerPolicy) -> Self {
         self.guard_mut().set_breaker(policy);
         self
@@ -157,6 +169,9 @@ impl RetryLayer {
     /// (see [`budget`](crate::budget)): retries withdraw from it, and a paused
     /// origin holds (or refuses) the call's first attempt. See [one layer for the
     /// whole guard](RetryLayer#one-layer-for-the-whole-guard).
+    ///
+    /// The guard's accounts (and breakers) start afresh, as with
+    /// [`circuit_breaker`](RetryLayer::circuit_breaker).
     pub fn budget(mut self, policy: BudgetPolicy) -> Self {
         self.guard_mut().set_budget(policy);
         self

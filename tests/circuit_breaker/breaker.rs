@@ -1260,3 +1260,22 @@ over_shapes! {
         assert_eq!(call(&mut client, "http://a.test/").await.unwrap().status(), 200);
     }
 }
+
+/// A call that reached the origin and whose retry a layer beneath refused still
+/// counts: only a call that sent nothing says nothing of the origin.
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_retry_was_refused_beneath_still_counts() {
+    let outer = CircuitBreakerLayer::new(breaker(1, 1_000));
+    let inner = CircuitBreakerLayer::new(breaker(1, 1_000));
+    let mock = Script::new([status(503), status(503)]);
+    let retry = backstop::RetryLayer::new(fast_retries());
+    let mut client: Client =
+        BoxCloneService::new(outer.layer(retry.layer(inner.layer(mock.clone()))));
+    let res = call(&mut client, "http://a.test/").await;
+    // The 503 opened the inner breaker, which refused both retries.
+    let err = res.unwrap_err();
+    assert_eq!(err.attempts(), 3, "{err}");
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(inner.state(&head("http://a.test/")), State::Open);
+    assert_eq!(outer.state(&head("http://a.test/")), State::Open);
+}

@@ -683,9 +683,13 @@ mod wire {
                 )
                 .await;
                 let budget = BudgetLayer::default();
-                let once = Stack::new(RetryPolicy::none()).budget(&budget);
+                // One guard's breaker and budget for both clients, in every shape.
+                let breakers = breaker(5, ms(1000));
+                let once = Stack::new(RetryPolicy::none())
+                    .breaker(&breakers)
+                    .budget(&budget);
                 let mut once: WireClient = crate::shaped!(shape, once, transport(protocol));
-                let stack = guard(quick(), &breaker(5, ms(1000)), &budget);
+                let stack = guard(quick(), &breakers, &budget);
                 let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
                 let get = || Request::get(up.uri("/items")).body(empty()).unwrap();
                 let res = once.ready().await.unwrap().call(get()).await.unwrap();

@@ -30,7 +30,8 @@ pub const SHAPES: [Shape; 3] = [Shape::Layers, Shape::Guarded, Shape::Shared];
 
 /// The retry layer that guards the calls of every stack built with the same
 /// breaker and budget, once one is built: its breakers and accounts are theirs.
-type GuardCell = Arc<OnceLock<RetryLayer>>;
+/// With it, whether it was built with a breaker and with a budget.
+type GuardCell = Arc<OnceLock<(RetryLayer, bool, bool)>>;
 
 /// A circuit breaker under test: backstop's layer in the [`Shape::Layers`] shape,
 /// the breakers of the guard built with it in the guarded ones. It reads as the
@@ -51,14 +52,14 @@ impl CircuitBreakerLayer {
 
     pub fn state(&self, head: &Parts) -> State {
         match self.guard.get() {
-            Some(guard) => guard.breaker_state(head).expect("the guard has a breaker"),
+            Some((guard, ..)) => guard.breaker_state(head).expect("the guard has a breaker"),
             None => self.layer.state(head),
         }
     }
 
     pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
         match self.guard.get() {
-            Some(guard) => guard.next_probe_at(head),
+            Some((guard, ..)) => guard.next_probe_at(head),
             None => self.layer.next_probe_at(head),
         }
     }
@@ -67,7 +68,7 @@ impl CircuitBreakerLayer {
     /// when both partition by origin).
     pub fn origins(&self) -> usize {
         match self.guard.get() {
-            Some(guard) => guard.origins(),
+            Some((guard, ..)) => guard.origins(),
             None => self.layer.origins(),
         }
     }
@@ -104,7 +105,7 @@ impl BudgetLayer {
 
     pub fn account(&self, head: &Parts) -> OriginAccount {
         match self.guard.get() {
-            Some(guard) => guard.budget_account(head).expect("the guard has a budget"),
+            Some((guard, ..)) => guard.budget_account(head).expect("the guard has a budget"),
             None => self.layer.account(head),
         }
     }
@@ -113,7 +114,7 @@ impl BudgetLayer {
     /// [`CircuitBreakerLayer::origins`]).
     pub fn origins(&self) -> usize {
         match self.guard.get() {
-            Some(guard) => guard.origins(),
+            Some((guard, ..)) => guard.origins(),
             None => self.layer.origins(),
         }
     }
@@ -197,8 +198,16 @@ impl Stack {
         .into_iter()
         .flatten()
         .collect();
+        let pieces = (self.breaker.is_some(), self.budget.is_some());
         let base = match cells.iter().find_map(|c| c.get()) {
-            Some(base) => base.clone(),
+            Some((base, breaker, budget)) => {
+                assert_eq!(
+                    (*breaker, *budget),
+                    pieces,
+                    "a breaker or budget under test is used in stacks of other pieces"
+                );
+                base.clone()
+            }
             None => {
                 let mut base = RetryLayer::new(RetryPolicy::none());
                 if let Some(breaker) = &self.breaker {
@@ -211,7 +220,7 @@ impl Stack {
             }
         };
         for cell in cells {
-            let _ = cell.set(base.clone());
+            let _ = cell.set((base.clone(), pieces.0, pieces.1));
         }
         let mut retry = base.policy(self.policy.clone());
         if let Some(keys) = &self.keys {

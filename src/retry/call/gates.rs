@@ -70,21 +70,6 @@ where
     }
 }
 
-/// Pauses `budget`'s origin on the hint of `res`, received at `now` (read only when
-/// there is a hint, if `None`), unless a layer beneath took that hint already.
-#[inline]
-pub(in crate::retry) fn pause_on_hint<RB>(
-    budget: &BudgetHandle,
-    res: &Response<RB>,
-    now: Option<Instant>,
-    observed: Option<&Observed>,
-) {
-    if let Some(hint) = untaken_pause_hint(res) {
-        let now = now.unwrap_or_else(Instant::now);
-        budget.pause_told(later(now, hint), observed);
-    }
-}
-
 impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
@@ -98,8 +83,8 @@ impl<S, B> Call<S, B> {
     /// Pauses the call's origin on the hint of an answer the call will retry
     /// after (the budget layer pauses it on the call's final answer).
     pub(super) fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
-        if let Some(budget) = self.budget() {
-            pause_on_hint(budget, res, Some(now), self.observed.as_deref());
+        if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, Some(now))) {
+            budget.pause_told(until, self.observed.as_deref());
         }
     }
 

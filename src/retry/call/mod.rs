@@ -16,8 +16,6 @@ mod end;
 mod gates;
 mod tell;
 
-pub(super) use gates::pause_on_hint;
-
 use super::future::{ResponseFuture, State};
 use super::guard::{Admitted, Guarded};
 use super::head::{Extras, Head};
@@ -25,9 +23,9 @@ use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::observe::{self, Event, Observed};
 use crate::policy::{
-    classify_error, is_answer_under, ladder, later, meet, untaken_pause_hint, AttemptLog,
-    AttemptOutcome, AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged,
-    History, NoRetry, Outcome, Progress, RetryPolicy, RetryReason, StopReason,
+    classify_error, is_answer_under, ladder, later, meet, pause_until, AttemptLog, AttemptOutcome,
+    AttemptRecord, BudgetHandle, CallContext, Classification, ErrorKind, Hedged, History, NoRetry,
+    Outcome, Progress, RetryPolicy, RetryReason, StopReason,
 };
 
 /// Everything a call keeps between attempts.
