@@ -212,6 +212,7 @@ mod error;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
+mod guard;
 pub mod hedge;
 pub mod idempotency_key;
 pub mod observe;

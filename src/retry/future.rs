@@ -15,10 +15,9 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::call::{Call, CallResult, Step};
-use super::guard::{Admitted, Guarded};
 use crate::body::ReplayBody;
-use crate::budget::{Account, Hold};
 use crate::error::{BoxError, Error};
+use crate::guard::{Admitted, Guarded, Paused};
 use crate::policy::RetryPolicy;
 use crate::policy::{CallContext, StopReason};
 use std::mem;
@@ -26,7 +25,6 @@ use std::sync::Arc;
 
 pin_project! {
     /// Response future of [`Retry`](super::Retry): the attempt loop of one call.
-    #[project = FutureProj]
     pub struct ResponseFuture<S, B, RB>
     where
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
@@ -61,8 +59,7 @@ fn poll_timer(timer: &mut Timer, cx: &mut Context<'_>) -> Option<Poll<()>> {
 pub(super) struct Held<S, B> {
     service: S,
     request: Option<Request<B>>,
-    account: Arc<Account>,
-    hold: Hold,
+    paused: Paused,
     keyed: bool,
     /// When the guard dated the call, before the hold.
     dated: Option<Instant>,
@@ -74,16 +71,28 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    /// Starts the held call, now that its origin's pause is over for it and the
-    /// service is ready, as an unheld call would start. `None` if it was started
-    /// already.
+    /// Waits out the hold, then the service's readiness, then starts the call as an
+    /// unheld call starts (its span opened then, its first attempt sent); or the
+    /// error that refuses the call if the hold or the service's readiness ends in
+    /// one.
     #[cold]
     #[inline(never)]
-    fn start<RB>(&mut self, idle: &mut Call<S, B>) -> Option<ResponseFuture<S, B, RB>>
+    fn poll_start<RB>(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: &mut Call<S, B>,
+    ) -> Poll<Result<ResponseFuture<S, B, RB>, Error>>
     where
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+        S::Error: Into<BoxError>,
     {
-        let request = self.request.take()?;
+        let observed = idle.guarded().and_then(Guarded::observed);
+        ready!(self.paused.poll(cx, observed))?;
+        ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
+        let Some(request) = self.request.take() else {
+            // Taken only as the call starts, and then it is not held any more.
+            return Poll::Ready(Err(Error::polled_after_completion("retry")));
+        };
         let admitted = Admitted {
             guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
@@ -91,13 +100,13 @@ where
         };
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
-        Some(Call::start(
+        Poll::Ready(Ok(Call::start(
             &mut self.service,
             policy,
             request,
             span,
             admitted,
-        ))
+        )))
     }
 }
 
@@ -184,16 +193,14 @@ where
         policy: Arc<RetryPolicy>,
         req: Request<B>,
         admitted: Admitted,
-        account: Arc<Account>,
-        hold: Hold,
+        paused: Paused,
     ) -> Self {
         ResponseFuture {
             state: State::Held {
                 held: Box::new(Held {
                     service,
                     request: Some(req),
-                    account,
-                    hold,
+                    paused,
                     keyed: admitted.keyed,
                     dated: admitted.at,
                 }),
@@ -217,8 +224,16 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if let StateProj::Held { .. } = this.state.as_mut().project() {
-            ready!(start_held(&mut this, cx));
+        // A held call starts (or is refused) once its hold is over.
+        if let StateProj::Held { held } = this.state.as_mut().project() {
+            match ready!(held.poll_start(cx, this.call)) {
+                Ok(ResponseFuture { state, call, span }) => {
+                    *this.call = call;
+                    *this.span = span;
+                    this.state.set(state);
+                }
+                Err(error) => this.state.set(State::Refused { error: Some(error) }),
+            }
         }
         let call = this.call;
         let _entered = this.span.as_deref().map(Span::enter);
@@ -359,7 +374,7 @@ where
                     Some(err) => break Err(err),
                     None => break Err(Error::polled_after_completion("retry")),
                 },
-                // A held call is started before this loop (see `start_held`).
+                // A held call is started before this loop.
                 StateProj::Held { .. } | StateProj::Done => {
                     break Err(Error::polled_after_completion("retry"))
                 }
@@ -373,45 +388,6 @@ where
         call.ended(&ended);
         Poll::Ready(ended)
     }
-}
-
-/// Waits out a held call's hold, then starts it as an unheld call starts: its span
-/// opened then, and its first attempt sent. A hold that ends in an error leaves the
-/// call refused with it.
-#[cold]
-#[inline(never)]
-fn start_held<S, B, RB>(this: &mut FutureProj<'_, S, B, RB>, cx: &mut Context<'_>) -> Poll<()>
-where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
-    B: Body,
-    B::Data: Buf,
-    B::Error: Into<BoxError>,
-{
-    let StateProj::Held { held } = this.state.as_mut().project() else {
-        return Poll::Ready(());
-    };
-    let observed = this.call.guarded().and_then(Guarded::observed);
-    let ready = match ready!(held.hold.poll(cx, &held.account, observed)) {
-        Ok(()) => ready!(held.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into())),
-        Err(error) => Err(error),
-    };
-    let started = match ready {
-        Ok(()) => held.start(this.call),
-        Err(error) => {
-            this.state.set(State::Refused { error: Some(error) });
-            return Poll::Ready(());
-        }
-    };
-    match started {
-        Some(ResponseFuture { state, call, span }) => {
-            *this.call = call;
-            *this.span = span;
-            this.state.set(state);
-        }
-        None => this.state.set(State::Done),
-    }
-    Poll::Ready(())
 }
 
 /// Records on the call's span, once, how many times the request was sent again,

@@ -77,7 +77,6 @@
 
 mod call;
 mod future;
-mod guard;
 mod head;
 mod layer;
 mod route;
@@ -96,8 +95,8 @@ pub use route::{Route, RoutePolicy, Routes};
 
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
+use crate::guard::{Admitted, Entered, Guard};
 use crate::policy::RetryPolicy;
-use guard::{Admitted, Entered};
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
 /// docs](self).
@@ -112,7 +111,7 @@ pub struct Retry<S> {
 pub(crate) struct Settings {
     pub(crate) routes: Routes,
     /// The layers whose work the retry layer does itself, when it was given any.
-    guard: Option<guard::Guard>,
+    pub(crate) guard: Option<Guard>,
 }
 
 impl Settings {
@@ -124,7 +123,7 @@ impl Settings {
     }
 
     /// The guard, created empty on first use.
-    pub(crate) fn guard_mut(&mut self) -> &mut guard::Guard {
+    pub(crate) fn guard_mut(&mut self) -> &mut Guard {
         self.guard.get_or_insert_with(Default::default)
     }
 }
@@ -187,13 +186,9 @@ where
         };
         let admitted = match guard.enter(&mut req) {
             Entered::Go(admitted) => admitted,
-            Entered::Held {
-                admitted,
-                account,
-                hold,
-            } => {
+            Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();
-                return ResponseFuture::held(service, policy, req, admitted, account, hold);
+                return ResponseFuture::held(service, policy, req, admitted, paused);
             }
             Entered::Refused { guarded, error } => {
                 return ResponseFuture::refused(policy, guarded, error)

@@ -2,14 +2,24 @@
 //! retry budget of each call, run in the retry layer's own call and future instead
 //! of in three layers around it (see [`RetryLayer::circuit_breaker`]).
 //!
+//! Layers share nothing but `policy`; this module is the one place that stands on
+//! several of them, because doing their work in one future is its job. It uses their
+//! own pieces (the key layer's stamp, the breaker's permit and refusal, the budget's
+//! account and hold), so each behaviour stays written once, in its layer. The retry
+//! layer sees only what this module hands it: [`Entered`], [`Admitted`],
+//! [`Guarded`] and [`Paused`].
+//!
 //! The guard keeps each origin's breaker and budget account side by side in one
 //! registry entry, so a call finds both with one lookup (two when the breaker and
 //! the budget partition calls differently).
 //!
-//! [`RetryLayer::circuit_breaker`]: super::RetryLayer::circuit_breaker
+//! [`RetryLayer::circuit_breaker`]: crate::RetryLayer::circuit_breaker
+
+mod layer;
 
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::request::Parts;
@@ -28,7 +38,7 @@ use crate::policy::{pause_until, BudgetHandle, CallContext, Given};
 /// for, and the state of each origin.
 #[derive(Clone, Default)]
 pub(crate) struct Guard {
-    pub(super) key: Option<IdempotencyKeyLayer>,
+    pub(crate) key: Option<IdempotencyKeyLayer>,
     breaker: Option<Arc<CircuitBreakerPolicy>>,
     budget: Option<BudgetPolicy>,
     /// Each origin's breaker and account: one registry when the two partition
@@ -37,7 +47,7 @@ pub(crate) struct Guard {
     origins: Arc<[Registry<Origin>]>,
     /// The breaker's and the budget's handles go into every call's context, for a
     /// hedge layer beneath; without it, only into a context the call has already.
-    pub(super) hand_down: bool,
+    pub(crate) hand_down: bool,
 }
 
 /// What the guard keeps of one origin (or key): its breaker and its budget
@@ -105,13 +115,13 @@ impl Entry for Origin {
 
 impl Guard {
     /// Guards calls with a circuit breaker of these settings.
-    pub(super) fn set_breaker(&mut self, policy: CircuitBreakerPolicy) {
+    pub(crate) fn set_breaker(&mut self, policy: CircuitBreakerPolicy) {
         self.breaker = Some(Arc::new(policy));
         self.rebuild();
     }
 
     /// Guards calls with a retry budget of these numbers.
-    pub(super) fn set_budget(&mut self, policy: BudgetPolicy) {
+    pub(crate) fn set_budget(&mut self, policy: BudgetPolicy) {
         self.budget = Some(policy);
         self.rebuild();
     }
@@ -166,23 +176,23 @@ impl Guard {
     }
 
     /// The state of the breaker of the origin of `head`, if the guard has a breaker.
-    pub(super) fn breaker_state(&self, head: &Parts) -> Option<State> {
+    pub(crate) fn breaker_state(&self, head: &Parts) -> Option<State> {
         self.origin_of(head).breaker.map(|b| b.state())
     }
 
     /// When the breaker of the origin of `head` lets its next probe through, if
     /// the guard has a breaker and it is open.
-    pub(super) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+    pub(crate) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
         self.origin_of(head).breaker?.next_probe_at()
     }
 
     /// The budget account of the origin of `head`, if the guard has a budget.
-    pub(super) fn account(&self, head: &Parts) -> Option<OriginAccount> {
+    pub(crate) fn account(&self, head: &Parts) -> Option<OriginAccount> {
         self.origin_of(head).account.map(OriginAccount)
     }
 
     /// How many entries the guard holds, after forgetting the idle ones.
-    pub(super) fn origins(&self) -> usize {
+    pub(crate) fn origins(&self) -> usize {
         self.origins.iter().map(Registry::len).sum()
     }
 }
@@ -202,8 +212,8 @@ impl fmt::Debug for Guard {
 /// account. Empty for a call that is not guarded.
 #[derive(Default)]
 pub(crate) struct Guarded {
-    pub(super) budget: Option<BudgetHandle>,
-    pub(super) permit: Option<Permit>,
+    pub(crate) budget: Option<BudgetHandle>,
+    pub(crate) permit: Option<Permit>,
     /// The call's observer, told of the pause the call's answer sets.
     observed: Option<Box<Observed>>,
 }
@@ -213,21 +223,17 @@ pub(crate) struct Guarded {
 /// reads no second clock.
 #[derive(Default)]
 pub(crate) struct Admitted {
-    pub(super) guarded: Guarded,
-    pub(super) keyed: bool,
-    pub(super) at: Option<Instant>,
+    pub(crate) guarded: Guarded,
+    pub(crate) keyed: bool,
+    pub(crate) at: Option<Instant>,
 }
 
 /// How a guarded call goes on after its guard.
-pub(super) enum Entered {
+pub(crate) enum Entered {
     /// Its first attempt goes now.
     Go(Admitted),
     /// Its origin is paused: the first attempt waits for its share of the end.
-    Held {
-        admitted: Admitted,
-        account: Arc<Account>,
-        hold: Hold,
-    },
+    Held { admitted: Admitted, paused: Paused },
     /// The breaker or the origin's pause refused it; the call holds what must
     /// still see its end (the breaker permit, given back as the call sent nothing).
     Refused { guarded: Guarded, error: Error },
@@ -238,11 +244,13 @@ impl Guard {
     /// is stamped, the breaker admits the call, the budget counts it and meets its
     /// origin's pause.
     #[inline]
-    pub(super) fn enter<B>(&self, req: &mut Request<B>) -> Entered {
+    pub(crate) fn enter<B>(&self, req: &mut Request<B>) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.config.stamp(req));
         let context = CallContext::of(req.extensions());
         let has_context = context.is_some();
         let observer = context.and_then(CallContext::observer).cloned();
+        // When a layer above dated the call already.
+        let entered = context.and_then(|c| Given::context(c).entered());
         let observed = |req: &Request<B>| observer.clone().map(|o| Box::new(Observed::new(o, req)));
         // One lookup finds both (unless they partition calls differently).
         let mut found = Found::default();
@@ -278,9 +286,7 @@ impl Guard {
             });
         };
         // Dated once: by a layer above that dated the call already, else now.
-        let now = Given::new(req.extensions())
-            .entered()
-            .unwrap_or_else(Instant::now);
+        let now = entered.unwrap_or_else(Instant::now);
         account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
             guarded.budget = Some(BudgetHandle::new(account));
@@ -307,18 +313,35 @@ impl Guard {
                     keyed,
                     at: Some(dated),
                 },
-                account,
-                hold,
+                paused: Paused { account, hold },
             },
             Err(error) => Entered::Refused { guarded, error },
         }
     }
 }
 
+/// A held call's wait for its share of the end of its origin's pause.
+pub(crate) struct Paused {
+    account: Arc<Account>,
+    hold: Hold,
+}
+
+impl Paused {
+    /// Waits out the hold: ready when the first attempt may go, or with the error
+    /// that refuses the call (see [`Hold::poll`]).
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        observed: Option<&Observed>,
+    ) -> Poll<Result<(), Error>> {
+        self.hold.poll(cx, &self.account, observed)
+    }
+}
+
 impl Guarded {
     /// Whether the call holds nothing of a guard.
     #[inline]
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.budget.is_none() && self.permit.is_none() && self.observed.is_none()
     }
 
@@ -343,18 +366,18 @@ impl Guarded {
 
     /// Whether the breaker, when the call has one, lets an extra attempt through.
     #[inline]
-    pub(super) fn allows_retry(&self) -> Option<bool> {
+    pub(crate) fn allows_retry(&self) -> Option<bool> {
         self.permit.as_ref().map(Permit::allows_retry)
     }
 
     /// The call's observer, for the pause its answer sets.
-    pub(super) fn observed(&self) -> Option<&Observed> {
+    pub(crate) fn observed(&self) -> Option<&Observed> {
         self.observed.as_deref()
     }
 
     /// The call ended with a plain first answer (see [`Guarded::finish`]).
     #[inline]
-    pub(super) fn answered<RB>(&mut self, res: &Response<RB>) {
+    pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
         if self.budget.is_some() || self.permit.is_some() {
             self.answered_guarded(res);
         }
@@ -373,7 +396,7 @@ impl Guarded {
     /// The call ended with `result`: the origin is paused on the hint of its
     /// answer, and the breaker records it, as the layers it stands for would.
     #[inline]
-    pub(super) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
+    pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
             Err(_) => {

@@ -1,0 +1,305 @@
+//! How a call starts, and how each later attempt is sent: the first attempt's
+//! request, the record its write safety depends on, its headers and its timeout.
+
+use super::*;
+
+/// A fresh record for an attempt whose write safety depends on one (no key, and a
+/// method that is not idempotent), given to the request's context and body.
+#[inline]
+fn track<B>(
+    keyed: bool,
+    idempotent: bool,
+    extensions: &mut http::Extensions,
+    body: &mut ReplayBody<B>,
+) -> Option<AttemptLog>
+where
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    if keyed || idempotent {
+        return None;
+    }
+    let log = AttemptLog::new();
+    CallContext::of_mut(extensions).set_attempt(Some(log.clone()));
+    body.set_progress(Some(log.clone()));
+    Some(log)
+}
+
+/// Stamps an attempt's headers as the rules ask.
+fn stamp(
+    policy: &RetryPolicy,
+    headers: &mut http::HeaderMap,
+    attempt: u32,
+    timeout: Option<Instant>,
+    now: Instant,
+) {
+    let rules = policy.rules();
+    if rules.stamps() {
+        let left = timeout.map(|t| t.saturating_duration_since(now));
+        rules.stamp(headers, attempt, left);
+    }
+}
+
+/// The first attempt's timeout (see [`Call::attempt_timeout`]).
+pub(super) fn first_timeout(
+    policy: &RetryPolicy,
+    slow: Option<&mut SlowPath>,
+    now: Instant,
+) -> Result<Option<Instant>, ()> {
+    let own = policy.attempt_timeout().map(|t| later(now, t));
+    let Some(slow) = slow else {
+        return Ok(own);
+    };
+    slow.timeout_is_deadline = false;
+    let Some(deadline) = slow.deadline else {
+        return Ok(own);
+    };
+    if deadline.saturating_duration_since(now) < policy.min_attempt_time() {
+        return Err(());
+    }
+    match own {
+        Some(own) if own <= deadline => Ok(Some(own)),
+        _ => {
+            slow.timeout_is_deadline = true;
+            Ok(Some(deadline))
+        }
+    }
+}
+
+impl<S, B> Call<S, B>
+where
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    /// Reads what the call needs from its request, sends the first attempt and
+    /// builds the call's future. Everything is computed on locals first and the
+    /// future is built in one expression at the end, so the call's state is written
+    /// once, in place, instead of being moved through intermediate values.
+    #[inline(always)]
+    pub(in crate::retry) fn start<RB>(
+        service: &mut S,
+        policy: Arc<RetryPolicy>,
+        req: Request<B>,
+        span: Option<Box<tracing::Span>>,
+        admitted: Admitted,
+    ) -> ResponseFuture<S, B, RB>
+    where
+        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    {
+        let Admitted { guarded, keyed, at } = admitted;
+        let keyed_by_guard = keyed;
+        let ext = req.extensions();
+        let given = crate::policy::Given::new(ext);
+        // The clock is read at once only when something must be timed; otherwise the
+        // call's start is taken when its first attempt first waits (a transport
+        // always does), so an answer that is ready at once reads no clock at all.
+        let given_deadline = given.deadline();
+        let route = given.route().cloned();
+        let observed = given
+            .observer()
+            .map(|o| Box::new(Observed::new(o.clone(), &req)));
+        let timed = given_deadline.is_some()
+            || policy.timeout().is_some()
+            || policy.attempt_timeout().is_some();
+        // An observer is told the call's time, so its start is read at once too. A
+        // layer above that dated the call (the budget's window) saves the read.
+        let started = (timed || observed.is_some())
+            .then(Instant::now)
+            .or(at)
+            .or_else(|| given.entered());
+        let deadline = match (given_deadline, policy.timeout(), started) {
+            (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
+            (Some(d), _, _) => Some(d),
+            (None, Some(t), Some(started)) => Some(later(started, t)),
+            _ => None,
+        };
+        // For an idempotent request a key changes nothing, so it is not looked for.
+        let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
+        let keyed = !idempotent && (keyed_by_guard || policy.carries_key(req.headers(), ext));
+        let one_shot = given.get::<crate::body::OneShot>().is_some();
+        let retries = policy.max_attempts() > 1;
+        let mut extras = retries.then(|| Extras::of(&given));
+
+        // A policy of one attempt keeps nothing (an empty body stays free of any
+        // allocation); a one-shot body is never sent twice, hedges included. The
+        // head is worked on as parts and put together with the replay body only in
+        // the call to the service, so the request is not moved in between.
+        let (mut parts, body) = req.into_parts();
+        let mut body = if one_shot {
+            ReplayBody::one_shot(body)
+        } else {
+            ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
+        };
+        // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
+        if let Some(deadline) = deadline.map(crate::policy::Deadline::at) {
+            CallContext::of_mut(&mut parts.extensions).set_deadline(deadline);
+            if let Some(extras) = &mut extras {
+                extras.set_deadline(deadline);
+            }
+        }
+        // What later attempts need, allocated once and filled in place: the head's
+        // bytes are written where they stay. The service was driven to readiness for
+        // the first attempt; the clone drives its own.
+        let kept = match extras {
+            Some(extras) => {
+                let mut kept = Box::new(Kept {
+                    later: Some(Later {
+                        service: service.clone(),
+                        head: Head::empty(extras),
+                    }),
+                    guarded,
+                });
+                if let Some(later) = &mut kept.later {
+                    later.head.fill(&parts);
+                }
+                Some(kept)
+            }
+            None => Kept::guarded(guarded),
+        };
+        let source = retries.then(|| body.source());
+        let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
+        let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
+        // The first attempt's timeout, and when it starts if its headers are stamped.
+        let timeout = match (timed, started) {
+            (true, Some(now)) => {
+                first_timeout(&policy, slow.as_deref_mut(), now).map(|t| (t, Some(now)))
+            }
+            _ => Ok((
+                None,
+                policy
+                    .rules()
+                    .stamps()
+                    .then(|| started.unwrap_or_else(Instant::now)),
+            )),
+        };
+        // The call's state, written once where the future is built.
+        macro_rules! call {
+            () => {
+                Call {
+                    idempotent,
+                    slow,
+                    kept,
+                    keyed,
+                    body: source,
+                    log,
+                    attempt: 1,
+                    route,
+                    started,
+                    policy,
+                    observed,
+                }
+            };
+        }
+        let (timeout, now) = match timeout {
+            Ok(timeout) => timeout,
+            // The readied service is not called: what it reserved for a call stays
+            // with the retry service, ready for its next one.
+            Err(()) => return ResponseFuture::refused_by_deadline(call!(), span),
+        };
+        if let Some(now) = now {
+            stamp(&policy, &mut parts.headers, 1, timeout, now);
+        }
+        // Built in one expression, the inner future written straight into ours.
+        ResponseFuture {
+            state: State::Attempt {
+                future: {
+                    let _entered = span.as_deref().map(tracing::Span::enter);
+                    service.call(Request::from_parts(parts, body))
+                },
+                timeout: crate::retry::future::timer(timeout),
+            },
+            call: call!(),
+            span,
+        }
+    }
+
+    /// A call that sends nothing (yet): refused by its guard, or held by it.
+    pub(in crate::retry) fn idle(policy: Arc<RetryPolicy>, guarded: Guarded) -> Self {
+        Call {
+            kept: Kept::guarded(guarded),
+            policy,
+            idempotent: false,
+            keyed: false,
+            body: None,
+            log: None,
+            attempt: 0,
+            route: None,
+            started: None,
+            slow: None,
+            observed: None,
+        }
+    }
+
+    /// Stamps an attempt's headers as the rules ask (an attempt header, gRPC's
+    /// `grpc-timeout` cut to the time the attempt has, `grpc-previous-rpc-attempts`).
+    #[inline]
+    fn stamp(&self, req: &mut Request<ReplayBody<B>>, timeout: Option<Instant>, now: Instant) {
+        stamp(&self.policy, req.headers_mut(), self.attempt, timeout, now)
+    }
+
+    /// Gives the attempt a fresh record when its write safety depends on one: no
+    /// key, and a method that is not idempotent.
+    #[inline]
+    fn track(&mut self, req: Request<ReplayBody<B>>) -> Request<ReplayBody<B>> {
+        let (mut parts, mut body) = req.into_parts();
+        self.log = track(
+            self.keyed,
+            self.idempotent,
+            &mut parts.extensions,
+            &mut body,
+        );
+        Request::from_parts(parts, body)
+    }
+
+    /// The deadline leaves no time for a first attempt: the call is refused.
+    pub(in crate::retry) fn refused_by_deadline(&mut self) -> Error {
+        let history = self.finish(StopReason::Deadline);
+        Error::new(
+            ErrorKind::Timeout,
+            Some(Box::new(TimedOut { deadline: true })),
+        )
+        .with_history(history, false)
+    }
+
+    /// The request for the next attempt and its timeout, or how the call ends.
+    pub(in crate::retry) fn next_attempt<RB>(
+        &mut self,
+        now: Instant,
+    ) -> Result<(S::Future, Option<Instant>), CallResult<RB>>
+    where
+        S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+    {
+        let Ok(timeout) = self.attempt_timeout(now) else {
+            return Err(self.stopped(StopReason::Deadline));
+        };
+        self.attempt += 1;
+        // The head stays kept to the end: the budget and breaker handles are read
+        // from it, and a head that did not read back must still refund the retry.
+        let request = match (self.head(), &self.body) {
+            (Some(head), Some(body)) => head.clone().request(body.replay()),
+            _ => None,
+        };
+        let Some(req) = request else {
+            // The gates allowed another attempt, so the head is kept (it is `None`
+            // only for a policy of one attempt); it fails to read back only if a
+            // header value was made through http's unchecked constructor with bytes
+            // the checked one refuses (see `head::flat::HeadCopy::parts`). The call
+            // then ends here.
+            return Err(self.stopped(StopReason::AttemptsExhausted));
+        };
+        let mut req = self.track(req);
+        self.stamp(&mut req, timeout, now);
+        let slow = self.slow();
+        slow.last_error = None;
+        slow.withdrawn = false;
+        slow.attempt_started = Some(now);
+        // The request came from the kept head, so the service kept beside it is
+        // there, driven to readiness by the `Readying` state.
+        match self.service() {
+            Some(service) => Ok((service.call(req), timeout)),
+            None => Err(self.stopped(StopReason::AttemptsExhausted)),
+        }
+    }
+}
