@@ -31,7 +31,7 @@ use crate::circuit_breaker::{refusal, CircuitBreakerPolicy, Core, Permit, State}
 use crate::error::Error;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
-use crate::origin::{Entry, Registry};
+use crate::origin::{Entry, Partition, Registry};
 use crate::policy::{pause_until, BudgetHandle, CallContext, Given};
 
 /// What a retry layer guards its calls with: the work of the layers it stands
@@ -126,42 +126,31 @@ impl Guard {
         self.rebuild();
     }
 
-    /// Fresh registries for the breaker and budget set now.
+    /// Fresh registries for the breaker and budget set now: one whose entries hold
+    /// both when they partition calls alike, else one for each.
     fn rebuild(&mut self) {
-        let breaker = |policy: &Arc<CircuitBreakerPolicy>| {
-            let policy = policy.clone();
-            move |label: &String| Arc::new(Core::new(policy.clone(), label.clone()))
-        };
-        let account = |policy: &BudgetPolicy| {
-            let policy = policy.clone();
-            move || Arc::new(Account::new(&policy))
-        };
+        fn registry(
+            partition: &Partition,
+            breaker: Option<&Arc<CircuitBreakerPolicy>>,
+            budget: Option<&BudgetPolicy>,
+        ) -> Registry<Origin> {
+            let (breaker, budget) = (breaker.cloned(), budget.cloned());
+            Registry::new(partition.clone(), move |label| Origin {
+                breaker: breaker
+                    .as_ref()
+                    .map(|p| Arc::new(Core::new(p.clone(), label))),
+                account: budget.as_ref().map(|p| Arc::new(Account::new(p))),
+            })
+        }
         self.origins = match (&self.breaker, &self.budget) {
             (Some(b), Some(a)) if b.partition.same_as(&a.partition) => {
-                let (breaker, account) = (breaker(b), account(a));
-                vec![Registry::new(b.partition.clone(), move |label| Origin {
-                    breaker: Some(breaker(&label)),
-                    account: Some(account()),
-                })]
+                vec![registry(&b.partition, Some(b), Some(a))]
             }
-            (b, a) => {
-                let mut origins = Vec::new();
-                if let Some(b) = b {
-                    let breaker = breaker(b);
-                    origins.push(Registry::new(b.partition.clone(), move |label| Origin {
-                        breaker: Some(breaker(&label)),
-                        account: None,
-                    }));
-                }
-                if let Some(a) = a {
-                    let account = account(a);
-                    origins.push(Registry::new(a.partition.clone(), move |_| Origin {
-                        breaker: None,
-                        account: Some(account()),
-                    }));
-                }
-                origins
-            }
+            (b, a) => b
+                .iter()
+                .map(|b| registry(&b.partition, Some(b), None))
+                .chain(a.iter().map(|a| registry(&a.partition, None, Some(a))))
+                .collect(),
         }
         .into();
     }
