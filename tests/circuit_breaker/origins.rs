@@ -24,6 +24,62 @@ fn answer(host: &str) -> u16 {
     }
 }
 
+/// Opens after two failures in a row, for 5 s.
+fn breaker() -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy::builder()
+        .consecutive_failures(2)
+        .cooldown(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// An upstream that answers by host (see [`answer`]), `check`ing each request, and
+/// holds the answer to `slow.test` until the sender it returns is used.
+fn upstream<B: Send + 'static>(
+    check: fn(&Request<B>),
+) -> (
+    oneshot::Sender<()>,
+    impl tower::Service<
+            Request<B>,
+            Response = Response<Full<Bytes>>,
+            Error = std::io::Error,
+            Future = impl Send,
+        > + Clone,
+) {
+    let (release, released) = oneshot::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
+    let upstream = tower::service_fn(move |req: Request<B>| {
+        check(&req);
+        let host = req.uri().host().unwrap_or_default().to_owned();
+        let wait = (host == "slow.test").then(|| released.lock().unwrap().take().unwrap());
+        async move {
+            if let Some(wait) = wait {
+                wait.await.ok();
+            }
+            // Held until the answer, as a retry layer holds the budget's handle.
+            drop(req);
+            let mut res = Response::new(Full::<Bytes>::default());
+            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    (release, upstream)
+}
+
+/// A call to `slow.test` through a clone of `client`, left in flight.
+async fn call_slow<S>(client: &S) -> tokio::task::JoinHandle<Result<S::Response, S::Error>>
+where
+    S: tower::Service<Request<Full<Bytes>>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Send,
+{
+    let mut slow = client.clone();
+    let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
+    tokio::task::yield_now().await;
+    in_flight
+}
+
 /// Calls each of the `ORIGINS` origins once through a clone of `client`, and every
 /// twentieth that failed twice more (its breaker opens and refuses the third): how
 /// many failed once, and how many breakers opened.
@@ -72,39 +128,17 @@ where
 
 #[tokio::test(start_paused = true)]
 async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
-    let breakers = CircuitBreakerLayer::new(
-        CircuitBreakerPolicy::builder()
-            .consecutive_failures(2)
-            .cooldown(Duration::from_secs(5))
-            .build()
-            .unwrap(),
-    );
+    let breakers = CircuitBreakerLayer::new(breaker());
     let budgets = BudgetLayer::new(BudgetPolicy::default());
-    let (release, released) = oneshot::channel::<()>();
-    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
-    let upstream = tower::service_fn(move |req: Request<Full<Bytes>>| {
+    let (release, upstream) = upstream(|req: &Request<Full<Bytes>>| {
         assert!(CallContext::of(req.extensions())
             .and_then(CallContext::budget)
             .is_some());
-        let host = req.uri().host().unwrap_or_default().to_owned();
-        let wait = (host == "slow.test").then(|| released.lock().unwrap().take().unwrap());
-        async move {
-            if let Some(wait) = wait {
-                wait.await.ok();
-            }
-            // Held until the answer, as a retry layer holds the budget's handle.
-            drop(req);
-            let mut res = Response::new(Full::<Bytes>::default());
-            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
-            Ok::<_, std::io::Error>(res)
-        }
     });
     let client = breakers.layer(budgets.layer(upstream));
 
     // A call that stays in flight through the idle time holds its entries.
-    let mut slow = client.clone();
-    let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
-    tokio::task::yield_now().await;
+    let in_flight = call_slow(&client).await;
 
     assert_eq!(call_every_origin(&client).await, (1_000, 500));
     assert_eq!(budgets.origins(), ORIGINS + 1);
@@ -153,33 +187,12 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
 async fn a_guard_forgets_ten_thousand_idle_origins_too() {
     use backstop::{ReplayBody, RetryLayer, RetryPolicy};
     let guard = RetryLayer::new(RetryPolicy::none())
-        .circuit_breaker(
-            CircuitBreakerPolicy::builder()
-                .consecutive_failures(2)
-                .cooldown(Duration::from_secs(5))
-                .build()
-                .unwrap(),
-        )
+        .circuit_breaker(breaker())
         .budget(BudgetPolicy::default());
-    let (release, released) = oneshot::channel::<()>();
-    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
-    let upstream = tower::service_fn(move |req: Request<ReplayBody<Full<Bytes>>>| {
-        let host = req.uri().host().unwrap_or_default().to_owned();
-        let wait = (host == "slow.test").then(|| released.lock().unwrap().take().unwrap());
-        async move {
-            if let Some(wait) = wait {
-                wait.await.ok();
-            }
-            let mut res = Response::new(Full::<Bytes>::default());
-            *res.status_mut() = http::StatusCode::from_u16(answer(&host)).unwrap();
-            Ok::<_, std::io::Error>(res)
-        }
-    });
+    let (release, upstream) = upstream(|_: &Request<ReplayBody<Full<Bytes>>>| {});
     let client = guard.layer(upstream);
 
-    let mut slow = client.clone();
-    let in_flight = tokio::spawn(async move { call(&mut slow, "http://slow.test/").await });
-    tokio::task::yield_now().await;
+    let in_flight = call_slow(&client).await;
 
     assert_eq!(call_every_origin(&client).await, (1_000, 500));
     let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;

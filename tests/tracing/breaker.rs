@@ -17,19 +17,24 @@ use http_body_util::Full;
 type Client =
     tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
+/// A breaker that opens after `failures` failed calls in a row, for exactly 1 s.
+pub(crate) fn opening_after(failures: u32) -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy::builder()
+        .consecutive_failures(failures)
+        .min_calls(u32::MAX)
+        .cooldown(Duration::from_secs(1))
+        .max_cooldown(Duration::from_secs(1))
+        .jitter(0.0)
+        .build()
+        .unwrap()
+}
+
 over_shapes! {
     #[tokio::test(start_paused = true)]
     async fn tracing_tells_each_breaker_state_change_and_each_refusal(shape) {
         let (out, _guard) = Captured::debug();
 
-        let breaker = CircuitBreakerPolicy::builder()
-            .consecutive_failures(2)
-            .min_calls(u32::MAX)
-            .cooldown(Duration::from_secs(1))
-            .max_cooldown(Duration::from_secs(1))
-            .jitter(0.0)
-            .build()
-            .unwrap();
+        let breaker = opening_after(2);
         let mock = Script::new([status(503), status(503), status(200)]);
         let stack = Stack::new(RetryPolicy::none())
             .breaker(&CircuitBreakerLayer::new(breaker));

@@ -11,21 +11,13 @@ use crate::support::script::{status, status_with, Script};
 use crate::support::shape::{Shape, Stack};
 use crate::Captured;
 use backstop::budget::BudgetPolicy;
-use backstop::circuit_breaker::CircuitBreakerPolicy;
 use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::RetryPolicy;
 use http::StatusCode;
 
 fn guard() -> Stack {
-    let breaker = CircuitBreakerPolicy::builder()
-        // The 503 opens it (the pause's refusal sent nothing and counts neither way).
-        .consecutive_failures(1)
-        .min_calls(u32::MAX)
-        .cooldown(Duration::from_secs(1))
-        .max_cooldown(Duration::from_secs(1))
-        .jitter(0.0)
-        .build()
-        .unwrap();
+    // The 503 opens it (the pause's refusal sent nothing and counts neither way).
+    let breaker = super::breaker::opening_after(1);
     let budget = BudgetPolicy::builder()
         .pause_spread(Duration::ZERO)
         .build()
