@@ -111,6 +111,11 @@ where
 /// Besides `recorder`'s lines, each finished call's budget and time are written
 /// down as a line of its own, and `every_field` gets each event whole, as its
 /// `Debug` prints it.
+/// The kind of each event line: its first word.
+fn kinds(lines: &[String]) -> Vec<&str> {
+    lines.iter().map(|l| l.split(' ').next().unwrap()).collect()
+}
+
 fn observed_whole(
     shape: Shape,
     stack: &Stack,
@@ -188,9 +193,8 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
         normalised(&recorder, &["wait_ms", "elapsed_ms"])
     })
     .await;
-    let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(
-        kinds,
+        kinds(&lines),
         [
             "attempt_finished",
             "retry_scheduled",
@@ -226,9 +230,8 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
         (normalised(&recorder, &[]), every_field.lines())
     })
     .await;
-    let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(
-        kinds,
+        kinds(&lines),
         [
             "attempt_finished",
             "retry_skipped",
@@ -277,9 +280,8 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
         (normalised(&recorder, &[]), every_field.lines())
     })
     .await;
-    let kinds: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(
-        kinds,
+        kinds(&lines),
         [
             "attempt_finished",
             "retry_skipped",
