@@ -63,14 +63,7 @@ fn response(code: u16) -> Res {
 /// A breaker that trips on `consecutive` failures (the ratio signal off), with a
 /// fixed cooldown of `cooldown_ms` and no jitter.
 fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
-    CircuitBreakerPolicy::builder()
-        .consecutive_failures(consecutive)
-        .min_calls(u32::MAX)
-        .cooldown(Duration::from_millis(cooldown_ms))
-        .max_cooldown(Duration::from_millis(cooldown_ms))
-        .jitter(0.0)
-        .build()
-        .unwrap()
+    crate::support::policies::breaker(consecutive, Duration::from_millis(cooldown_ms))
 }
 
 // ---------------------------------------------------------------------------------

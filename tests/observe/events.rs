@@ -12,7 +12,6 @@ use crate::support::requests::call_with;
 use crate::support::script::{io_error, slow, status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetPolicy, PauseMode};
-use backstop::circuit_breaker::CircuitBreakerPolicy;
 use backstop::hedge::{HedgeLayer, HedgePolicy};
 use backstop::observe::ObserveLayer;
 use backstop::policy::{CallContext, Deadline};
@@ -26,16 +25,7 @@ fn get(uri: &str) -> Request<Full<Bytes>> {
     Request::get(uri).body(Full::default()).unwrap()
 }
 
-fn breaker(consecutive: u32, cooldown: Duration) -> CircuitBreakerPolicy {
-    CircuitBreakerPolicy::builder()
-        .consecutive_failures(consecutive)
-        .min_calls(u32::MAX)
-        .cooldown(cooldown)
-        .max_cooldown(cooldown)
-        .jitter(0.0)
-        .build()
-        .unwrap()
-}
+use crate::support::policies::breaker;
 
 type Client =
     tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;

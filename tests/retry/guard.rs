@@ -15,7 +15,7 @@ use crate::support::requests::{call, get, head};
 use crate::support::script::{ms, slow, status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack, SHAPES};
 use backstop::budget::BudgetPolicy;
-use backstop::circuit_breaker::{CircuitBreakerPolicy, State};
+use backstop::circuit_breaker::State;
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::observe::{Event, ObserveLayer, Observer};
@@ -42,16 +42,7 @@ fn retries() -> RetryPolicy {
 }
 
 fn breaker(consecutive: u32, cooldown: Duration) -> CircuitBreakerLayer {
-    CircuitBreakerLayer::new(
-        CircuitBreakerPolicy::builder()
-            .consecutive_failures(consecutive)
-            .min_calls(u32::MAX)
-            .cooldown(cooldown)
-            .max_cooldown(cooldown)
-            .jitter(0.0)
-            .build()
-            .unwrap(),
-    )
+    CircuitBreakerLayer::new(crate::support::policies::breaker(consecutive, cooldown))
 }
 
 /// A budget that releases a paused origin's calls at the pause's end exactly.

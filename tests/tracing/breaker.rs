@@ -19,14 +19,7 @@ type Client =
 
 /// A breaker that opens after `failures` failed calls in a row, for exactly 1 s.
 pub(crate) fn opening_after(failures: u32) -> CircuitBreakerPolicy {
-    CircuitBreakerPolicy::builder()
-        .consecutive_failures(failures)
-        .min_calls(u32::MAX)
-        .cooldown(Duration::from_secs(1))
-        .max_cooldown(Duration::from_secs(1))
-        .jitter(0.0)
-        .build()
-        .unwrap()
+    crate::support::policies::breaker(failures, Duration::from_secs(1))
 }
 
 over_shapes! {
