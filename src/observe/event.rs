@@ -109,6 +109,15 @@ impl CallInfo {
         }
     }
 
+    /// The same, from a request's head.
+    pub(crate) fn of_head(head: &http::request::Parts) -> Self {
+        CallInfo {
+            origin: Origin::of(&head.uri),
+            route: CallContext::of(&head.extensions).and_then(|c| c.route().map(Arc::from)),
+            method: head.method.clone(),
+        }
+    }
+
     /// A call to `origin` with `method`, on no route.
     pub fn new(origin: Origin, method: Method) -> Self {
         CallInfo {

@@ -250,6 +250,14 @@ impl Observed {
         }
     }
 
+    /// The same, from a request's head.
+    pub(crate) fn of_head(observer: Arc<dyn Observer>, parts: &http::request::Parts) -> Self {
+        Observed {
+            observer,
+            call: CallInfo::of_head(parts),
+        }
+    }
+
     /// The same, from a request head.
     pub(crate) fn of_parts(parts: &http::request::Parts) -> Option<Self> {
         let context = CallContext::of(&parts.extensions)?;

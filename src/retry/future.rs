@@ -100,10 +100,12 @@ where
         };
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
+        let (parts, body) = request.into_parts();
         Poll::Ready(Ok(Call::start(
             &mut self.service,
             policy,
-            request,
+            parts,
+            body,
             span,
             admitted,
         )))
@@ -146,6 +148,11 @@ where
     /// The call's span, left out when nothing takes it.
     #[inline(always)]
     pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Span>> {
+        // Checked first: when DEBUG is off, making a disabled span and dropping it
+        // costs more than this look at the level.
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            return None;
+        }
         let span = tracing::debug_span!(
             "backstop.retry",
             http.request.method = %req.method(),

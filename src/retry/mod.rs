@@ -182,7 +182,15 @@ where
         // looked at.
         let Some(guard) = &self.settings.guard else {
             let span = ResponseFuture::<S, B, RB>::span(&req);
-            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+            let (parts, body) = req.into_parts();
+            return call::Call::start(
+                &mut self.inner,
+                policy,
+                parts,
+                body,
+                span,
+                Admitted::default(),
+            );
         };
         let admitted = match guard.enter(&mut req) {
             Entered::Go(admitted) => admitted,
@@ -195,6 +203,7 @@ where
             }
         };
         let span = ResponseFuture::<S, B, RB>::span(&req);
-        call::Call::start(&mut self.inner, policy, req, span, admitted)
+        let (parts, body) = req.into_parts();
+        call::Call::start(&mut self.inner, policy, parts, body, span, admitted)
     }
 }

@@ -73,15 +73,17 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    /// Reads what the call needs from its request, sends the first attempt and
-    /// builds the call's future. Everything is computed on locals first and the
-    /// future is built in one expression at the end, so the call's state is written
-    /// once, in place, instead of being moved through intermediate values.
+    /// Reads what the call needs from its request (split into its head and body
+    /// by the caller, which saves a move of the whole request), sends the first
+    /// attempt and builds the call's future. Everything is computed on locals first
+    /// and the future is built in one expression at the end, so the call's state is
+    /// written once, in place, instead of being moved through intermediate values.
     #[inline(always)]
     pub(in crate::retry) fn start<RB>(
         service: &mut S,
         policy: Arc<RetryPolicy>,
-        req: Request<B>,
+        mut parts: http::request::Parts,
+        body: B,
         span: Option<Box<tracing::Span>>,
         admitted: Admitted,
     ) -> ResponseFuture<S, B, RB>
@@ -90,7 +92,7 @@ where
     {
         let Admitted { guarded, keyed, at } = admitted;
         let keyed_by_guard = keyed;
-        let ext = req.extensions();
+        let ext = &parts.extensions;
         let given = crate::policy::Given::new(ext);
         // The clock is read at once only when something must be timed; otherwise the
         // call's start is taken when its first attempt first waits (a transport
@@ -99,7 +101,7 @@ where
         let route = given.route().cloned();
         let observed = given
             .observer()
-            .map(|o| Box::new(Observed::new(o.clone(), &req)));
+            .map(|o| Box::new(Observed::of_head(o.clone(), &parts)));
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
             || policy.attempt_timeout().is_some();
@@ -116,17 +118,16 @@ where
             _ => None,
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
-        let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
-        let keyed = !idempotent && (keyed_by_guard || policy.carries_key(req.headers(), ext));
+        let idempotent = policy.rules().is_idempotent(&parts.method, &parts.uri);
+        let keyed = !idempotent && (keyed_by_guard || policy.carries_key(&parts.headers, ext));
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
         let mut extras = retries.then(|| Extras::of(&given));
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
         // allocation); a one-shot body is never sent twice, hedges included. The
-        // head is worked on as parts and put together with the replay body only in
-        // the call to the service, so the request is not moved in between.
-        let (mut parts, body) = req.into_parts();
+        // head is put together with the replay body only in the call to the
+        // service, so the request is not moved in between.
         let mut body = if one_shot {
             ReplayBody::one_shot(body)
         } else {
