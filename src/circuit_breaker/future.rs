@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use super::state::{Change, Core, Ticket};
 use crate::error::{BoxError, Error};
 use crate::observe::{BreakerStateChanged, Event, Observed};
-use crate::policy::Outcome;
+use crate::policy::{BreakerGate, BreakerHandle, Outcome};
 
 pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker).
@@ -31,45 +31,74 @@ pin_project! {
     }
 }
 
+/// What a permit reaches its breaker through: the breaker itself (the breaker
+/// layer's permits), or an entry that keeps it beside the origin's other state (a
+/// guard's), so that a call holds one reference to both.
+pub(crate) trait BreakerOwner: Send + Sync + 'static {
+    /// The breaker, when this owner keeps one (a breaker always does).
+    fn breaker(&self) -> Option<&Core>;
+
+    /// The breaker as the layers beneath see it, when this owner keeps one.
+    fn handle(this: &Arc<Self>) -> Option<BreakerHandle>;
+}
+
+impl BreakerOwner for Core {
+    #[inline]
+    fn breaker(&self) -> Option<&Core> {
+        Some(self)
+    }
+
+    fn handle(this: &Arc<Self>) -> Option<BreakerHandle> {
+        Some(BreakerHandle::new(this.clone()))
+    }
+}
+
 /// A call the breaker admitted, until its outcome is recorded.
-pub(crate) struct Permit {
-    core: Arc<Core>,
+pub(crate) struct Permit<O: BreakerOwner = Core> {
+    owner: Arc<O>,
     ticket: Ticket,
     recorded: bool,
     /// The call's observer, told of the state changes its outcome makes.
     observed: Option<Box<Observed>>,
 }
 
-impl Permit {
+impl<O: BreakerOwner> Permit<O> {
     #[inline]
-    pub(crate) fn new(core: Arc<Core>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
-        if ticket.half_opened {
+    pub(crate) fn new(owner: Arc<O>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
+        if let (true, Some(core)) = (ticket.half_opened, owner.breaker()) {
             changed(observed.as_deref(), core.state_change_to_half_open());
         }
         Permit {
-            core,
+            owner,
             ticket,
             recorded: false,
             observed,
         }
     }
 
-    /// Records the call's outcome: its final answer or error.
+    /// What the permit reaches its breaker through.
     #[inline]
-    /// A call that ended before it sent anything (refused by a layer inside, or
-    /// out of time before its first attempt) says nothing of the origin: it counts
-    /// neither way, and a probe's slot goes back, as for a dropped call.
-    pub(crate) fn finish<RB>(self, result: &Result<Response<RB>, Error>) {
+    pub(crate) fn owner(&self) -> &O {
+        &self.owner
+    }
+
+    /// Records the call's outcome: its final answer or error. A call that ended
+    /// before it sent anything (refused by a layer inside, or out of time before
+    /// its first attempt) says nothing of the origin: it counts neither way, and a
+    /// probe's slot goes back, as for a dropped call. Only the first outcome
+    /// counts.
+    #[inline]
+    pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
-            Err(err) if err.sent_nothing() => drop(self),
+            Err(err) if err.sent_nothing() => self.release(),
             Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
         }
     }
 
-    /// Records the call's final answer.
+    /// Records the call's final answer (unless an outcome was recorded already).
     #[inline]
-    pub(crate) fn answered<RB>(self, res: &Response<RB>) {
+    pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
         let outcome = Outcome::Response {
             status: res.status(),
             headers: res.headers(),
@@ -80,21 +109,37 @@ impl Permit {
     /// Whether the breaker lets an extra attempt of this call through now.
     #[inline]
     pub(crate) fn allows_retry(&self) -> bool {
-        crate::policy::BreakerGate::allows_retry(&*self.core)
+        self.owner.breaker().map_or(true, BreakerGate::allows_retry)
     }
 
     /// The breaker, as the layers beneath see it.
-    pub(crate) fn handle(&self) -> crate::policy::BreakerHandle {
-        crate::policy::BreakerHandle::new(self.core.clone())
+    pub(crate) fn handle(&self) -> Option<BreakerHandle> {
+        O::handle(&self.owner)
     }
 
     #[inline]
-    fn complete(mut self, outcome: Outcome<'_>, error: Option<&(dyn std::error::Error + 'static)>) {
-        let failed = self.core.config.fails(outcome, error);
+    fn complete(
+        &mut self,
+        outcome: Outcome<'_>,
+        error: Option<&(dyn std::error::Error + 'static)>,
+    ) {
+        let Some(core) = self.owner.breaker().filter(|_| !self.recorded) else {
+            return;
+        };
+        let failed = core.config.fails(outcome, error);
         self.recorded = true;
-        if let Some(change) = self.core.record(self.ticket, failed) {
+        if let Some(change) = core.record(self.ticket, failed) {
             changed(self.observed.as_deref(), change);
         }
+    }
+
+    /// Gives a probe's slot back, as for a call that was never sent, unless an
+    /// outcome was recorded.
+    fn release(&mut self) {
+        if let Some(core) = self.owner.breaker().filter(|_| !self.recorded) {
+            core.release(self.ticket);
+        }
+        self.recorded = true;
     }
 }
 
@@ -112,12 +157,10 @@ fn changed(observed: Option<&Observed>, change: Change) {
     }
 }
 
-impl Drop for Permit {
+impl<O: BreakerOwner> Drop for Permit<O> {
     fn drop(&mut self) {
-        if !self.recorded {
-            // Dropped before its outcome: a probe's slot goes back to the breaker.
-            self.core.release(self.ticket);
-        }
+        // Dropped before its outcome: a probe's slot goes back to the breaker.
+        self.release();
     }
 }
 
@@ -141,7 +184,7 @@ where
         match this.state.as_mut().project() {
             StateProj::Called { future, permit } => {
                 let result = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
-                if let Some(permit) = permit.take() {
+                if let Some(mut permit) = permit.take() {
                     permit.finish(&result);
                 }
                 this.state.set(State::Done { error: None });

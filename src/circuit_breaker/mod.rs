@@ -130,7 +130,7 @@ pub use state::State;
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, Event, Observed, Refusal};
 use crate::policy::{BreakerHandle, CallContext, StopReason};
-pub(crate) use future::Permit;
+pub(crate) use future::{BreakerOwner, Permit};
 use layer::Shared;
 pub(crate) use state::Core;
 

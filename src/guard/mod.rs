@@ -27,12 +27,15 @@ use http::{Request, Response};
 use tokio::time::Instant;
 
 use crate::budget::{Account, BudgetPolicy, Hold, OriginAccount};
-use crate::circuit_breaker::{refusal, CircuitBreakerPolicy, Core, Permit, State};
+use crate::circuit_breaker::{refusal, BreakerOwner, CircuitBreakerPolicy, Core, Permit, State};
 use crate::error::Error;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
 use crate::origin::{Entry, Partition, Registry};
-use crate::policy::{pause_until, BudgetHandle, CallContext, Given};
+use crate::policy::{
+    pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle, CallContext,
+    Given,
+};
 
 /// What a retry layer guards its calls with: the work of the layers it stands
 /// for, and the state of each origin.
@@ -51,30 +54,69 @@ pub(crate) struct Guard {
 }
 
 /// What the guard keeps of one origin (or key): its breaker and its budget
-/// account, each when the guard has one. Calls take their own references to the
-/// two, so the entry counts as used while they hold either.
+/// account, each when the guard has one. A call holds one reference to the entry
+/// for both (a guarded call's atomic operations are the point: two fewer than one
+/// reference to each part). The parts are shared on their own only with what
+/// outlives a call or leaves it: the handles a call hands down, a held call's
+/// wait, and the layer's inspection methods; so the entry counts as used while
+/// anything holds it or either part.
 pub(crate) struct Origin {
     breaker: Option<Arc<Core>>,
     account: Option<Arc<Account>>,
 }
 
-/// A call's breaker and account, taken from the entries of its origin.
+/// The entries of a call's origin: one reference each, so a call whose breaker and
+/// account share an entry (the usual guard) holds one reference for both.
 #[derive(Default)]
 struct Found {
-    breaker: Option<Arc<Core>>,
-    account: Option<Arc<Account>>,
+    /// The entry that keeps the call's breaker, and its account too when one
+    /// registry keeps both.
+    breaker: Option<Arc<Origin>>,
+    /// The entry that keeps the call's account, when it is not the breaker's.
+    account: Option<Arc<Origin>>,
 }
 
 impl Found {
-    /// Takes the parts `origin` has (each registry's entries hold their own).
+    /// Takes a reference to `origin`, found in one of the guard's registries.
     #[inline]
-    fn take_from(&mut self, origin: &Origin) {
-        if let Some(breaker) = &origin.breaker {
-            self.breaker = Some(breaker.clone());
+    fn take_from(&mut self, origin: &Arc<Origin>) {
+        if origin.breaker.is_some() {
+            self.breaker = Some(origin.clone());
+        } else if origin.account.is_some() {
+            self.account = Some(origin.clone());
         }
-        if let Some(account) = &origin.account {
-            self.account = Some(account.clone());
-        }
+    }
+
+    /// The call's breaker.
+    fn core(&self) -> Option<&Arc<Core>> {
+        self.breaker.as_deref()?.breaker.as_ref()
+    }
+
+    /// The call's account, wherever it is kept.
+    fn account(&self) -> Option<&Arc<Account>> {
+        account_of(self.account.as_deref(), self.breaker.as_deref())
+    }
+}
+
+/// The account kept by `own` (an entry of the budget's own), else by `breaker`'s
+/// entry (when one registry keeps both).
+#[inline]
+fn account_of<'a>(
+    own: Option<&'a Origin>,
+    breaker: Option<&'a Origin>,
+) -> Option<&'a Arc<Account>> {
+    own.or(breaker)?.account.as_ref()
+}
+
+impl BreakerOwner for Origin {
+    #[inline]
+    fn breaker(&self) -> Option<&Core> {
+        self.breaker.as_deref()
+    }
+
+    fn handle(this: &Arc<Self>) -> Option<BreakerHandle> {
+        let core: Arc<dyn BreakerGate> = this.breaker.clone()?;
+        Some(BreakerHandle::new(core))
     }
 }
 
@@ -166,18 +208,18 @@ impl Guard {
 
     /// The state of the breaker of the origin of `head`, if the guard has a breaker.
     pub(crate) fn breaker_state(&self, head: &Parts) -> Option<State> {
-        self.origin_of(head).breaker.map(|b| b.state())
+        self.origin_of(head).core().map(|b| b.state())
     }
 
     /// When the breaker of the origin of `head` lets its next probe through, if
     /// the guard has a breaker and it is open.
     pub(crate) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.origin_of(head).breaker?.next_probe_at()
+        self.origin_of(head).core()?.next_probe_at()
     }
 
     /// The budget account of the origin of `head`, if the guard has a budget.
     pub(crate) fn account(&self, head: &Parts) -> Option<OriginAccount> {
-        self.origin_of(head).account.map(OriginAccount)
+        self.origin_of(head).account().cloned().map(OriginAccount)
     }
 
     /// How many entries the guard holds, after forgetting the idle ones.
@@ -201,8 +243,11 @@ impl fmt::Debug for Guard {
 /// account. Empty for a call that is not guarded.
 #[derive(Default)]
 pub(crate) struct Guarded {
-    pub(crate) budget: Option<BudgetHandle>,
-    pub(crate) permit: Option<Permit>,
+    /// The breaker's permit, through the entry that keeps the breaker (and the
+    /// account too, when one registry keeps both).
+    permit: Option<Permit<Origin>>,
+    /// The entry that keeps the account, when it is not the permit's.
+    budget: Option<Arc<Origin>>,
     /// The call's observer, told of the pause the call's answer sets.
     observed: Option<Box<Observed>>,
 }
@@ -246,27 +291,28 @@ impl Guard {
         for registry in self.origins.iter() {
             registry.visit_for(req, |origin| found.take_from(origin));
         }
-        let Found { breaker, account } = found;
-        let permit = match breaker {
-            Some(breaker) => match breaker.admit() {
-                Ok(ticket) => Some(Permit::new(breaker, ticket, observed(req))),
-                Err(next_probe_at) => {
-                    let error = refusal(req, breaker.label(), next_probe_at);
+        let permit = match found.breaker {
+            Some(origin) => match origin.breaker.as_deref().map(Core::admit) {
+                Some(Ok(ticket)) => Some(Permit::new(origin, ticket, observed(req))),
+                Some(Err(next_probe_at)) => {
+                    let label = origin.breaker.as_deref().map_or("", Core::label);
+                    let error = refusal(req, label, next_probe_at);
                     return Entered::Refused {
                         guarded: Guarded::default(),
                         error,
                     };
                 }
+                None => None,
             },
             None => None,
         };
-        let mut guarded = Guarded {
-            budget: None,
+        let guarded = Guarded {
             permit,
+            budget: found.account,
             observed: observed(req),
         };
         let hand_down = self.hand_down || has_context;
-        let Some(account) = account else {
+        let Some(account) = guarded.account() else {
             guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
@@ -278,7 +324,6 @@ impl Guard {
         let now = entered.unwrap_or_else(Instant::now);
         account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
-            guarded.budget = Some(BudgetHandle::new(account));
             guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
@@ -286,7 +331,7 @@ impl Guard {
                 at: Some(now),
             });
         };
-        guarded.budget = Some(BudgetHandle::new(account.clone()));
+        let account = account.clone();
         guarded.hand_down(req, hand_down, keyed);
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the gates, which ask the same account.
@@ -334,6 +379,21 @@ impl Guarded {
         self.budget.is_none() && self.permit.is_none() && self.observed.is_none()
     }
 
+    /// The call's budget account, when the guard has a budget.
+    #[inline]
+    fn account(&self) -> Option<&Arc<Account>> {
+        account_of(
+            self.budget.as_deref(),
+            self.permit.as_ref().map(Permit::owner),
+        )
+    }
+
+    /// The call's budget account, as the retry's gates ask it.
+    #[inline]
+    pub(crate) fn budget(&self) -> Option<&dyn BudgetAccount> {
+        self.account().map(|a| &**a as &dyn BudgetAccount)
+    }
+
     /// Leaves the handles in the call's context, for the layers beneath, when
     /// `hand_down`, and the keyed mark when the guard stamped the call's key (a
     /// hedge layer beneath hedges a keyed call as the key layer's mark tells it).
@@ -345,11 +405,12 @@ impl Guarded {
         if keyed {
             context.mark_keyed();
         }
-        if let Some(budget) = &self.budget {
-            context.set_budget(budget.clone());
+        if let Some(account) = self.account() {
+            let account: Arc<dyn BudgetAccount> = account.clone();
+            context.set_budget(BudgetHandle::new(account));
         }
-        if let Some(permit) = &self.permit {
-            context.set_breaker(permit.handle());
+        if let Some(handle) = self.permit.as_ref().and_then(Permit::handle) {
+            context.set_breaker(handle);
         }
     }
 
@@ -374,10 +435,12 @@ impl Guarded {
 
     #[inline(never)]
     fn answered_guarded<RB>(&mut self, res: &Response<RB>) {
-        if let (Some(budget), Some(until)) = (&self.budget, pause_until(res, None)) {
-            budget.pause_told(until, self.observed.as_deref());
+        if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, None)) {
+            pause_told(budget, until, self.observed.as_deref());
         }
-        if let Some(permit) = self.permit.take() {
+        // The permit is kept (it records once): the account may be reached through
+        // its entry until the call ends.
+        if let Some(permit) = &mut self.permit {
             permit.answered(res);
         }
     }
@@ -389,7 +452,7 @@ impl Guarded {
         match result {
             Ok(res) => self.answered(res),
             Err(_) => {
-                if let Some(permit) = self.permit.take() {
+                if let Some(permit) = &mut self.permit {
                     permit.finish(result);
                 }
             }

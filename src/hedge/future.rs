@@ -327,7 +327,7 @@ where
                 return Poll::Pending;
             }
             if let Some(observed) = this.observed.as_ref() {
-                observed.ran_dry_if(budget);
+                observed.ran_dry_if(budget.account());
             }
         }
         let Some(body) = body else {

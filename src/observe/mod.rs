@@ -121,7 +121,7 @@ pub use metrics::MetricsObserver;
 
 use std::time::Duration;
 
-use crate::policy::{AttemptOutcome, BudgetHandle, CallContext, PauseChange, Progress};
+use crate::policy::{AttemptOutcome, BudgetAccount, CallContext, PauseChange, Progress};
 
 /// Sees what the layers of a stack decide. See the [module docs](self).
 ///
@@ -307,7 +307,7 @@ impl Observed {
 
     /// After a withdrawal from `budget`: tells that it ran dry if that took its
     /// last whole retry.
-    pub(crate) fn ran_dry_if(&self, budget: &BudgetHandle) {
+    pub(crate) fn ran_dry_if(&self, budget: &dyn BudgetAccount) {
         if budget.available() == Some(0) {
             self.tell(|call| Event::BudgetRanDry(BudgetRanDry { call }));
         }

@@ -51,7 +51,7 @@ impl Ring {
         }
     }
 
-    #[inline]
+    #[cfg(test)]
     fn slot_of(&self, now: Instant) -> u64 {
         nanos(now.saturating_duration_since(self.origin)) / self.slot_nanos
     }

@@ -69,6 +69,32 @@ pub trait BudgetAccount: Send + Sync + 'static {
     }
 }
 
+/// Pauses `budget`'s origin until `until`, telling the call's observer what
+/// changed.
+pub(crate) fn pause_told(
+    budget: &dyn BudgetAccount,
+    until: Instant,
+    observed: Option<&crate::observe::Observed>,
+) {
+    if let (Some(change), Some(observed)) = (budget.pause_reporting(until), observed) {
+        observed.pause_changed(change);
+    }
+}
+
+/// `budget`'s pause at `now`, telling the call's observer when this look resumed
+/// it.
+pub(crate) fn paused_told(
+    budget: &dyn BudgetAccount,
+    now: Instant,
+    observed: Option<&crate::observe::Observed>,
+) -> Option<Pause> {
+    let (pause, change) = budget.paused_reporting(now);
+    if let (Some(change), Some(observed)) = (change, observed) {
+        observed.pause_changed(change);
+    }
+    pause
+}
+
 /// The budget account of a call, found in its request extensions.
 ///
 /// # Examples
@@ -134,11 +160,15 @@ impl BudgetHandle {
         self.0.paused_reporting(now)
     }
 
+    /// The account behind the handle.
+    #[inline]
+    pub(crate) fn account(&self) -> &dyn BudgetAccount {
+        &*self.0
+    }
+
     /// Pauses the origin until `until`, telling the call's observer what changed.
     pub(crate) fn pause_told(&self, until: Instant, observed: Option<&crate::observe::Observed>) {
-        if let (Some(change), Some(observed)) = (self.0.pause_reporting(until), observed) {
-            observed.pause_changed(change);
-        }
+        pause_told(self.account(), until, observed)
     }
 
     /// The origin's pause at `now`, telling the call's observer when this look
@@ -148,11 +178,7 @@ impl BudgetHandle {
         now: Instant,
         observed: Option<&crate::observe::Observed>,
     ) -> Option<Pause> {
-        let (pause, change) = self.0.paused_reporting(now);
-        if let (Some(change), Some(observed)) = (change, observed) {
-            observed.pause_changed(change);
-        }
-        pause
+        paused_told(self.account(), now, observed)
     }
 
     /// Until when the origin is paused, if it is paused now.

@@ -38,6 +38,7 @@ pub(crate) use context::Given;
 pub(crate) use deadline::later;
 pub use deadline::Deadline;
 pub(crate) use error_kind::chain;
+pub(crate) use handles::{pause_told, paused_told};
 pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 pub use hedged::{Hedged, NotHedged, Sent};
 pub(crate) use hedging::{Delay, Estimator, Judging};

@@ -73,10 +73,13 @@ where
 impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
-    pub(super) fn budget(&self) -> Option<&BudgetHandle> {
-        match self.guarded().and_then(|g| g.budget.as_ref()) {
+    pub(super) fn budget(&self) -> Option<&dyn BudgetAccount> {
+        match self.guarded().and_then(Guarded::budget) {
             Some(budget) => Some(budget),
-            None => self.head().and_then(|h| h.given().budget()),
+            None => self
+                .head()
+                .and_then(|h| h.given().budget())
+                .map(BudgetHandle::account),
         }
     }
 
@@ -84,7 +87,7 @@ impl<S, B> Call<S, B> {
     /// after (the budget layer pauses it on the call's final answer).
     pub(super) fn pause_origin<RB>(&self, res: &Response<RB>, now: Instant) {
         if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, Some(now))) {
-            budget.pause_told(until, self.observed.as_deref());
+            pause_told(budget, until, self.observed.as_deref());
         }
     }
 
@@ -101,7 +104,7 @@ impl<S, B> Call<S, B> {
         own_end: Instant,
     ) -> Result<Option<Instant>, StopReason> {
         let observed = self.observed.as_deref();
-        let Some(pause) = self.budget().and_then(|b| b.paused_told(now, observed)) else {
+        let Some(pause) = self.budget().and_then(|b| paused_told(b, now, observed)) else {
             return Ok(None);
         };
         if pause.until() <= own_end {
