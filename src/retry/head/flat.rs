@@ -253,47 +253,36 @@ impl Prelude {
 
 /// Where a flat head is written.
 trait Sink {
-    /// Appends `bytes`; `false` when they do not fit (nothing is written then).
-    fn put(&mut self, bytes: &[u8]) -> bool;
+    /// The next `n` bytes, to be written; `None` when they do not fit (nothing is
+    /// taken then).
+    fn room(&mut self, n: usize) -> Option<&mut [u8]>;
     fn len(&self) -> usize;
-    /// Overwrites the four bytes at `at`, written before.
-    fn patch(&mut self, at: usize, bytes: [u8; 4]);
 }
 
 impl Sink for Inline {
     #[inline(always)]
-    fn put(&mut self, bytes: &[u8]) -> bool {
-        let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) else {
-            return false;
-        };
-        copy_short(dst, bytes);
-        self.len += bytes.len();
-        true
+    fn room(&mut self, n: usize) -> Option<&mut [u8]> {
+        let start = self.len;
+        let dst = self.buf.get_mut(start..start.checked_add(n)?)?;
+        self.len = start + n;
+        Some(dst)
     }
 
     #[inline(always)]
     fn len(&self) -> usize {
         self.len
     }
-
-    #[inline(always)]
-    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
-        self.buf[at..at + 4].copy_from_slice(&bytes);
-    }
 }
 
 impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) -> bool {
-        self.extend_from_slice(bytes);
-        true
+    fn room(&mut self, n: usize) -> Option<&mut [u8]> {
+        let start = Vec::len(self);
+        self.resize(start.checked_add(n)?, 0);
+        self.get_mut(start..)
     }
 
     fn len(&self) -> usize {
         Vec::len(self)
-    }
-
-    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
-        self[at..at + 4].copy_from_slice(&bytes);
     }
 }
 
@@ -321,8 +310,21 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Copies the parts into `dst`, one after the other; `dst` is as long as they are.
+#[inline(always)]
+fn copy_parts<const N: usize>(dst: &mut [u8], parts: [&[u8]; N]) {
+    let mut at = 0;
+    for part in parts {
+        let end = at + part.len();
+        copy_short(&mut dst[at..end], part);
+        at = end;
+    }
+}
+
 /// Writes a flat head (see [`HeadCopy::Inline`]) into `sink`: `Some(false)` when it
-/// did not fit there, `None` when its headers are over [`FLAT_LIMIT`].
+/// did not fit there, `None` when its headers are over [`FLAT_LIMIT`]. Each part
+/// (the prelude and URI, then each header value's record) takes its room at once
+/// and is written into it.
 #[inline(always)]
 fn write<S: Sink>(
     sink: &mut S,
@@ -330,33 +332,40 @@ fn write<S: Sink>(
     [scheme, authority, path]: [&str; 3],
     headers: &HeaderMap,
 ) -> Option<bool> {
-    // The lengths are filled in at the end.
-    let mut fits = sink.put(&[method, version, 0, 0, 0, 0, 0, 0, 0, 0]);
-    if !scheme.is_empty() {
-        fits &= sink.put(scheme.as_bytes()) && sink.put(b"://");
-    }
-    fits &= sink.put(authority.as_bytes()) && sink.put(path.as_bytes());
-    if !fits {
+    let sep: &[u8] = if scheme.is_empty() { b"" } else { b"://" };
+    let uri = [
+        scheme.as_bytes(),
+        sep,
+        authority.as_bytes(),
+        path.as_bytes(),
+    ];
+    let uri_len: usize = uri.iter().map(|part| part.len()).sum();
+    let Some(dst) = sink.room(PRELUDE + uri_len) else {
         return Some(false);
-    }
-    let uri_len = sink.len() - PRELUDE;
+    };
+    let (prelude, text) = dst.split_at_mut(PRELUDE);
+    prelude[0] = method;
+    prelude[1] = version;
+    prelude[2..6].copy_from_slice(&(uri_len as u32).to_le_bytes());
+    prelude[6..].copy_from_slice(&(headers.len() as u32).to_le_bytes());
+    copy_parts(text, uri);
     for (name, value) in headers {
         let name = name.as_str().as_bytes();
         let value_bytes = value.as_bytes();
-        if sink.len() - PRELUDE + 9 + name.len() + value_bytes.len() > FLAT_LIMIT {
+        let record = 9 + name.len() + value_bytes.len();
+        if sink.len() - PRELUDE + record > FLAT_LIMIT {
             return None;
         }
-        // Both fit: the whole is at most FLAT_LIMIT bytes.
-        let mut lead = [0; 9];
+        // It fits: the whole is at most FLAT_LIMIT bytes.
+        let Some(dst) = sink.room(record) else {
+            return Some(false);
+        };
+        let (lead, rest) = dst.split_at_mut(9);
         lead[0] = u8::from(value.is_sensitive());
         lead[1..5].copy_from_slice(&(name.len() as u32).to_le_bytes());
         lead[5..].copy_from_slice(&(value_bytes.len() as u32).to_le_bytes());
-        if !(sink.put(&lead) && sink.put(name) && sink.put(value_bytes)) {
-            return Some(false);
-        }
+        copy_parts(rest, [name, value_bytes]);
     }
-    sink.patch(2, (uri_len as u32).to_le_bytes());
-    sink.patch(6, (headers.len() as u32).to_le_bytes());
     Some(true)
 }
 
