@@ -33,7 +33,7 @@ impl IdempotencyKeyLayer {
         IdempotencyKeyLayer {
             config: Arc::new(Config {
                 header: crate::policy::IDEMPOTENCY_KEY_HEADER,
-                methods: vec![Method::POST, Method::PATCH],
+                methods: [Method::POST, Method::PATCH].into_iter().collect(),
                 generator: None,
             }),
         }

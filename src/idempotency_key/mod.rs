@@ -56,13 +56,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::{HeaderName, HeaderValue};
-use http::{Method, Request};
+use http::Request;
 use tower_service::Service;
 
 pub use key::{new_key, new_key_string};
 pub use layer::IdempotencyKeyLayer;
 
-use crate::policy::CallContext;
+use crate::policy::{CallContext, MethodSet};
 
 /// A key a caller gives for one call, put into its request's extensions: the layer
 /// sends it instead of a fresh one (a key already in the headers wins over both).
@@ -86,7 +86,7 @@ pub(crate) type Generator = Arc<dyn Fn() -> HeaderValue + Send + Sync>;
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) header: HeaderName,
-    pub(crate) methods: Vec<Method>,
+    pub(crate) methods: MethodSet,
     pub(crate) generator: Option<Generator>,
 }
 

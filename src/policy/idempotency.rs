@@ -1,5 +1,8 @@
 //! Which requests are safe to repeat.
 
+use std::fmt;
+use std::sync::Arc;
+
 use http::Method;
 
 /// Whether RFC 9110 calls `method` idempotent: GET, HEAD, OPTIONS, TRACE, PUT and
@@ -42,3 +45,112 @@ pub fn is_idempotent(method: &Method) -> bool {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Keyed;
+
+/// A set of methods, asked on every call: a standard method is one bit, found
+/// without comparing methods; an extension method is looked for in a list.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct MethodSet {
+    standard: u16,
+    extensions: Arc<[Method]>,
+}
+
+/// The bit of a standard method in a [`MethodSet`].
+#[inline]
+fn standard_bit(method: &Method) -> Option<u16> {
+    let bit = match *method {
+        Method::GET => 0,
+        Method::POST => 1,
+        Method::PUT => 2,
+        Method::DELETE => 3,
+        Method::HEAD => 4,
+        Method::OPTIONS => 5,
+        Method::CONNECT => 6,
+        Method::PATCH => 7,
+        Method::TRACE => 8,
+        _ => return None,
+    };
+    Some(1 << bit)
+}
+
+impl MethodSet {
+    /// Whether `method` is in the set.
+    #[inline]
+    pub(crate) fn contains(&self, method: &Method) -> bool {
+        match standard_bit(method) {
+            Some(bit) => self.standard & bit != 0,
+            None => self.extensions.contains(method),
+        }
+    }
+
+    /// The methods in the set: the standard ones in `http`'s order, then the others.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Method> + '_ {
+        const STANDARD: [Method; 9] = [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::DELETE,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::CONNECT,
+            Method::PATCH,
+            Method::TRACE,
+        ];
+        STANDARD
+            .into_iter()
+            .filter(|m| self.contains(m))
+            .chain(self.extensions.iter().cloned())
+    }
+}
+
+impl FromIterator<Method> for MethodSet {
+    fn from_iter<I: IntoIterator<Item = Method>>(methods: I) -> Self {
+        let mut standard = 0;
+        let mut extensions = Vec::new();
+        for method in methods {
+            match standard_bit(&method) {
+                Some(bit) => standard |= bit,
+                None if !extensions.contains(&method) => extensions.push(method),
+                None => {}
+            }
+        }
+        MethodSet {
+            standard,
+            extensions: extensions.into(),
+        }
+    }
+}
+
+impl fmt::Debug for MethodSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_method_set_holds_standard_and_extension_methods() {
+        let purge = Method::from_bytes(b"PURGE").unwrap();
+        let set: MethodSet = [Method::PATCH, purge.clone(), Method::POST, Method::POST]
+            .into_iter()
+            .collect();
+        for (method, held) in [
+            (Method::POST, true),
+            (Method::PATCH, true),
+            (purge.clone(), true),
+            (Method::GET, false),
+            (Method::PUT, false),
+            (Method::from_bytes(b"LOCK").unwrap(), false),
+        ] {
+            assert_eq!(set.contains(&method), held, "{method}");
+        }
+        assert_eq!(
+            set.iter().collect::<Vec<_>>(),
+            [Method::POST, Method::PATCH, purge]
+        );
+        assert_eq!(format!("{set:?}"), "[POST, PATCH, PURGE]");
+        assert!(!MethodSet::default().contains(&Method::GET));
+    }
+}

@@ -45,6 +45,7 @@ pub(crate) use hedging::{Delay, Estimator, Judging};
 pub use hedging::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
+pub(crate) use idempotency::MethodSet;
 pub use idempotency::{is_idempotent, Keyed};
 pub(crate) use pause::{meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};

@@ -6,7 +6,7 @@ use http::Method;
 
 mod estimate;
 
-use super::{FirstError, InvalidConfig, RetryPolicy, Rules};
+use super::{FirstError, InvalidConfig, MethodSet, RetryPolicy, Rules};
 pub(crate) use estimate::Estimator;
 use estimate::{Adaptive, Estimators};
 
@@ -56,7 +56,7 @@ pub struct HedgePolicy {
     pub(crate) delay: Delay,
     pub(crate) max_extra: u32,
     /// The methods hedged without a key; all idempotent.
-    methods: Option<Arc<[Method]>>,
+    methods: Option<MethodSet>,
     pub(crate) policy: Arc<Judging>,
 }
 
@@ -443,7 +443,7 @@ impl HedgePolicyBuilder {
         Ok(HedgePolicy {
             delay,
             max_extra: self.max_extra,
-            methods: self.methods.map(Arc::from),
+            methods: self.methods.map(MethodSet::from_iter),
             policy: Arc::new(Judging {
                 rules: self.rules,
                 min_attempt_time: self.min_attempt_time,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use super::{is_idempotent, ErrorKind, FirstError, InvalidConfig, IDEMPOTENCY_KEY_HEADER};
+use super::{
+    is_idempotent, ErrorKind, FirstError, InvalidConfig, MethodSet, IDEMPOTENCY_KEY_HEADER,
+};
 
 /// What a [`Classifier`] says about one outcome, in the decision ladder's own
 /// words.
@@ -317,7 +319,7 @@ impl fmt::Debug for StatusSet {
 pub struct Rules {
     statuses: StatusSet,
     errors: KindSet,
-    idempotent_methods: Option<Arc<[Method]>>,
+    idempotent_methods: Option<MethodSet>,
     idempotency_header: HeaderName,
     classifier: Option<Arc<dyn Classifier>>,
     attempt_header: Option<HeaderName>,
