@@ -141,11 +141,17 @@ where
     B::Error: Into<BoxError>,
 {
     /// The first reader of `body`, keeping up to `cap` bytes for replays.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(body: B, cap: usize) -> Self {
+        // The usual `GET`'s empty body is settled where the call starts.
         if body.is_end_stream() {
             return ReplayBody::from_repr(Repr::Empty);
         }
+        ReplayBody::with_bytes(body, cap)
+    }
+
+    /// [`new`](ReplayBody::new) for a body that may have bytes.
+    fn with_bytes(body: B, cap: usize) -> Self {
         let status = if body.size_hint().lower() > cap as u64 {
             Err(NotReplayable::SizeHintOverCap)
         } else {

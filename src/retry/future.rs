@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
 
-use super::call::{Call, CallResult, Step};
+use super::call::{Call, CallResult, Rare, Step};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
 use crate::guard::{Admitted, Guarded, Paused};
@@ -34,7 +34,7 @@ pin_project! {
         pub(super) call: Call<S, B>,
         // The call's span, left out when nothing takes it (`Span::none()` does
         // nothing), which keeps the future small.
-        pub(super) span: Option<Box<Span>>,
+        pub(super) span: Rare<Span>,
     }
 }
 
@@ -178,7 +178,7 @@ where
         ResponseFuture {
             state: State::Refused { error: Some(error) },
             call,
-            span,
+            span: Rare::new(span),
         }
     }
 
@@ -188,7 +188,7 @@ where
         ResponseFuture {
             state: State::Refused { error: Some(error) },
             call: Call::idle(policy, guarded),
-            span: None,
+            span: Rare::new(None),
         }
     }
 
@@ -213,7 +213,7 @@ where
                 }),
             },
             call: Call::idle(policy, admitted.guarded),
-            span: None,
+            span: Rare::new(None),
         }
     }
 }

@@ -260,8 +260,18 @@ pub(crate) fn is_answer(rules: &Rules, status: StatusCode, should_retry: Option<
 
 /// Whether a response ends the call as an answer under `rules`, their classifier
 /// first: the whole ladder for a response on the success path.
-#[inline]
+#[inline(always)]
 pub(crate) fn is_answer_under(rules: &Rules, status: StatusCode, headers: &HeaderMap) -> bool {
+    // A 2xx with no classifier to ask is settled where the answer arrives.
+    if rules.classifier().is_none() && status.is_success() {
+        return true;
+    }
+    is_answer_asked(rules, status, headers)
+}
+
+/// [`is_answer_under`] for an answer the classifier is asked about, or one that is
+/// not a 2xx.
+fn is_answer_asked(rules: &Rules, status: StatusCode, headers: &HeaderMap) -> bool {
     if let Some(c) = rules.classifier() {
         match c.classify(Observed::Response { status, headers }).verdict {
             Verdict::NoOpinion => {}

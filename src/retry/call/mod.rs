@@ -53,9 +53,9 @@ pub(super) struct Call<S, B> {
     pub(super) started: Option<Instant>,
     /// What only a call that is timed, fails or is hedged needs: allocated then,
     /// so the success path moves a smaller future and initialises less.
-    slow: Option<Box<SlowPath>>,
+    slow: Rare<SlowPath>,
     /// The call's observer, when one was set; taken when the call ends.
-    observed: Option<Box<Observed>>,
+    observed: Rare<Observed>,
 }
 
 /// What a call keeps for its later attempts and its guard, in one allocation: the
@@ -85,6 +85,49 @@ impl<S> Kept<S> {
 struct Later<S> {
     service: S,
     head: Head,
+}
+
+/// A box the success path leaves empty. Its emptiness is checked where it is
+/// dropped, and only a full one calls out to drop its contents, so the success
+/// path does not call the contents' drop glue to learn there is nothing to drop.
+pub(super) struct Rare<T>(Option<Box<T>>);
+
+impl<T> Rare<T> {
+    #[inline]
+    pub(super) fn new(value: Option<Box<T>>) -> Self {
+        Rare(value)
+    }
+}
+
+impl<T> std::ops::Deref for Rare<T> {
+    type Target = Option<Box<T>>;
+
+    #[inline]
+    fn deref(&self) -> &Option<Box<T>> {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Rare<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Option<Box<T>> {
+        &mut self.0
+    }
+}
+
+impl<T> Drop for Rare<T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(full) = self.0.take() {
+            drop_full(full);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_full<T>(full: Box<T>) {
+    drop(full);
 }
 
 /// The part of a call's state that the success path does without.

@@ -180,7 +180,7 @@ where
             () => {
                 Call {
                     idempotent,
-                    slow,
+                    slow: Rare::new(slow),
                     kept,
                     keyed,
                     body: source,
@@ -189,7 +189,7 @@ where
                     route,
                     started,
                     policy,
-                    observed,
+                    observed: Rare::new(observed),
                 }
             };
         }
@@ -212,7 +212,7 @@ where
                 timeout: crate::retry::future::timer(timeout),
             },
             call: call!(),
-            span,
+            span: Rare::new(span),
         }
     }
 
@@ -228,8 +228,8 @@ where
             attempt: 0,
             route: None,
             started: None,
-            slow: None,
-            observed: None,
+            slow: Rare::new(None),
+            observed: Rare::new(None),
         }
     }
 

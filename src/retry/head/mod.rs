@@ -46,7 +46,7 @@ pub(super) enum Extras {
 
 impl Extras {
     /// What to keep of the extensions `given` reads.
-    #[inline]
+    #[inline(always)]
     pub(super) fn of(given: &Given<'_>) -> Self {
         match given.parts() {
             (Some(all), _) => Extras::All(all.clone()),
