@@ -231,6 +231,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        // The success path returns without leaving the attempt's state.
+        if this.call.answered {
+            return Poll::Ready(Err(Error::polled_after_completion("retry")));
+        }
         // A held call starts (or is refused) once its hold is over.
         if let StateProj::Held { held } = this.state.as_mut().project() {
             match ready!(held.poll_start(cx, this.call)) {
@@ -260,7 +264,10 @@ where
                                 if let Some(guarded) = call.guarded_mut() {
                                     guarded.answered(&res);
                                 }
-                                this.state.set(State::Done);
+                                // The attempt's state is dropped with the future (a
+                                // finished inner future holds little); the mark says
+                                // the call has ended.
+                                call.answered = true;
                                 return Poll::Ready(Ok(res));
                             }
                             Ok(res)
