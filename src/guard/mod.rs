@@ -55,11 +55,11 @@ pub(crate) struct Guard {
 
 /// What the guard keeps of one origin (or key): its breaker and its budget
 /// account, each when the guard has one. A call holds one reference to the entry
-/// for both (a guarded call's atomic operations are the point: two fewer than one
-/// reference to each part). The parts are shared on their own only with what
-/// outlives a call or leaves it: the handles a call hands down, a held call's
-/// wait, and the layer's inspection methods; so the entry counts as used while
-/// anything holds it or either part.
+/// for both, which saves two atomic operations a call over a reference to each
+/// part. The parts are shared on their own only with what outlives a call or
+/// leaves it (the handles a call hands down, a held call's wait, the layer's
+/// inspection methods), so the entry counts as used while anything holds it or
+/// either part.
 pub(crate) struct Origin {
     breaker: Option<Arc<Core>>,
     account: Option<Arc<Account>>,
