@@ -54,10 +54,24 @@ pub(crate) struct MethodSet {
     extensions: Arc<[Method]>,
 }
 
-/// The bit of a standard method in a [`MethodSet`].
+/// The standard methods, each at its index (see [`standard_index`]).
+pub(crate) const STANDARD_METHODS: [Method; 9] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::HEAD,
+    Method::OPTIONS,
+    Method::CONNECT,
+    Method::PATCH,
+    Method::TRACE,
+];
+
+/// The index of a standard method in [`STANDARD_METHODS`]; `None` for an extension
+/// method.
 #[inline]
-fn standard_bit(method: &Method) -> Option<u16> {
-    let bit = match *method {
+pub(crate) fn standard_index(method: &Method) -> Option<u8> {
+    Some(match *method {
         Method::GET => 0,
         Method::POST => 1,
         Method::PUT => 2,
@@ -68,8 +82,13 @@ fn standard_bit(method: &Method) -> Option<u16> {
         Method::PATCH => 7,
         Method::TRACE => 8,
         _ => return None,
-    };
-    Some(1 << bit)
+    })
+}
+
+/// The bit of a standard method in a [`MethodSet`].
+#[inline]
+fn standard_bit(method: &Method) -> Option<u16> {
+    standard_index(method).map(|i| 1 << i)
 }
 
 impl MethodSet {
@@ -84,18 +103,7 @@ impl MethodSet {
 
     /// The methods in the set: the standard ones in `http`'s order, then the others.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Method> + '_ {
-        const STANDARD: [Method; 9] = [
-            Method::GET,
-            Method::POST,
-            Method::PUT,
-            Method::DELETE,
-            Method::HEAD,
-            Method::OPTIONS,
-            Method::CONNECT,
-            Method::PATCH,
-            Method::TRACE,
-        ];
-        STANDARD
+        STANDARD_METHODS
             .into_iter()
             .filter(|m| self.contains(m))
             .chain(self.extensions.iter().cloned())
@@ -129,6 +137,14 @@ impl fmt::Debug for MethodSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_standard_method_is_at_its_index() {
+        for (i, method) in STANDARD_METHODS.iter().enumerate() {
+            assert_eq!(standard_index(method), Some(i as u8), "{method}");
+        }
+        assert_eq!(standard_index(&Method::from_bytes(b"PURGE").unwrap()), None);
+    }
 
     #[test]
     fn a_method_set_holds_standard_and_extension_methods() {

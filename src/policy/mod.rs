@@ -45,8 +45,8 @@ pub(crate) use hedging::{Delay, Estimator, Judging};
 pub use hedging::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
-pub(crate) use idempotency::MethodSet;
 pub use idempotency::{is_idempotent, Keyed};
+pub(crate) use idempotency::{standard_index, MethodSet, STANDARD_METHODS};
 pub(crate) use pause::{meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};

@@ -54,17 +54,7 @@ pub(super) struct Cloned {
 }
 
 /// The standard methods, by their tag in a flat head.
-pub(super) const METHODS: [Method; 9] = [
-    Method::GET,
-    Method::POST,
-    Method::PUT,
-    Method::DELETE,
-    Method::HEAD,
-    Method::OPTIONS,
-    Method::CONNECT,
-    Method::PATCH,
-    Method::TRACE,
-];
+pub(super) use crate::policy::STANDARD_METHODS as METHODS;
 
 /// The versions, by their tag in a flat head.
 pub(super) const VERSIONS: [Version; 5] = [
@@ -94,7 +84,7 @@ struct Prelude {
 /// The tag of a standard method; `None` for an extension method.
 #[inline]
 pub(super) fn method_tag(method: &Method) -> Option<u8> {
-    METHODS.iter().position(|m| m == method).map(|i| i as u8)
+    crate::policy::standard_index(method)
 }
 
 /// The tag of a version; `None` for one `http` may add.
