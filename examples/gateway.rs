@@ -123,18 +123,18 @@ impl Upstream {
             self.payments.requests.fetch_add(1, Ordering::Relaxed);
             // A payment is applied on every arrival, whatever its method.
             self.apply("payments", id, &self.payments);
-            if id % 6 == 0 {
+            if id.is_multiple_of(6) {
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
-            return Ok(reply(if id % 4 == 0 { 503 } else { 200 }));
+            return Ok(reply(if id.is_multiple_of(4) { 503 } else { 200 }));
         }
         if path.starts_with("/catalog") {
             self.catalog.requests.fetch_add(1, Ordering::Relaxed);
             let first = self.arrival("catalog", id) == 0;
-            if first && id % 5 == 0 {
+            if first && id.is_multiple_of(5) {
                 return Ok(reply(503));
             }
-            if first && id % 7 == 0 {
+            if first && id.is_multiple_of(7) {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
             return Ok(reply(200));
@@ -142,7 +142,7 @@ impl Upstream {
         if path.starts_with("/orders") {
             self.orders.requests.fetch_add(1, Ordering::Relaxed);
             let first = self.arrival("orders", id) == 0;
-            if first && id % 3 == 0 {
+            if first && id.is_multiple_of(3) {
                 return Ok(reply(503));
             }
             // A repeat of a key already applied is answered, not applied again.
@@ -152,7 +152,7 @@ impl Upstream {
             if !repeat {
                 self.apply("orders", id, &self.orders);
             }
-            if first && id % 5 == 0 {
+            if first && id.is_multiple_of(5) {
                 // Applied, then the answer is lost: the stream is reset.
                 return Err("answer lost".into());
             }

@@ -90,7 +90,7 @@ async fn server() -> std::io::Result<(SocketAddr, Arc<AtomicUsize>)> {
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
                     let res = Response::builder().header("content-type", "application/grpc");
-                    let body: BoxBody<Bytes, Infallible> = if n % 2 == 0 {
+                    let body: BoxBody<Bytes, Infallible> = if n.is_multiple_of(2) {
                         let res = res
                             .header("grpc-status", "14")
                             .header("grpc-retry-pushback-ms", "200");

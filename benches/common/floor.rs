@@ -709,7 +709,7 @@ fn may_retry(head: &Option<FlatHead>, ctx: &Option<Box<Ctx>>) -> bool {
         return false;
     }
     let budget = ctx.as_ref().and_then(|c| c.budget.as_ref());
-    budget.map_or(true, |b| b.withdraw())
+    budget.is_none_or(|b| b.withdraw())
 }
 
 /// A replayable copy of a request head in ONE heap buffer of its exact size:

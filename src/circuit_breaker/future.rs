@@ -109,7 +109,7 @@ impl<O: BreakerOwner> Permit<O> {
     /// Whether the breaker lets an extra attempt of this call through now.
     #[inline]
     pub(crate) fn allows_retry(&self) -> bool {
-        self.owner.breaker().map_or(true, BreakerGate::allows_retry)
+        self.owner.breaker().is_none_or(BreakerGate::allows_retry)
     }
 
     /// The breaker, as the layers beneath see it.

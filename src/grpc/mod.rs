@@ -341,7 +341,7 @@ pub(crate) fn stamp(headers: &mut HeaderMap, attempt: u32, time_left: Option<Dur
     }
     if let Some(left) = time_left {
         let own = headers.get(&TIMEOUT).and_then(parse_timeout);
-        if own.map_or(true, |own| left < own) {
+        if own.is_none_or(|own| left < own) {
             headers.insert(TIMEOUT, encode_timeout(left));
         }
     }

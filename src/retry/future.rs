@@ -321,7 +321,7 @@ where
                             }
                             Poll::Ready(Some(Err(_))) | Poll::Ready(None) => break,
                             Poll::Pending => {
-                                let expired = poll_timer(until, cx).map_or(true, |p| p.is_ready());
+                                let expired = poll_timer(until, cx).is_none_or(|p| p.is_ready());
                                 if !expired {
                                     return Poll::Pending;
                                 }

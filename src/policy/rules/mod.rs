@@ -219,7 +219,7 @@ impl KindSet {
     /// Whether `kind` may be sent again: a kind outside the settable ones is left to
     /// the ladder.
     fn allows(self, kind: ErrorKind) -> bool {
-        KindSet::bit(kind).map_or(true, |b| self.0 & b != 0)
+        KindSet::bit(kind).is_none_or(|b| self.0 & b != 0)
     }
 }
 

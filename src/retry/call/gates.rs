@@ -166,6 +166,6 @@ impl<S, B> Call<S, B> {
         }
         self.head()
             .and_then(|h| h.given().breaker())
-            .map_or(true, |b| b.allows_retry())
+            .is_none_or(|b| b.allows_retry())
     }
 }

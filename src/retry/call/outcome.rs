@@ -126,7 +126,7 @@ impl<S, B> Call<S, B> {
     #[inline]
     pub(in crate::retry) fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
         let status = res.status();
-        let plain = self.slow.as_ref().map_or(true, |r| r.history.is_empty())
+        let plain = self.slow.as_ref().is_none_or(|r| r.history.is_empty())
             && is_answer_under(self.policy.rules(), status, res.headers())
             && res.extensions().get::<AttemptLog>().is_none();
         if plain {
