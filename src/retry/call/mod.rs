@@ -61,6 +61,16 @@ pub(super) struct Call<S, B> {
     observed: Rare<Observed>,
 }
 
+/// `$value` on the heap, made into a block allocated first (`Box::write`), instead
+/// of made on the stack and copied: a [`Kept`] is several hundred bytes. A macro, as
+/// the value must be made after the block is (a function would take it made).
+macro_rules! in_place {
+    ($value:expr) => {
+        Box::write(Box::new_uninit(), $value)
+    };
+}
+use in_place;
+
 /// What a call keeps for its later attempts and its guard, in one allocation: the
 /// service that sends later attempts, the request's head, and a guarded call's
 /// breaker permit and budget account. A transport's client is a few hundred bytes
@@ -76,7 +86,7 @@ impl<S> Kept<S> {
     /// What a call that sends one attempt keeps: its guard's, if it has any.
     fn guarded(guarded: Guarded) -> Option<Box<Self>> {
         (!guarded.is_empty()).then(|| {
-            Box::new(Kept {
+            in_place!(Kept {
                 later: None,
                 guarded,
             })

@@ -140,23 +140,18 @@ where
                 extras.set_deadline(deadline);
             }
         }
-        // What later attempts need, allocated once and filled in place: the block is
-        // allocated before its value is made (`Box::write`), so the value is written
-        // into it rather than made on the stack and copied (some 440 bytes), and the
-        // head's bytes are written where they stay. The service was driven to
+        // What later attempts need, allocated once and filled in place (see
+        // `in_place`): the head's bytes are written where they stay. The service was driven to
         // readiness for the first attempt; the clone drives its own.
         let kept = match extras {
             Some(extras) => {
-                let mut kept = Box::write(
-                    Box::new_uninit(),
-                    Kept {
-                        later: Some(Later {
-                            service: service.clone(),
-                            head: Head::empty(extras),
-                        }),
-                        guarded,
-                    },
-                );
+                let mut kept = in_place!(Kept {
+                    later: Some(Later {
+                        service: service.clone(),
+                        head: Head::empty(extras),
+                    }),
+                    guarded,
+                });
                 if let Some(later) = &mut kept.later {
                     later.head.fill(&parts);
                 }
