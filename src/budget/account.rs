@@ -13,7 +13,7 @@ use super::events::{emit, PauseEvent};
 use super::BudgetPolicy;
 use crate::observe::Observed;
 use crate::origin::{Entry, Ring};
-use crate::policy::{later, BudgetAccount, BudgetHandle, Pause, PauseChange};
+use crate::policy::{later, paused_told, BudgetAccount, BudgetHandle, Pause, PauseChange};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
 /// rounded to a millionth), a retry withdraws `UNIT`.
@@ -142,24 +142,6 @@ impl Account {
         self.pause.pause(until);
     }
 
-    /// The same, telling the call's observer what changed.
-    pub(crate) fn pause_told(&self, until: Instant, observed: Option<&Observed>) {
-        if let (Some(change), Some(observed)) = (self.pause.pause(until), observed) {
-            observed.pause_changed(change);
-        }
-    }
-
-    /// The origin's pause at `now`, if it is paused; tells the call's observer
-    /// when this look resumed it.
-    #[inline]
-    pub(crate) fn paused_at(&self, now: Instant, observed: Option<&Observed>) -> Option<Pause> {
-        let (pause, change) = self.pause.paused(now);
-        if let (Some(change), Some(observed)) = (change, observed) {
-            observed.pause_changed(change);
-        }
-        pause
-    }
-
     /// The origin's pause now, if it is paused; reads the clock only when a pause
     /// is set, so an account that was never paused costs one atomic load.
     #[inline]
@@ -167,7 +149,7 @@ impl Account {
         if self.pause.until.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        self.paused_at(Instant::now(), observed)
+        paused_told(self, Instant::now(), observed)
     }
 
     /// The least time a call must have left after a pause to wait for it.
@@ -235,7 +217,7 @@ impl BudgetAccount for Account {
     }
 
     fn paused(&self, now: Instant) -> Option<Pause> {
-        self.paused_at(now, None)
+        self.pause.paused(now).0
     }
 
     fn available(&self) -> Option<u64> {

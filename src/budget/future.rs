@@ -17,7 +17,7 @@ use super::account::Account;
 use super::events::{emit, PauseEvent};
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, CallWaited, Event, Observed, Refusal};
-use crate::policy::{meet, pause_until, Pause};
+use crate::policy::{meet, pause_told, pause_until, paused_told, Pause};
 
 pin_project! {
     /// Response future of [`Budget`](super::Budget).
@@ -84,7 +84,7 @@ impl Hold {
         loop {
             ready!(self.release.as_mut().poll(cx));
             let now = Instant::now();
-            let Some(pause) = account.paused_at(now, observed) else {
+            let Some(pause) = paused_told(account, now, observed) else {
                 return Poll::Ready(Ok(()));
             };
             match meet(&pause, now, self.deadline, account.pause_min_attempt_time()) {
@@ -180,7 +180,7 @@ where
                     // The hint of the call's final answer pauses the origin (a retry
                     // layer inside paused it on each answer it retried after).
                     if let Some(until) = res.as_ref().ok().and_then(|r| pause_until(r, None)) {
-                        this.account.pause_told(until, this.observed.as_deref());
+                        pause_told(&**this.account, until, this.observed.as_deref());
                     }
                     this.state.set(State::Done { error: None });
                     return Poll::Ready(res);

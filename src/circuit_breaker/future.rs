@@ -53,11 +53,15 @@ impl BreakerOwner for Core {
     }
 }
 
-/// A call the breaker admitted, until its outcome is recorded.
+/// A call the breaker admitted: it records the call's outcome once, or gives a
+/// probe's slot back if the call ends (or is dropped) without one. It may outlive
+/// the record (a guarded call keeps it, and its entry, until the call's state is
+/// dropped); after it, nothing it does counts.
 pub(crate) struct Permit<O: BreakerOwner = Core> {
     owner: Arc<O>,
     ticket: Ticket,
-    recorded: bool,
+    /// An outcome was recorded, or the slot given back: the permit is spent.
+    settled: bool,
     /// The call's observer, told of the state changes its outcome makes.
     observed: Option<Box<Observed>>,
 }
@@ -71,7 +75,7 @@ impl<O: BreakerOwner> Permit<O> {
         Permit {
             owner,
             ticket,
-            recorded: false,
+            settled: false,
             observed,
         }
     }
@@ -123,11 +127,11 @@ impl<O: BreakerOwner> Permit<O> {
         outcome: Outcome<'_>,
         error: Option<&(dyn std::error::Error + 'static)>,
     ) {
-        let Some(core) = self.owner.breaker().filter(|_| !self.recorded) else {
+        let Some(core) = self.owner.breaker().filter(|_| !self.settled) else {
             return;
         };
         let failed = core.config.fails(outcome, error);
-        self.recorded = true;
+        self.settled = true;
         if let Some(change) = core.record(self.ticket, failed) {
             changed(self.observed.as_deref(), change);
         }
@@ -136,10 +140,10 @@ impl<O: BreakerOwner> Permit<O> {
     /// Gives a probe's slot back, as for a call that was never sent, unless an
     /// outcome was recorded.
     fn release(&mut self) {
-        if let Some(core) = self.owner.breaker().filter(|_| !self.recorded) {
+        if let Some(core) = self.owner.breaker().filter(|_| !self.settled) {
             core.release(self.ticket);
         }
-        self.recorded = true;
+        self.settled = true;
     }
 }
 

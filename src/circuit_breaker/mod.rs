@@ -129,7 +129,7 @@ pub use state::State;
 
 use crate::error::{BoxError, Error};
 use crate::observe::{CallRefused, Event, Observed, Refusal};
-use crate::policy::{BreakerHandle, CallContext, StopReason};
+use crate::policy::{CallContext, StopReason};
 pub(crate) use future::{BreakerOwner, Permit};
 use layer::Shared;
 pub(crate) use state::Core;
@@ -196,11 +196,11 @@ where
                 return ResponseFuture::refused(refusal(&req, breaker.label(), next_probe_at))
             }
         };
-        let context = CallContext::of_mut(req.extensions_mut());
-        context.set_breaker(BreakerHandle::new(breaker.clone()));
-        let observer = context.observer().cloned();
-        let observed = observer.map(|o| Box::new(Observed::new(o, &req)));
+        let observed = Observed::of(&req).map(Box::new);
         let permit = Permit::new(breaker, ticket, observed);
+        if let Some(handle) = permit.handle() {
+            CallContext::of_mut(req.extensions_mut()).set_breaker(handle);
+        }
         // Built in one expression, the inner future written straight into ours.
         ResponseFuture {
             state: future::State::Called {

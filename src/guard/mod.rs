@@ -239,8 +239,9 @@ impl fmt::Debug for Guard {
     }
 }
 
-/// What a guarded call holds until it ends: its breaker permit and its budget
-/// account. Empty for a call that is not guarded.
+/// What a guarded call holds until its state is dropped: its breaker permit (which
+/// records the call's outcome once, when it ends) and its budget account. Empty for
+/// a call that is not guarded.
 #[derive(Default)]
 pub(crate) struct Guarded {
     /// The breaker's permit, through the entry that keeps the breaker (and the
@@ -291,24 +292,31 @@ impl Guard {
         for registry in self.origins.iter() {
             registry.visit_for(req, |origin| found.take_from(origin));
         }
+        let mut budget = found.account;
         let permit = match found.breaker {
-            Some(origin) => match origin.breaker.as_deref().map(Core::admit) {
-                Some(Ok(ticket)) => Some(Permit::new(origin, ticket, observed(req))),
-                Some(Err(next_probe_at)) => {
-                    let label = origin.breaker.as_deref().map_or("", Core::label);
-                    let error = refusal(req, label, next_probe_at);
-                    return Entered::Refused {
-                        guarded: Guarded::default(),
-                        error,
-                    };
+            Some(origin) => match origin.breaker.as_deref() {
+                Some(core) => match core.admit() {
+                    Ok(ticket) => Some(Permit::new(origin, ticket, observed(req))),
+                    Err(next_probe_at) => {
+                        let error = refusal(req, core.label(), next_probe_at);
+                        return Entered::Refused {
+                            guarded: Guarded::default(),
+                            error,
+                        };
+                    }
+                },
+                // `Found` files an entry without a breaker as the account's; were one
+                // here, its account would still be the call's.
+                None => {
+                    budget = budget.or(Some(origin));
+                    None
                 }
-                None => None,
             },
             None => None,
         };
         let guarded = Guarded {
             permit,
-            budget: found.account,
+            budget,
             observed: observed(req),
         };
         let hand_down = self.hand_down || has_context;

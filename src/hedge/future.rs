@@ -18,7 +18,7 @@ use crate::policy::{
     classify_error, ladder, later, pause_hint, AttemptLog, AttemptOutcome, Classification,
     ErrorKind, Given, Hedged, HintTaken, NotHedged, Outcome, Sent,
 };
-use crate::policy::{Estimator, Judging};
+use crate::policy::{pause_told, paused_told, Estimator, Judging};
 
 pin_project! {
     /// Response future of [`Hedge`](super::Hedge).
@@ -237,7 +237,7 @@ where
                 (&mut result, Given::new(&this.parts.extensions).budget())
             {
                 if let Some(hint) = pause_hint(res.status(), res.headers(), SystemTime::now) {
-                    budget.pause_told(later(at, hint), this.observed.as_ref());
+                    pause_told(budget.account(), later(at, hint), this.observed.as_ref());
                     res.extensions_mut().insert(HintTaken);
                 }
             }
@@ -279,28 +279,27 @@ where
             // The gates that cost nothing come first.
             let given = Given::new(&this.parts.extensions);
             let now = Instant::now();
-            let refused = if given
-                .deadline()
-                .is_some_and(|d| d.saturating_duration_since(now) < this.policy.min_attempt_time())
-            {
-                Some(NotHedged::Deadline)
-            } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
-                Some(NotHedged::CircuitOpen)
-            } else if given
-                .budget()
-                .is_some_and(|b| b.paused_told(now, this.observed.as_ref()).is_some())
-            {
-                // A server asked the whole origin to come back later.
-                Some(NotHedged::Paused)
-            } else {
-                match this.body.hedge_copy() {
-                    Some(body) => {
-                        *this.next_body = Some(body);
-                        None
+            let refused =
+                if given.deadline().is_some_and(|d| {
+                    d.saturating_duration_since(now) < this.policy.min_attempt_time()
+                }) {
+                    Some(NotHedged::Deadline)
+                } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
+                    Some(NotHedged::CircuitOpen)
+                } else if given.budget().is_some_and(|b| {
+                    paused_told(b.account(), now, this.observed.as_ref()).is_some()
+                }) {
+                    // A server asked the whole origin to come back later.
+                    Some(NotHedged::Paused)
+                } else {
+                    match this.body.hedge_copy() {
+                        Some(body) => {
+                            *this.next_body = Some(body);
+                            None
+                        }
+                        None => Some(NotHedged::Body),
                     }
-                    None => Some(NotHedged::Body),
-                }
-            };
+                };
             if let Some(why) = refused {
                 refuse(this.parts, this.stopped, this.not_sent, why);
                 return Poll::Pending;

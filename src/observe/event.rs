@@ -102,19 +102,19 @@ impl CallInfo {
     /// The call of `req`: its origin, method, and the route its
     /// [`CallContext`] names.
     pub fn of<B>(req: &Request<B>) -> Self {
-        CallInfo {
-            origin: Origin::of(req.uri()),
-            route: CallContext::of(req.extensions()).and_then(|c| c.route().map(Arc::from)),
-            method: req.method().clone(),
-        }
+        CallInfo::of_call(req.uri(), req.method(), req.extensions())
     }
 
     /// The same, from a request's head.
     pub(crate) fn of_head(head: &http::request::Parts) -> Self {
+        CallInfo::of_call(&head.uri, &head.method, &head.extensions)
+    }
+
+    fn of_call(uri: &http::Uri, method: &Method, extensions: &http::Extensions) -> Self {
         CallInfo {
-            origin: Origin::of(&head.uri),
-            route: CallContext::of(&head.extensions).and_then(|c| c.route().map(Arc::from)),
-            method: head.method.clone(),
+            origin: Origin::of(uri),
+            route: CallContext::of(extensions).and_then(|c| c.route().map(Arc::from)),
+            method: method.clone(),
         }
     }
 

@@ -250,7 +250,8 @@ impl Observed {
         }
     }
 
-    /// The same, from a request's head.
+    /// `observer`, for the call whose request head is `parts`.
+    #[cold]
     pub(crate) fn of_head(observer: Arc<dyn Observer>, parts: &http::request::Parts) -> Self {
         Observed {
             observer,
@@ -258,16 +259,10 @@ impl Observed {
         }
     }
 
-    /// The same, from a request head.
+    /// The observer of the call whose request head is `parts`, if one was set.
     pub(crate) fn of_parts(parts: &http::request::Parts) -> Option<Self> {
-        let context = CallContext::of(&parts.extensions)?;
-        let observer = context.observer()?.clone();
-        let call = CallInfo::new(Origin::of(&parts.uri), parts.method.clone());
-        let call = match context.route() {
-            Some(route) => call.with_route(route),
-            None => call,
-        };
-        Some(Observed { observer, call })
+        let observer = CallContext::of(&parts.extensions)?.observer()?.clone();
+        Some(Observed::of_head(observer, parts))
     }
 
     /// Tells the observer the event `make` builds for the call.

@@ -51,6 +51,12 @@ impl Ring {
         }
     }
 
+    /// When slot `n` ends, in nanoseconds from the origin.
+    #[inline]
+    fn end_of(&self, n: u64) -> u64 {
+        n.saturating_add(1).saturating_mul(self.slot_nanos)
+    }
+
     #[cfg(test)]
     fn slot_of(&self, now: Instant) -> u64 {
         nanos(now.saturating_duration_since(self.origin)) / self.slot_nanos
@@ -66,7 +72,7 @@ impl Ring {
         // `now` is in the head's slot (or before it) when it is before the head's
         // end: a multiplication, where finding its slot takes a division, which
         // costs several times more (most calls land in the head's slot).
-        if elapsed >= head.saturating_add(1).saturating_mul(self.slot_nanos) {
+        if elapsed >= self.end_of(head) {
             return self.rotate(elapsed / self.slot_nanos, expired);
         }
         &self.slots[(head % SLOTS) as usize]
@@ -121,8 +127,7 @@ impl Ring {
     /// one `window` since then holds nothing any more.
     pub(crate) fn last_used(&self) -> Instant {
         let head = self.head.load(Ordering::Acquire);
-        let end = head.saturating_add(1).saturating_mul(self.slot_nanos);
-        self.origin + Duration::from_nanos(end)
+        self.origin + Duration::from_nanos(self.end_of(head))
     }
 }
 

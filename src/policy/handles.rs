@@ -72,7 +72,7 @@ pub trait BudgetAccount: Send + Sync + 'static {
 /// Pauses `budget`'s origin until `until`, telling the call's observer what
 /// changed.
 pub(crate) fn pause_told(
-    budget: &dyn BudgetAccount,
+    budget: &(impl BudgetAccount + ?Sized),
     until: Instant,
     observed: Option<&crate::observe::Observed>,
 ) {
@@ -84,7 +84,7 @@ pub(crate) fn pause_told(
 /// `budget`'s pause at `now`, telling the call's observer when this look resumed
 /// it.
 pub(crate) fn paused_told(
-    budget: &dyn BudgetAccount,
+    budget: &(impl BudgetAccount + ?Sized),
     now: Instant,
     observed: Option<&crate::observe::Observed>,
 ) -> Option<Pause> {
@@ -164,21 +164,6 @@ impl BudgetHandle {
     #[inline]
     pub(crate) fn account(&self) -> &dyn BudgetAccount {
         &*self.0
-    }
-
-    /// Pauses the origin until `until`, telling the call's observer what changed.
-    pub(crate) fn pause_told(&self, until: Instant, observed: Option<&crate::observe::Observed>) {
-        pause_told(self.account(), until, observed)
-    }
-
-    /// The origin's pause at `now`, telling the call's observer when this look
-    /// resumed it.
-    pub(crate) fn paused_told(
-        &self,
-        now: Instant,
-        observed: Option<&crate::observe::Observed>,
-    ) -> Option<Pause> {
-        paused_told(self.account(), now, observed)
     }
 
     /// Until when the origin is paused, if it is paused now.

@@ -48,7 +48,7 @@ pub struct Keyed;
 
 /// A set of methods, asked on every call: a standard method is one bit, found
 /// without comparing methods; an extension method is looked for in a list.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub(crate) struct MethodSet {
     standard: u16,
     extensions: Arc<[Method]>,
@@ -101,7 +101,8 @@ impl MethodSet {
         }
     }
 
-    /// The methods in the set: the standard ones in `http`'s order, then the others.
+    /// The methods in the set: the standard ones in the order of
+    /// [`STANDARD_METHODS`], then the others in the order they were given.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Method> + '_ {
         STANDARD_METHODS
             .into_iter()

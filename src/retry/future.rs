@@ -133,7 +133,8 @@ pin_project! {
         // guard refused it.
         Refused { error: Option<Error> },
         // The call has ended; polling again is a caller's mistake, answered with an
-        // error rather than a future that never completes.
+        // error rather than a future that never completes. (A call that ended with a
+        // plain first answer stays in `Attempt`, marked `answered`: see `poll`.)
         Done,
     }
 }
@@ -148,9 +149,11 @@ where
     /// The call's span, left out when nothing takes it.
     #[inline(always)]
     pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Span>> {
-        // Checked first: when DEBUG is off, making a disabled span and dropping it
-        // costs more than this look at the level.
-        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        // Checked first: when a subscriber is set and DEBUG is off, making a
+        // disabled span and dropping it costs more than this look. Without any
+        // subscriber the macro decides, as `tracing`'s `log` output may want the
+        // span then.
+        if tracing::dispatcher::has_been_set() && !tracing::level_enabled!(tracing::Level::DEBUG) {
             return None;
         }
         let span = tracing::debug_span!(
@@ -265,8 +268,11 @@ where
                                     guarded.answered(&res);
                                 }
                                 // The attempt's state is dropped with the future (a
-                                // finished inner future holds little); the mark says
-                                // the call has ended.
+                                // finished inner future holds little, and its timer,
+                                // if any, goes now); the mark says the call has ended.
+                                if timeout.is_some() {
+                                    *timeout = None;
+                                }
                                 call.answered = true;
                                 return Poll::Ready(Ok(res));
                             }

@@ -141,8 +141,8 @@ where
             }
         }
         // What later attempts need, allocated once and filled in place (see
-        // `in_place`): the head's bytes are written where they stay. The service was driven to
-        // readiness for the first attempt; the clone drives its own.
+        // `in_place`): the head's bytes are written where they stay. The service
+        // was driven to readiness for the first attempt; the clone drives its own.
         let kept = match extras {
             Some(extras) => {
                 let mut kept = in_place!(Kept {
