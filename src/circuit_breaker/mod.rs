@@ -30,7 +30,7 @@
 //! call that a retry cured counts as a success. A call that ended before it sent
 //! anything (refused while its origin is paused, or out of time before its first
 //! attempt) says nothing of the origin and counts neither way. It also leaves a
-//! [`BreakerHandle`] in the request extensions; the
+//! [`BreakerHandle`](crate::policy::BreakerHandle) in the request extensions; the
 //! [`RetryLayer`](crate::RetryLayer) asks it before every retry and after every wait,
 //! and stops with [`StopReason::CircuitOpen`]
 //! unless the breaker is closed, so a call in flight stops retrying as soon as
