@@ -80,6 +80,20 @@ where
     in_flight
 }
 
+/// Lets the slow call's upstream answer, and takes the call's answer (within a
+/// second).
+async fn finish_slow<R, E: std::fmt::Debug>(
+    release: oneshot::Sender<()>,
+    in_flight: tokio::task::JoinHandle<Result<R, E>>,
+) -> R {
+    release.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(1), in_flight)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
 /// Calls each of the `ORIGINS` origins once through a clone of `client`, and every
 /// twentieth that failed twice more (its breaker opens and refuses the third): how
 /// many failed once, and how many breakers opened.
@@ -156,12 +170,7 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     assert_eq!(budgets.origins(), 1);
     assert_eq!(breakers.origins(), 1);
 
-    release.send(()).unwrap();
-    let res = tokio::time::timeout(Duration::from_secs(1), in_flight)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let res = finish_slow(release, in_flight).await;
     assert_eq!(res.status(), 200);
     // The account's last use was the call's deposit, long ago; the breaker just
     // counted the call's outcome.
@@ -209,12 +218,7 @@ async fn a_guard_forgets_ten_thousand_idle_origins_too() {
     advance(Duration::from_secs(100)).await;
     assert_eq!(guard.origins(), 1);
 
-    release.send(()).unwrap();
-    let res = tokio::time::timeout(Duration::from_secs(1), in_flight)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let res = finish_slow(release, in_flight).await;
     assert_eq!(res.status(), 200);
     // The breaker just counted the call's outcome: the entry stays as long as it.
     advance(Duration::from_secs(62)).await;
