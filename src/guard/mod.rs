@@ -292,7 +292,7 @@ impl Guard {
         for registry in self.origins.iter() {
             registry.visit_for(req, |origin| found.take_from(origin));
         }
-        let mut budget = found.account;
+        // `Found` files here only an entry that keeps a breaker.
         let permit = match found.breaker {
             Some(origin) => match origin.breaker.as_deref() {
                 Some(core) => match core.admit() {
@@ -305,18 +305,13 @@ impl Guard {
                         };
                     }
                 },
-                // `Found` files an entry without a breaker as the account's; were one
-                // here, its account would still be the call's.
-                None => {
-                    budget = budget.or(Some(origin));
-                    None
-                }
+                None => None,
             },
             None => None,
         };
         let guarded = Guarded {
             permit,
-            budget,
+            budget: found.account,
             observed: observed(req),
         };
         let hand_down = self.hand_down || has_context;
