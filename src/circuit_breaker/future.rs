@@ -63,12 +63,12 @@ pub(crate) struct Permit<O: BreakerOwner = Core> {
     /// An outcome was recorded, or the slot given back: the permit is spent.
     settled: bool,
     /// The call's observer, told of the state changes its outcome makes.
-    observed: Option<Box<Observed>>,
+    observed: Option<Arc<Observed>>,
 }
 
 impl<O: BreakerOwner> Permit<O> {
     #[inline]
-    pub(crate) fn new(owner: Arc<O>, ticket: Ticket, observed: Option<Box<Observed>>) -> Self {
+    pub(crate) fn new(owner: Arc<O>, ticket: Ticket, observed: Option<Arc<Observed>>) -> Self {
         if let (true, Some(core)) = (ticket.half_opened, owner.breaker()) {
             changed(observed.as_deref(), core.state_change_to_half_open());
         }

@@ -196,7 +196,7 @@ where
                 return ResponseFuture::refused(refusal(&req, breaker.label(), next_probe_at))
             }
         };
-        let observed = Observed::of(&req).map(Box::new);
+        let observed = Observed::of(&req).map(Arc::new);
         let permit = Permit::new(breaker, ticket, observed);
         if let Some(handle) = permit.handle() {
             CallContext::of_mut(req.extensions_mut()).set_breaker(handle);

@@ -249,8 +249,9 @@ pub(crate) struct Guarded {
     permit: Option<Permit<Origin>>,
     /// The entry that keeps the account, when it is not the permit's.
     budget: Option<Arc<Origin>>,
-    /// The call's observer, told of the pause the call's answer sets.
-    observed: Option<Box<Observed>>,
+    /// The call's observer, told of the pause the call's answer sets; shared with
+    /// the permit and the call.
+    observed: Option<Arc<Observed>>,
 }
 
 /// A call the guard let through: what it holds, whether the guard stamped a key on
@@ -286,7 +287,9 @@ impl Guard {
         let observer = context.and_then(CallContext::observer).cloned();
         // When a layer above dated the call already.
         let entered = context.and_then(|c| Given::context(c).entered());
-        let observed = |req: &Request<B>| observer.clone().map(|o| Box::new(Observed::new(o, req)));
+        // One record of the call for whatever tells its observer: the breaker's permit,
+        // the guard's pause, and the retry's own events.
+        let observed = observer.map(|o| Arc::new(Observed::new(o, req)));
         // One lookup finds both (unless they partition calls differently).
         let mut found = Found::default();
         for registry in self.origins.iter() {
@@ -296,7 +299,7 @@ impl Guard {
         let permit = match found.breaker {
             Some(origin) => match origin.breaker.as_deref() {
                 Some(core) => match core.admit() {
-                    Ok(ticket) => Some(Permit::new(origin, ticket, observed(req))),
+                    Ok(ticket) => Some(Permit::new(origin, ticket, observed.clone())),
                     Err(next_probe_at) => {
                         let error = refusal(req, core.label(), next_probe_at);
                         return Entered::Refused {
@@ -312,7 +315,7 @@ impl Guard {
         let guarded = Guarded {
             permit,
             budget: found.account,
-            observed: observed(req),
+            observed,
         };
         let hand_down = self.hand_down || has_context;
         let Some(account) = guarded.account() else {
@@ -426,6 +429,11 @@ impl Guarded {
     /// The call's observer, for the pause its answer sets.
     pub(crate) fn observed(&self) -> Option<&Observed> {
         self.observed.as_deref()
+    }
+
+    /// The call's observer as the guard recorded it, for the call to share.
+    pub(crate) fn shared_observed(&self) -> Option<&Arc<Observed>> {
+        self.observed.as_ref()
     }
 
     /// The call ended with a plain first answer (see [`Guarded::finish`]).

@@ -58,7 +58,7 @@ pub(super) struct Call<S, B> {
     /// so the success path moves a smaller future and initialises less.
     slow: Rare<SlowPath>,
     /// The call's observer, when one was set; taken when the call ends.
-    observed: Rare<Observed>,
+    observed: Option<Arc<Observed>>,
 }
 
 /// `$value` on the heap, made into a block allocated first (`Box::write`), instead

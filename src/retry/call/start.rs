@@ -99,9 +99,13 @@ where
         // always does), so an answer that is ready at once reads no clock at all.
         let given_deadline = given.deadline();
         let route = given.route().cloned();
-        let observed = given
-            .observer()
-            .map(|o| Box::new(Observed::of_head(o.clone(), &parts)));
+        // A guard that recorded the call for its observer shares its record.
+        let observed = match guarded.shared_observed() {
+            Some(observed) => Some(observed.clone()),
+            None => given
+                .observer()
+                .map(|o| Arc::new(Observed::of_head(o.clone(), &parts))),
+        };
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
             || policy.attempt_timeout().is_some();
@@ -190,7 +194,7 @@ where
                     route,
                     started,
                     policy,
-                    observed: Rare::new(observed),
+                    observed,
                 }
             };
         }
@@ -231,7 +235,7 @@ where
             route: None,
             started: None,
             slow: Rare::new(None),
-            observed: Rare::new(None),
+            observed: None,
         }
     }
 
