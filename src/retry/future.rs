@@ -239,14 +239,17 @@ where
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         }
         // A held call starts (or is refused) once its hold is over.
-        if let StateProj::Held { held } = this.state.as_mut().project() {
-            match ready!(held.poll_start(cx, this.call)) {
-                Ok(ResponseFuture { state, call, span }) => {
-                    *this.call = call;
-                    *this.span = span;
-                    this.state.set(state);
+        // (The variant is read first: projecting the state reads every variant.)
+        if matches!(*this.state, State::Held { .. }) {
+            if let StateProj::Held { held } = this.state.as_mut().project() {
+                match ready!(held.poll_start(cx, this.call)) {
+                    Ok(ResponseFuture { state, call, span }) => {
+                        *this.call = call;
+                        *this.span = span;
+                        this.state.set(state);
+                    }
+                    Err(error) => this.state.set(State::Refused { error: Some(error) }),
                 }
-                Err(error) => this.state.set(State::Refused { error: Some(error) }),
             }
         }
         let call = this.call;

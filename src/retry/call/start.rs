@@ -126,7 +126,6 @@ where
         let keyed = !idempotent && (keyed_by_guard || policy.carries_key(&parts.headers, ext));
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
-        let mut extras = retries.then(|| Extras::of(&given));
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
         // allocation); a one-shot body is never sent twice, hedges included. The
@@ -140,28 +139,26 @@ where
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
         if let Some(deadline) = deadline.map(crate::policy::Deadline::at) {
             CallContext::of_mut(&mut parts.extensions).set_deadline(deadline);
-            if let Some(extras) = &mut extras {
-                extras.set_deadline(deadline);
-            }
         }
         // What later attempts need, allocated once and filled in place (see
-        // `in_place`): the head's bytes are written where they stay. The service
-        // was driven to readiness for the first attempt; the clone drives its own.
-        let kept = match extras {
-            Some(extras) => {
-                let mut kept = in_place!(Kept {
-                    later: Some(Later {
-                        service: service.clone(),
-                        head: Head::empty(extras),
-                    }),
-                    guarded,
-                });
-                if let Some(later) = &mut kept.later {
-                    later.head.fill(&parts);
-                }
-                Some(kept)
+        // `in_place`): what is kept of the extensions (read once the deadline is in
+        // them) and the head's bytes are written where they stay. The service was
+        // driven to readiness for the first attempt; the clone drives its own.
+        let kept = if retries {
+            let extras = || Extras::of(&crate::policy::Given::new(&parts.extensions));
+            let mut kept = in_place!(Kept {
+                later: Some(Later {
+                    service: service.clone(),
+                    head: Head::empty(extras()),
+                }),
+                guarded,
+            });
+            if let Some(later) = &mut kept.later {
+                later.head.fill(&parts);
             }
-            None => Kept::guarded(guarded),
+            Some(kept)
+        } else {
+            Kept::guarded(guarded)
         };
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);

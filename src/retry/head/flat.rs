@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
+use http::uri::Scheme;
 use http::{HeaderMap, Method, Uri, Version};
 
 /// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
@@ -109,12 +110,15 @@ fn version_tag(version: Version) -> Option<u8> {
 fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
     let path = uri.path_and_query().map(|p| p.as_str());
     let text = match (uri.scheme(), uri.authority(), path) {
-        (Some(scheme), Some(authority), Some(path))
-            if path.starts_with('/')
-                && !scheme.as_str().is_empty()
-                && !scheme.as_str().bytes().any(|b| b.is_ascii_uppercase()) =>
-        {
-            [scheme.as_str(), authority.as_str(), path]
+        (Some(scheme), Some(authority), Some(path)) if path.starts_with('/') => {
+            let text = scheme.as_str();
+            // `http` and `https` parse to http's own schemes, spelt in lower case;
+            // any other is read.
+            let own = *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS;
+            if !own && (text.is_empty() || text.bytes().any(|b| b.is_ascii_uppercase())) {
+                return None;
+            }
+            [text, authority.as_str(), path]
         }
         (None, None, Some(path))
             if (path.starts_with('/') || path == "*") && !uri.path().is_empty() =>

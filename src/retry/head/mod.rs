@@ -13,7 +13,7 @@
 
 use http::{Extensions, Request};
 
-use crate::policy::{CallContext, Deadline, Given};
+use crate::policy::{CallContext, Given};
 
 mod flat;
 #[cfg(test)]
@@ -52,19 +52,6 @@ impl Extras {
             (Some(all), _) => Extras::All(all.clone()),
             (None, Some(context)) => Extras::Context(context.clone()),
             (None, None) => Extras::None,
-        }
-    }
-
-    /// Sets the call's deadline in the kept context, as in the request's.
-    pub(super) fn set_deadline(&mut self, deadline: Deadline) {
-        match self {
-            Extras::None => {
-                let mut context = CallContext::default();
-                context.set_deadline(deadline);
-                *self = Extras::Context(context);
-            }
-            Extras::Context(context) => context.set_deadline(deadline),
-            Extras::All(all) => CallContext::of_mut(all).set_deadline(deadline),
         }
     }
 
