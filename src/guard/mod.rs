@@ -241,9 +241,12 @@ impl fmt::Debug for Guard {
 
 /// What a guarded call holds until its state is dropped: its breaker permit (which
 /// records the call's outcome once, when it ends) and its budget account. Empty for
-/// a call that is not guarded.
+/// a call that is not guarded, which is then one word to check where it drops.
 #[derive(Default)]
-pub(crate) struct Guarded {
+pub(crate) struct Guarded(Option<Holdings>);
+
+/// What a guarded call holds, when it holds anything.
+struct Holdings {
     /// The breaker's permit, through the entry that keeps the breaker (and the
     /// account too, when one registry keeps both).
     permit: Option<Permit<Origin>>,
@@ -312,11 +315,7 @@ impl Guard {
             },
             None => None,
         };
-        let guarded = Guarded {
-            permit,
-            budget: found.account,
-            observed,
-        };
+        let guarded = Guarded::new(permit, found.account, observed);
         let hand_down = self.hand_down || has_context;
         let Some(account) = guarded.account() else {
             guarded.hand_down(req, hand_down, keyed);
@@ -329,7 +328,7 @@ impl Guard {
         // Dated once: by a layer above that dated the call already, else now.
         let now = entered.unwrap_or_else(Instant::now);
         account.deposit_at(now);
-        let Some(pause) = account.paused_now(guarded.observed.as_deref()) else {
+        let Some(pause) = account.paused_now(guarded.observed()) else {
             guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
@@ -344,7 +343,7 @@ impl Guard {
         let deadline = Given::new(req.extensions()).deadline();
         let dated = now;
         let now = Instant::now();
-        match Hold::meet(pause, now, deadline, &account, guarded.observed.as_deref()) {
+        match Hold::meet(pause, now, deadline, &account, guarded.observed()) {
             // The call's time counts from its date, the hold included, as behind a
             // budget layer.
             Ok(hold) => Entered::Held {
@@ -379,18 +378,32 @@ impl Paused {
 }
 
 impl Guarded {
+    /// What a call holds of these; empty when it holds none.
+    fn new(
+        permit: Option<Permit<Origin>>,
+        budget: Option<Arc<Origin>>,
+        observed: Option<Arc<Observed>>,
+    ) -> Self {
+        Guarded(Some(Holdings {
+            permit,
+            budget,
+            observed,
+        }))
+    }
+
     /// Whether the call holds nothing of a guard.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.budget.is_none() && self.permit.is_none() && self.observed.is_none()
+        self.0.is_none()
     }
 
     /// The call's budget account, when the guard has a budget.
     #[inline]
     fn account(&self) -> Option<&Arc<Account>> {
+        let held = self.0.as_ref()?;
         account_of(
-            self.budget.as_deref(),
-            self.permit.as_ref().map(Permit::owner),
+            held.budget.as_deref(),
+            held.permit.as_ref().map(Permit::owner),
         )
     }
 
@@ -400,11 +413,32 @@ impl Guarded {
         self.account().map(|a| &**a as &dyn BudgetAccount)
     }
 
+    /// The breaker's permit, when the call has one.
+    #[inline]
+    fn permit(&self) -> Option<&Permit<Origin>> {
+        self.0.as_ref()?.permit.as_ref()
+    }
+
+    /// The same, mutably.
+    #[inline]
+    fn permit_mut(&mut self) -> Option<&mut Permit<Origin>> {
+        self.0.as_mut()?.permit.as_mut()
+    }
+
+    /// Whether the call holds a breaker permit or a budget account (and not only
+    /// an observer).
+    #[inline]
+    fn holds_handles(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
+    }
+
     /// Leaves the handles in the call's context, for the layers beneath, when
     /// `hand_down`, and the keyed mark when the guard stamped the call's key (a
     /// hedge layer beneath hedges a keyed call as the key layer's mark tells it).
     fn hand_down<B>(&self, req: &mut Request<B>, hand_down: bool, keyed: bool) {
-        if !hand_down || (self.budget.is_none() && self.permit.is_none() && !keyed) {
+        if !hand_down || (!self.holds_handles() && !keyed) {
             return;
         }
         let context = CallContext::of_mut(req.extensions_mut());
@@ -415,7 +449,7 @@ impl Guarded {
             let account: Arc<dyn BudgetAccount> = account.clone();
             context.set_budget(BudgetHandle::new(account));
         }
-        if let Some(handle) = self.permit.as_ref().and_then(Permit::handle) {
+        if let Some(handle) = self.permit().and_then(Permit::handle) {
             context.set_breaker(handle);
         }
     }
@@ -423,23 +457,23 @@ impl Guarded {
     /// Whether the breaker, when the call has one, lets an extra attempt through.
     #[inline]
     pub(crate) fn allows_retry(&self) -> Option<bool> {
-        self.permit.as_ref().map(Permit::allows_retry)
+        self.permit().map(Permit::allows_retry)
     }
 
     /// The call's observer, for the pause its answer sets.
     pub(crate) fn observed(&self) -> Option<&Observed> {
-        self.observed.as_deref()
+        self.shared_observed().map(|o| &**o)
     }
 
     /// The call's observer as the guard recorded it, for the call to share.
     pub(crate) fn shared_observed(&self) -> Option<&Arc<Observed>> {
-        self.observed.as_ref()
+        self.0.as_ref()?.observed.as_ref()
     }
 
     /// The call ended with a plain first answer (see [`Guarded::finish`]).
     #[inline]
     pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
-        if self.budget.is_some() || self.permit.is_some() {
+        if self.holds_handles() {
             self.answered_guarded(res);
         }
     }
@@ -447,11 +481,11 @@ impl Guarded {
     #[inline(never)]
     fn answered_guarded<RB>(&mut self, res: &Response<RB>) {
         if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, None)) {
-            pause_told(budget, until, self.observed.as_deref());
+            pause_told(budget, until, self.observed());
         }
         // The permit is kept (it records once): the account may be reached through
         // its entry until the call ends.
-        if let Some(permit) = &mut self.permit {
+        if let Some(permit) = self.permit_mut() {
             permit.answered(res);
         }
     }
@@ -463,7 +497,7 @@ impl Guarded {
         match result {
             Ok(res) => self.answered(res),
             Err(_) => {
-                if let Some(permit) = &mut self.permit {
+                if let Some(permit) = self.permit_mut() {
                     permit.finish(result);
                 }
             }
