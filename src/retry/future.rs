@@ -164,14 +164,14 @@ where
         );
         // `Span::none()` is what the macro gives when nothing takes the span; a
         // disabled span kept for `tracing`'s `log` output is kept here too.
-        let span = (!span.is_none()).then(|| Box::new(span));
-        if let Some(span) = span.as_deref() {
-            // The route's name, when the route table named it (a name, never a URL).
-            if let Some(route) = CallContext::of(req.extensions()).and_then(CallContext::route) {
-                span.record("route", route);
-            }
+        if span.is_none() {
+            return None;
         }
-        span
+        // The route's name, when the route table named it (a name, never a URL).
+        if let Some(route) = CallContext::of(req.extensions()).and_then(CallContext::route) {
+            span.record("route", route);
+        }
+        Some(Box::new(span))
     }
 
     /// The deadline left no time for a first attempt: the call is refused.
