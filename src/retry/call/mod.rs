@@ -20,7 +20,7 @@ mod start;
 mod tell;
 
 use super::future::{ResponseFuture, State};
-use super::head::{Extras, Head};
+use super::head::Head;
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::guard::{Admitted, Guarded};

@@ -145,11 +145,10 @@ where
         // them) and the head's bytes are written where they stay. The service was
         // driven to readiness for the first attempt; the clone drives its own.
         let kept = if retries {
-            let extras = || Extras::of(&crate::policy::Given::new(&parts.extensions));
             let mut kept = in_place!(Kept {
                 later: Some(Later {
                     service: service.clone(),
-                    head: Head::empty(extras()),
+                    head: Head::empty(),
                 }),
                 guarded,
             });

@@ -45,13 +45,14 @@ pub(super) enum Extras {
 }
 
 impl Extras {
-    /// What to keep of the extensions `given` reads.
+    /// Keeps what there is to keep of the extensions `given` reads. Each kind is
+    /// written where it is kept; nothing is written when there is nothing to keep.
     #[inline(always)]
-    pub(super) fn of(given: &Given<'_>) -> Self {
+    fn keep(&mut self, given: &Given<'_>) {
         match given.parts() {
-            (Some(all), _) => Extras::All(all.clone()),
-            (None, Some(context)) => Extras::Context(context.clone()),
-            (None, None) => Extras::None,
+            (Some(all), _) => *self = Extras::All(all.clone()),
+            (None, Some(context)) => *self = Extras::Context(context.clone()),
+            (None, None) => {}
         }
     }
 
@@ -69,28 +70,29 @@ impl Extras {
 }
 
 impl Head {
-    /// The head of `head`, with `extras` kept of its extensions.
+    /// The head of `head`.
     #[cfg(test)]
-    pub(super) fn of(head: &http::request::Parts, extras: Extras) -> Self {
-        let mut kept = Head::empty(extras);
+    pub(super) fn of(head: &http::request::Parts) -> Self {
+        let mut kept = Head::empty();
         kept.fill(head);
         kept
     }
 
-    /// Room for a head, with `extras` kept of its extensions: built where the head
-    /// is kept, then filled in place (see [`Head::fill`]), so its bytes are not
-    /// moved.
+    /// Room for a head: built where the head is kept, then filled in place (see
+    /// [`Head::fill`]), so its bytes are not moved.
     #[inline]
-    pub(super) fn empty(extras: Extras) -> Self {
+    pub(super) fn empty() -> Self {
         Head {
-            extras,
+            extras: Extras::None,
             kept: HeadCopy::empty(),
         }
     }
 
-    /// Copies `head` into this room.
+    /// Copies `head` into this room: what there is to keep of its extensions, and
+    /// the rest as flat bytes.
     #[inline]
     pub(super) fn fill(&mut self, head: &http::request::Parts) {
+        self.extras.keep(&Given::new(&head.extensions));
         self.kept
             .fill(&head.method, head.version, &head.uri, &head.headers);
     }
