@@ -384,6 +384,9 @@ impl Guarded {
         budget: Option<Arc<Origin>>,
         observed: Option<Arc<Observed>>,
     ) -> Self {
+        if permit.is_none() && budget.is_none() && observed.is_none() {
+            return Guarded(None);
+        }
         Guarded(Some(Holdings {
             permit,
             budget,

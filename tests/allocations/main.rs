@@ -233,3 +233,24 @@ fn a_guarded_call_records_itself_once_for_its_observer() {
     assert!(observer_alone > 0);
     assert_eq!(observer_guarded, observer_alone);
 }
+
+#[test]
+fn a_guard_that_holds_nothing_for_a_call_keeps_no_block_for_it() {
+    use backstop::IdempotencyKeyLayer;
+
+    // One attempt: nothing is kept for later attempts. A guard with only a key holds
+    // nothing for the call either (no breaker permit, no budget account, no
+    // observer), so it costs the call no block of its own: a GET is not stamped, so
+    // the guarded layer allocates what the plain one does.
+    let inner = || tower::service_fn(ok::<ReplayBody<Full<Bytes>>>);
+    let mut plain = RetryLayer::new(RetryPolicy::none()).layer(inner());
+    let mut keyed = RetryLayer::new(RetryPolicy::none())
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .layer(inner());
+    allocations_of_one_call(&mut plain, 10);
+    allocations_of_one_call(&mut keyed, 10);
+
+    let plain_count = allocations_of_one_call(&mut plain, 10);
+    let keyed_count = allocations_of_one_call(&mut keyed, 10);
+    assert_eq!(keyed_count, plain_count, "plain {plain_count}");
+}

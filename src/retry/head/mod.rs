@@ -88,8 +88,8 @@ impl Head {
         }
     }
 
-    /// Copies `head` into this room: what there is to keep of its extensions, and
-    /// the rest as flat bytes.
+    /// Copies `head` into this room (an empty one, see [`Head::empty`]): what there
+    /// is to keep of its extensions, and the rest as flat bytes.
     #[inline]
     pub(super) fn fill(&mut self, head: &http::request::Parts) {
         self.extras.keep(&Given::new(&head.extensions));
