@@ -201,7 +201,8 @@ pub struct CallFinished<'a> {
     /// Why no further attempt was made.
     pub stop: StopReason,
     /// Whole retries left in the call's budget account at the end, when the call
-    /// has one that can tell.
+    /// has one that can tell. A call of one attempt keeps nothing for retries, its
+    /// account included, so this is `None` for it.
     pub budget_available: Option<u64>,
 }
 
