@@ -115,7 +115,9 @@ where
             .then(Instant::now)
             .or(at)
             .or_else(|| given.entered());
+        // (An untimed call has neither deadline: nothing to compare.)
         let deadline = match (given_deadline, policy.timeout(), started) {
+            _ if !timed => None,
             (Some(d), Some(t), Some(started)) => Some(d.min(later(started, t))),
             (Some(d), _, _) => Some(d),
             (None, Some(t), Some(started)) => Some(later(started, t)),
