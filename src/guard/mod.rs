@@ -316,9 +316,8 @@ impl Guard {
             None => None,
         };
         let guarded = Guarded::new(permit, found.account, observed);
-        let hand_down = self.hand_down || has_context;
+        guarded.hand_down(req, self.hand_down || has_context, keyed);
         let Some(account) = guarded.account() else {
-            guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -329,7 +328,6 @@ impl Guard {
         let now = entered.unwrap_or_else(Instant::now);
         account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed()) else {
-            guarded.hand_down(req, hand_down, keyed);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -337,7 +335,6 @@ impl Guard {
             });
         };
         let account = account.clone();
-        guarded.hand_down(req, hand_down, keyed);
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the gates, which ask the same account.
         let deadline = Given::new(req.extensions()).deadline();
