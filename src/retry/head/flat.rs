@@ -82,11 +82,9 @@ struct Prelude {
     values: usize,
 }
 
-/// The tag of a standard method; `None` for an extension method.
-#[inline]
-pub(super) fn method_tag(method: &Method) -> Option<u8> {
-    crate::policy::standard_index(method)
-}
+/// The tag of a standard method (its index in [`METHODS`]); `None` for an
+/// extension method.
+pub(super) use crate::policy::standard_index as method_tag;
 
 /// The tag of a version; `None` for one `http` may add.
 #[inline]
