@@ -71,10 +71,11 @@
 //! size is 304). Everything only a timed, failed or hedged call needs is allocated
 //! when it is needed, and the future is built in place around the first attempt's,
 //! so a first answer costs the head copy and little else: less than what
-//! `tower::retry`'s request clone costs (four fifths of its instructions, and about
-//! half its time, as it makes fewer atomic operations). `cargo bench --bench
-//! overhead -- ratios` measures it beside tower's retry and beside a floor
-//! (`benches/common/floor.rs`): a retry layer that does nothing but copy the head.
+//! `tower::retry`'s request clone costs: four fifths of its instructions, and from
+//! half of its time on a quiet machine to about four fifths on a loaded one, where
+//! time follows the instructions. `cargo bench --bench overhead -- ratios` measures
+//! it beside tower's retry and beside a floor (`benches/common/floor.rs`): a retry
+//! layer that does nothing but copy the head.
 
 mod call;
 mod future;
