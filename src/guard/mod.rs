@@ -33,8 +33,8 @@ use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
 use crate::origin::{Entry, Partition, Registry};
 use crate::policy::{
-    pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle, CallContext,
-    Given,
+    later, pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle,
+    CallContext, Given,
 };
 
 /// What a retry layer guards its calls with: the work of the layers it stands
@@ -281,9 +281,10 @@ pub(crate) enum Entered {
 impl Guard {
     /// Runs the guard on a call, in the order of the layers it stands for: the key
     /// is stamped, the breaker admits the call, the budget counts it and meets its
-    /// origin's pause.
+    /// origin's pause, holding it no longer than its deadline and the policy's
+    /// total `timeout` allow.
     #[inline]
-    pub(crate) fn enter<B>(&self, req: &mut Request<B>) -> Entered {
+    pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.config.stamp(req));
         let context = CallContext::of(req.extensions());
         let has_context = context.is_some();
@@ -336,13 +337,18 @@ impl Guard {
         };
         let account = account.clone();
         // A paused origin: the first attempt is held (or refused) here, its retries
-        // by the gates, which ask the same account.
-        let deadline = Given::new(req.extensions()).deadline();
+        // by the gates, which ask the same account. The call's total timeout counts
+        // from its date, the hold included, so the hold ends by the call's deadline:
+        // the request's or the policy's timeout from the date, whichever is earlier.
+        // (Its history and events time it from the start of its first attempt, as
+        // behind a budget layer.)
         let dated = now;
+        let deadline = match (Given::new(req.extensions()).deadline(), timeout) {
+            (Some(given), Some(timeout)) => Some(given.min(later(dated, timeout))),
+            (given, timeout) => given.or_else(|| timeout.map(|t| later(dated, t))),
+        };
         let now = Instant::now();
         match Hold::meet(pause, now, deadline, &account, guarded.observed()) {
-            // The call's time counts from its date, the hold included, as behind a
-            // budget layer.
             Ok(hold) => Entered::Held {
                 admitted: Admitted {
                     guarded,

@@ -31,8 +31,11 @@ use crate::policy::RetryPolicy;
 /// budget account and every retry withdrawn from it; a paused origin holding (or
 /// refusing) the first attempt; the same errors, tracing events and observer
 /// events (except that the guard's events name the route the call matched, which
-/// the layers outside the retry layer cannot know). A call that ended before it
-/// sent anything counts neither way for the breaker, in both shapes.
+/// the layers outside the retry layer cannot know, and that the guard holds a call
+/// for a paused origin no longer than its policy's total
+/// [`timeout`](crate::policy::RetryPolicyBuilder::timeout) allows, which counts the hold).
+/// A call that ended before it sent anything counts neither way for the breaker, in
+/// both shapes.
 ///
 /// The guard's breakers and accounts are its own. [`circuit_breaker`] and
 /// [`budget`] start them empty; clones of the layer made afterwards, their

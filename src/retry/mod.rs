@@ -41,9 +41,10 @@
 //!
 //! # Overrides
 //!
-//! - Per call: a [`RetryPolicy`] or a [`Deadline`](crate::policy::Deadline) in the
-//!   request's extensions overrides the layer's for that call; a
-//!   [`OneShot`](crate::OneShot) marker forbids re-sending its body.
+//! - Per call: a [`RetryPolicy`] in the request's extensions overrides the layer's
+//!   for that call; a [`Deadline`](crate::policy::Deadline) there ends the call by
+//!   then when it is earlier than the policy's total timeout (the earlier of the two
+//!   holds); a [`OneShot`](crate::OneShot) marker forbids re-sending its body.
 //! - Per route: [`Routes`] maps path prefixes, methods and hosts to a
 //!   [`RoutePolicy`]: a retry policy and the route's hedging, which a
 //!   [`HedgeLayer`](crate::HedgeLayer) beneath follows. A route can be named; the
@@ -194,7 +195,7 @@ where
                 Admitted::default(),
             );
         };
-        let admitted = match guard.enter(&mut req) {
+        let admitted = match guard.enter(&mut req, policy.timeout()) {
             Entered::Go(admitted) => admitted,
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::over_shapes;
 use crate::support::requests::{call, head, paused};
-use crate::support::script::{status, Reply, Script};
+use crate::support::script::{status, status_with, Reply, Script};
 use crate::support::shape::Stack;
 use backstop::budget::{BudgetPolicy, OriginAccount};
 use backstop::policy::{CallContext, History, StopReason};
@@ -358,6 +358,32 @@ over_shapes! {
         // Naive retries would have sent 400.
         assert_eq!(mock.calls(), 120);
         assert_eq!(stopped_by_budget, 100, "every sequence ended at the budget");
+    }
+}
+
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_call_dropped_while_it_waits_for_its_retry_gives_the_retry_back(shape) {
+        // At ratio 1 the first attempt buys exactly one retry.
+        let layer = BudgetLayer::new(budget(1.0, 0.0));
+        let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+        let stack = Stack::new(fast_retries(3)).budget(&layer);
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        let account = || layer.account(&head("http://upstream.test/"));
+        // The caller gives up half way through the second's wait the 503 asked for.
+        let cut = tokio::time::timeout(
+            Duration::from_millis(500),
+            call(&mut client, "http://upstream.test/"),
+        );
+        let during = async {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            account().available()
+        };
+        let (cut, during) = tokio::join!(cut, during);
+        assert!(cut.is_err(), "the call was still waiting when it was dropped");
+        assert_eq!(during, 0, "the retry was paid for when it was decided");
+        assert_eq!(mock.calls(), 1);
+        assert_eq!(account().available(), 1, "the retry never sent was given back");
     }
 }
 

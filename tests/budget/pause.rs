@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::over_shapes;
 use crate::support::requests::{call, get, head};
-use crate::support::script::{slow, status, status_with, Reply, Script};
+use crate::support::script::{slow, status, status_with, Reply, Script, Step};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetPolicy, PauseMode};
 use backstop::policy::{BudgetAccount, BudgetHandle, Deadline, History, StopReason};
@@ -149,6 +149,64 @@ over_shapes! {
         assert_eq!(res.status(), StatusCode::OK);
         let at = mock.seen()[0].at - t0;
         assert!((ms(2000)..=ms(2040)).contains(&at), "{at:?}");
+    }
+}
+
+/// Three attempts within a total `timeout`.
+fn within(timeout: Duration) -> RetryPolicy {
+    RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(ms(10), ms(50))
+        .timeout(timeout)
+        .build()
+        .unwrap()
+}
+
+over_shapes! {
+    only(Guarded, Shared)
+    #[tokio::test(start_paused = true)]
+    async fn a_guarded_call_is_held_within_its_policys_total_timeout(shape) {
+        let layer = BudgetLayer::default();
+        pause_with(shape, &layer, &[("retry-after", "2")]).await;
+        let t0 = Instant::now();
+
+        // A total timeout that ends inside the pause: refused at once.
+        let mock = Script::new([]);
+        let mut c = client(shape, &layer, within(ms(500)), &mock);
+        let err = call(&mut c, A).await.unwrap_err();
+        assert_eq!(Instant::now(), t0, "refused at once");
+        assert!(err.is_paused(), "{err}");
+        assert_eq!(err.paused_until(), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(mock.calls(), 0);
+
+        // Room for the pause: held, then sent, and the hold counts in the call's
+        // time, so a first attempt that hangs is cut at the timeout from the call's
+        // start, not from its release.
+        let mock = Script::new([Step::Hang]);
+        let mut c = client(shape, &layer, within(Duration::from_secs(3)), &mock);
+        let err = call(&mut c, A).await.unwrap_err();
+        assert!(err.is_deadline(), "{err}");
+        assert_eq!(mock.calls(), 1);
+        assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(3));
+    }
+}
+
+over_shapes! {
+    only(Layers)
+    #[tokio::test(start_paused = true)]
+    async fn behind_a_budget_layer_only_a_deadline_bounds_the_hold(shape) {
+        // The budget layer above does not know the retry layer's policy: it holds
+        // the call for the pause, and the policy's time starts when the retry layer
+        // gets the call (a `Deadline` in the request bounds both).
+        let layer = BudgetLayer::default();
+        pause_with(shape, &layer, &[("retry-after", "2")]).await;
+        let t0 = Instant::now();
+        let mock = Script::new([]);
+        let mut c = client(shape, &layer, within(ms(500)), &mock);
+        let res = call(&mut c, A).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
     }
 }
 

@@ -61,6 +61,26 @@ pub(super) struct Call<S, B> {
     observed: Option<Arc<Observed>>,
 }
 
+/// A call dropped while it waits for a retry it has paid the budget for (its future
+/// dropped by a caller's timeout or a `select!`, say) gives the retry back: it was
+/// never sent. The success path has no slow part, so it checks one word here.
+impl<S, B> Drop for Call<S, B> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.slow.as_ref().is_some_and(|slow| slow.withdrawn) {
+            self.refund_on_drop();
+        }
+    }
+}
+
+impl<S, B> Call<S, B> {
+    #[cold]
+    #[inline(never)]
+    fn refund_on_drop(&mut self) {
+        self.refund();
+    }
+}
+
 /// `$value` on the heap, made into a block allocated first (`Box::write`), instead
 /// of made on the stack and copied: a [`Kept`] is several hundred bytes. A macro, as
 /// the value must be made after the block is (a function would take it made).
