@@ -34,7 +34,7 @@ use crate::observe::Observed;
 use crate::origin::{Entry, Partition, Registry};
 use crate::policy::{
     later, pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle,
-    CallContext, Given,
+    CallContext, Given, RetryPolicy,
 };
 
 /// What a retry layer guards its calls with: the work of the layers it stands
@@ -284,7 +284,7 @@ impl Guard {
     /// origin's pause, holding it no longer than its deadline and the policy's
     /// total `timeout` allow.
     #[inline]
-    pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
+    pub(crate) fn enter<B>(&self, req: &mut Request<B>, policy: &RetryPolicy) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.config.stamp(req));
         let context = CallContext::of(req.extensions());
         let has_context = context.is_some();
@@ -343,7 +343,7 @@ impl Guard {
         // (Its history and events time it from the start of its first attempt, as
         // behind a budget layer.)
         let dated = now;
-        let deadline = match (Given::new(req.extensions()).deadline(), timeout) {
+        let deadline = match (Given::new(req.extensions()).deadline(), policy.timeout()) {
             (Some(given), Some(timeout)) => Some(given.min(later(dated, timeout))),
             (given, timeout) => given.or_else(|| timeout.map(|t| later(dated, t))),
         };

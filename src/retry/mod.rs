@@ -195,7 +195,7 @@ where
                 Admitted::default(),
             );
         };
-        let admitted = match guard.enter(&mut req, policy.timeout()) {
+        let admitted = match guard.enter(&mut req, &policy) {
             Entered::Go(admitted) => admitted,
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();
