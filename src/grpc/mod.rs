@@ -144,7 +144,10 @@ impl Code {
     /// The code of a `grpc-status` header value; an unparsable one is
     /// [`Code::Unknown`].
     pub fn from_header(value: &HeaderValue) -> Code {
-        parse_digits(value.as_bytes(), 10).map_or(Code::Unknown, |n| Code::from_u32(n as u32))
+        // A number past `u32` is unknown too, never cut to one that is known.
+        parse_digits(value.as_bytes(), 10)
+            .and_then(|n| u32::try_from(n).ok())
+            .map_or(Code::Unknown, Code::from_u32)
     }
 
     /// The code a gRPC client reads from an HTTP status other than 200 (a proxy's
@@ -390,6 +393,17 @@ mod tests {
             h.insert(*k, HeaderValue::from_static(v));
         }
         h
+    }
+
+    #[test]
+    fn a_status_past_u32_is_unknown_not_a_code_it_wraps_to() {
+        let code = |v: &'static str| Code::from_header(&HeaderValue::from_static(v));
+        assert_eq!(code("14"), Code::Unavailable);
+        assert_eq!(code("4294967295"), Code::Unknown);
+        // 2^32 + 14 would wrap to UNAVAILABLE, which is retried.
+        assert_eq!(code("4294967310"), Code::Unknown);
+        assert_eq!(code("9999999999"), Code::Unknown);
+        assert_eq!(code("99999999999"), Code::Unknown);
     }
 
     #[test]
