@@ -189,7 +189,21 @@ impl Account {
         spent
     }
 
-    /// Gives back one retry that was withdrawn but not sent.
+    /// Gives back one retry withdrawn at `withdrawn` (a time read before the
+    /// withdrawal) but not sent: to the slot the withdrawal was taken from, so the
+    /// two leave the window together; not at all once that slot has left it, as
+    /// the withdrawal has then been given back by its expiry.
+    pub(crate) fn refund_withdrawal(&self, withdrawn: Instant) {
+        if let Some(slot) = self
+            .ring
+            .live(withdrawn, Instant::now(), |e| self.expire(e))
+        {
+            self.balance.fetch_add(UNIT, Ordering::Relaxed);
+            slot.fetch_add(UNIT as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives back one retry that was withdrawn but not sent, as of now.
     pub(crate) fn refund(&self) {
         let slot = self.ring.current(Instant::now(), |e| self.expire(e));
         self.balance.fetch_add(UNIT, Ordering::Relaxed);
@@ -210,6 +224,10 @@ impl BudgetAccount for Account {
 
     fn refund(&self) {
         Account::refund(self)
+    }
+
+    fn refund_withdrawal(&self, withdrawn: Instant) {
+        Account::refund_withdrawal(self, withdrawn)
     }
 
     fn pause(&self, until: Instant) {
@@ -293,6 +311,36 @@ impl OriginAccount {
     /// Gives back one retry that was withdrawn but not sent after all.
     pub fn refund(&self) {
         self.0.refund();
+    }
+
+    /// Gives back one retry withdrawn at `withdrawn` (a time read before
+    /// [`try_withdraw`](OriginAccount::try_withdraw)) but not sent: to the part of
+    /// the window it was taken from, so the two leave the window together, and not
+    /// at all once that part has left it (its expiry gave the retry back already).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), backstop::policy::InvalidConfig> {
+    /// use std::time::Duration;
+    /// use backstop::budget::BudgetPolicy;
+    /// use tokio::time::{advance, Instant};
+    ///
+    /// let budget = BudgetPolicy::builder().ratio(1.0).min_per_second(0.0).build()?;
+    /// let account = budget.account();
+    /// account.deposit();
+    /// let withdrawn = Instant::now();
+    /// assert!(account.try_withdraw());
+    /// // Near the end of the window the retry is given back, unsent.
+    /// advance(Duration::from_millis(9_500)).await;
+    /// account.refund_withdrawal(withdrawn);
+    /// assert_eq!(account.available(), 1);
+    /// // The first attempt that paid for it leaves the window with it.
+    /// advance(Duration::from_millis(500)).await;
+    /// assert_eq!(account.available(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn refund_withdrawal(&self, withdrawn: Instant) {
+        self.0.refund_withdrawal(withdrawn);
     }
 
     /// How many retries the account would allow now.

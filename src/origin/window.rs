@@ -78,6 +78,24 @@ impl Ring {
         &self.slots[(head % SLOTS) as usize]
     }
 
+    /// The slot an event made at `at` was added to, after moving the window to
+    /// `now` (expiring the slots that left it, as [`current`](Ring::current)
+    /// does); `None` once that slot has left the window. An event is added to the
+    /// slot of the time read before it, or a later one when the window had moved
+    /// on meanwhile: for such an event this is the slot before its own, whose
+    /// expiry comes first.
+    pub(crate) fn live(
+        &self,
+        at: Instant,
+        now: Instant,
+        expired: impl FnOnce(u64),
+    ) -> Option<&AtomicU64> {
+        self.current(now, expired);
+        let head = self.head.load(Ordering::Acquire);
+        let n = (nanos(at.saturating_duration_since(self.origin)) / self.slot_nanos).min(head);
+        (head - n < SLOTS).then(|| &self.slots[(n % SLOTS) as usize])
+    }
+
     /// [`current`](Ring::current) when the clock has moved into a new slot.
     #[cold]
     fn rotate(&self, now_slot: u64, expired: impl FnOnce(u64)) -> &AtomicU64 {

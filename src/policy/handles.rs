@@ -22,6 +22,18 @@ pub trait BudgetAccount: Send + Sync + 'static {
     /// refused it after the wait). Does nothing by default.
     fn refund(&self) {}
 
+    /// Gives back one withdrawal made at `withdrawn` (a time read before
+    /// [`try_withdraw`](BudgetAccount::try_withdraw)) whose extra attempt was not
+    /// sent after all: the retry layer's call, which knows when it withdrew. An
+    /// account that keeps its withdrawals in a sliding window gives this one back
+    /// where it was taken, so that the two leave the window together, and not at
+    /// all once it has left the window. Calls [`refund`](BudgetAccount::refund) by
+    /// default.
+    fn refund_withdrawal(&self, withdrawn: Instant) {
+        let _ = withdrawn;
+        self.refund();
+    }
+
     /// Pauses the account's origin until `until`: a server answered 429 or 503
     /// with a wait hint, and no attempt should reach it before then. An account
     /// may shorten a pause (cap it), never lengthen it; a later call with an
@@ -135,6 +147,12 @@ impl BudgetHandle {
     /// Gives back one withdrawal whose extra attempt was not sent.
     pub fn refund(&self) {
         self.0.refund()
+    }
+
+    /// Gives back one withdrawal made at `withdrawn` whose extra attempt was not
+    /// sent (see [`BudgetAccount::refund_withdrawal`]).
+    pub fn refund_withdrawal(&self, withdrawn: Instant) {
+        self.0.refund_withdrawal(withdrawn)
     }
 
     /// Pauses the origin until `until` (see [`BudgetAccount::pause`]).

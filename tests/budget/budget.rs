@@ -102,6 +102,34 @@ async fn a_trace_of_deposits_and_withdrawals_at_0_3() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refund_goes_back_where_its_withdrawal_was_taken() {
+    let account = budget(1.0, 0.0).account();
+    account.deposit();
+    let withdrawn = tokio::time::Instant::now();
+    assert!(account.try_withdraw());
+    advance(Duration::from_millis(9_500)).await;
+    account.refund_withdrawal(withdrawn);
+    assert_eq!(account.available(), 1);
+    advance(Duration::from_millis(500)).await;
+    assert_eq!(
+        account.available(),
+        0,
+        "the deposit, its withdrawal and the refund left the window together"
+    );
+
+    // A refund that comes after its withdrawal left the window gives nothing back:
+    // the withdrawal's expiry did.
+    account.deposit();
+    account.deposit();
+    let withdrawn = tokio::time::Instant::now();
+    assert!(account.try_withdraw());
+    assert_eq!(account.available(), 1);
+    advance(Duration::from_secs(10)).await;
+    account.refund_withdrawal(withdrawn);
+    assert_eq!(account.available(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_floor_lets_a_quiet_client_retry() {
     // 2 per second over 5 s: 10 retries with no traffic at all.
     let b = BudgetPolicy::builder()
@@ -366,17 +394,17 @@ over_shapes! {
     async fn a_call_dropped_while_it_waits_for_its_retry_gives_the_retry_back(shape) {
         // At ratio 1 the first attempt buys exactly one retry.
         let layer = BudgetLayer::new(budget(1.0, 0.0));
-        let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
+        let mock = Script::new([status_with(503, &[("retry-after", "9")]), status(200)]);
         let stack = Stack::new(fast_retries(3)).budget(&layer);
         let mut client: Client = crate::shaped!(shape, stack, mock.clone());
         let account = || layer.account(&head("http://upstream.test/"));
-        // The caller gives up half way through the second's wait the 503 asked for.
+        // The caller gives up near the end of the 9 s the 503 asked to wait.
         let cut = tokio::time::timeout(
-            Duration::from_millis(500),
+            Duration::from_millis(8_500),
             call(&mut client, "http://upstream.test/"),
         );
         let during = async {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(Duration::from_millis(4_000)).await;
             account().available()
         };
         let (cut, during) = tokio::join!(cut, during);
@@ -384,6 +412,10 @@ over_shapes! {
         assert_eq!(during, 0, "the retry was paid for when it was decided");
         assert_eq!(mock.calls(), 1);
         assert_eq!(account().available(), 1, "the retry never sent was given back");
+        // Given back where it was taken: when the first attempt that paid for it
+        // leaves the 10 s window, so does the retry.
+        advance(Duration::from_millis(1_500)).await;
+        assert_eq!(account().available(), 0);
     }
 }
 

@@ -61,9 +61,9 @@ where
                 if let Some(observed) = self.observed.as_deref() {
                     observed.ran_dry_if(budget);
                 }
-                true
+                Some(now)
             }
-            None => false,
+            None => None,
         };
         self.slow().withdrawn = withdrawn;
         Ok(wait)
@@ -146,13 +146,9 @@ impl<S, B> Call<S, B> {
 
     /// Gives the budget back a retry it paid for that will not be sent.
     pub(super) fn refund(&mut self) {
-        if self
-            .slow
-            .as_mut()
-            .is_some_and(|r| mem::take(&mut r.withdrawn))
-        {
+        if let Some(withdrawn) = self.slow.as_mut().and_then(|r| r.withdrawn.take()) {
             if let Some(budget) = self.budget() {
-                budget.refund();
+                budget.refund_withdrawal(withdrawn);
             }
         }
     }

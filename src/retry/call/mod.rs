@@ -67,7 +67,11 @@ pub(super) struct Call<S, B> {
 impl<S, B> Drop for Call<S, B> {
     #[inline]
     fn drop(&mut self) {
-        if self.slow.as_ref().is_some_and(|slow| slow.withdrawn) {
+        if self
+            .slow
+            .as_ref()
+            .is_some_and(|slow| slow.withdrawn.is_some())
+        {
             self.refund_on_drop();
         }
     }
@@ -172,8 +176,8 @@ struct SlowPath {
     attempt_started: Option<Instant>,
     /// When the next attempt may start: the end of the wait.
     resume_at: Option<Instant>,
-    /// The budget paid for the retry being waited for, not yet sent.
-    withdrawn: bool,
+    /// When the budget was paid for the retry being waited for, not yet sent.
+    withdrawn: Option<Instant>,
     history: History,
     /// The last error, kept while waiting for a retry.
     last_error: Option<(ErrorKind, BoxError)>,
@@ -188,7 +192,7 @@ impl SlowPath {
             timeout_is_deadline: false,
             attempt_started: None,
             resume_at: None,
-            withdrawn: false,
+            withdrawn: None,
             history: History::new(max_attempts),
             last_error: None,
             paused: None,

@@ -303,7 +303,7 @@ where
         self.stamp(&mut req, timeout, now);
         let slow = self.slow();
         slow.last_error = None;
-        slow.withdrawn = false;
+        slow.withdrawn = None;
         slow.attempt_started = Some(now);
         // The request came from the kept head, so the service kept beside it is
         // there, driven to readiness by the `Readying` state.
