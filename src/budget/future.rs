@@ -42,6 +42,8 @@ pub(super) struct Held<S, B> {
     service: S,
     request: Option<Request<B>>,
     hold: Hold,
+    /// When the call was dated: its deposit's time, made once it goes.
+    dated: Instant,
 }
 
 /// A call's first attempt held until its share of the end of its origin's pause.
@@ -116,11 +118,12 @@ where
     S: Service<Request<B>>,
 {
     /// A call whose origin is paused at `now`: held until its release, or refused.
+    /// `dated` is when the call was dated, its deposit's time once it goes.
     pub(super) fn paused(
         service: S,
         request: Request<B>,
         pause: Pause,
-        now: Instant,
+        (dated, now): (Instant, Instant),
         account: Arc<Account>,
         observed: Option<Box<Observed>>,
     ) -> Self {
@@ -131,6 +134,7 @@ where
                     service,
                     request: Some(request),
                     hold,
+                    dated,
                 }),
             },
             Err(error) => State::Done { error: Some(error) },
@@ -200,6 +204,8 @@ where
                         this.state.set(State::Done { error: None });
                         continue;
                     };
+                    // It goes: it counts as a first attempt now.
+                    this.account.deposit_at(held.dated);
                     let future = held.service.call(request);
                     this.state.set(State::Called { future });
                 }

@@ -248,23 +248,25 @@ where
     fn call(&mut self, mut req: Request<B>) -> ResponseFuture<S, B> {
         let account = self.shared.accounts.get_for(&mut req);
         let context = crate::policy::CallContext::of_mut(req.extensions_mut());
-        account.deposit_at(context.entered());
+        let dated = context.entered();
         context.set_budget(crate::policy::BudgetHandle::new(account.clone()));
         let observer = context.observer().cloned();
         let observed = observer.map(|o| Box::new(crate::observe::Observed::new(o, &req)));
         // A paused origin: the first attempt is held (or refused) here; its
-        // retries are held by the retry layer, which asks the same account.
+        // retries are held by the retry layer, which asks the same account. A call
+        // counts as a first attempt when it goes: a refused one sent nothing.
         if let Some(pause) = account.paused_now(observed.as_deref()) {
             let service = self.inner.clone();
             return ResponseFuture::paused(
                 service,
                 req,
                 pause,
-                tokio::time::Instant::now(),
+                (dated, tokio::time::Instant::now()),
                 account,
                 observed,
             );
         }
+        account.deposit_at(dated);
         // Built in one expression, the inner future written straight into ours.
         ResponseFuture {
             state: future::State::Called {

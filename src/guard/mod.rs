@@ -325,10 +325,11 @@ impl Guard {
                 at: None,
             });
         };
-        // Dated once: by a layer above that dated the call already, else now.
+        // Dated once: by a layer above that dated the call already, else now. It
+        // counts as a first attempt when it goes (a refused call sent nothing).
         let now = entered.unwrap_or_else(Instant::now);
-        account.deposit_at(now);
         let Some(pause) = account.paused_now(guarded.observed()) else {
+            account.deposit_at(now);
             return Entered::Go(Admitted {
                 guarded,
                 keyed,
@@ -369,6 +370,11 @@ pub(crate) struct Paused {
 }
 
 impl Paused {
+    /// Counts the held call, dated `at`, as a first attempt: it goes.
+    pub(crate) fn deposit_at(&self, at: Instant) {
+        self.account.deposit_at(at);
+    }
+
     /// Waits out the hold: ready when the first attempt may go, or with the error
     /// that refuses the call (see [`Hold::poll`]).
     pub(crate) fn poll(

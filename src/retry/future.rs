@@ -93,6 +93,9 @@ where
             // Taken only as the call starts, and then it is not held any more.
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         };
+        // It goes: it counts as a first attempt now, at its date.
+        self.paused
+            .deposit_at(self.dated.unwrap_or_else(Instant::now));
         let admitted = Admitted {
             guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,

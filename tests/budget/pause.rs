@@ -289,6 +289,58 @@ over_shapes! {
 
 over_shapes! {
     #[tokio::test(start_paused = true)]
+    async fn a_call_refused_for_the_pause_is_not_counted_as_a_first_attempt(shape) {
+        // Each first attempt buys half a retry; there is no floor.
+        let policy = BudgetPolicy::builder()
+            .ratio(0.5)
+            .min_per_second(0.0)
+            .pause_mode(PauseMode::FailFast)
+            .build()
+            .unwrap();
+        let layer = BudgetLayer::new(policy);
+        pause_with(shape, &layer, &[("retry-after", "2")]).await;
+        let account = || layer.account(&head(A));
+        assert_eq!(account().available(), 0, "half a retry");
+        let mock = Script::new([]);
+        let mut c = client(shape, &layer, retries(), &mock);
+        for _ in 0..10 {
+            assert!(call(&mut c, A).await.unwrap_err().is_paused());
+        }
+        // Ten calls that sent nothing bought no retries for after the pause.
+        assert_eq!(account().available(), 0);
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(account().available(), 1);
+    }
+}
+
+over_shapes! {
+    #[tokio::test(start_paused = true)]
+    async fn a_held_call_is_counted_once_when_it_goes(shape) {
+        let policy = BudgetPolicy::builder()
+            .ratio(0.5)
+            .min_per_second(0.0)
+            .build()
+            .unwrap();
+        let layer = BudgetLayer::new(policy);
+        pause_with(shape, &layer, &[("retry-after", "2")]).await;
+        let account = || layer.account(&head(A));
+        let mock = Script::new([]);
+        let c = client(shape, &layer, retries(), &mock);
+        let held: Vec<_> = (0..3).map(|_| spawn_call(c.clone(), A)).collect();
+        sleep(ms(1_000)).await;
+        assert_eq!(account().available(), 0, "held calls have sent nothing yet");
+        for call in held {
+            assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+        }
+        // The call that paused the origin and the three held ones: two retries.
+        assert_eq!(mock.calls(), 3);
+        assert_eq!(account().available(), 2);
+    }
+}
+
+over_shapes! {
+    #[tokio::test(start_paused = true)]
     async fn release_is_spread_over_the_spread(shape) {
         let layer = BudgetLayer::default();
         pause_with(shape, &layer, &[("retry-after", "2")]).await;
