@@ -57,7 +57,9 @@ pin_project! {
         // When the next copy is due.
         #[pin]
         timer: Sleep,
-        service: S,
+        // The service copies are sent with; let go once no further copy will be,
+        // so that no readiness it reserved is held for the rest of the race.
+        service: Option<S>,
         parts: Parts,
         // The handle copies' bodies are made from.
         body: B,
@@ -151,7 +153,7 @@ where
         let observed = Observed::of_parts(&parts);
         let race = Race {
             timer: sleep_until(later(started, plan.delay)),
-            service,
+            service: Some(service),
             idempotent: plan.policy.rules.is_idempotent(&parts.method, &parts.uri),
             parts,
             body: plan.body,
@@ -277,59 +279,53 @@ where
             }
             *this.due = true;
             // The gates that cost nothing come first.
-            let given = Given::new(&this.parts.extensions);
-            let now = Instant::now();
-            let refused =
-                if given.deadline().is_some_and(|d| {
-                    d.saturating_duration_since(now) < this.policy.min_attempt_time()
-                }) {
-                    Some(NotHedged::Deadline)
-                } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
-                    Some(NotHedged::CircuitOpen)
-                } else if given.budget().is_some_and(|b| {
-                    paused_told(b.account(), now, this.observed.as_ref()).is_some()
-                }) {
-                    // A server asked the whole origin to come back later.
-                    Some(NotHedged::Paused)
-                } else {
-                    match this.body.hedge_copy() {
-                        Some(body) => {
-                            *this.next_body = Some(body);
-                            None
-                        }
-                        None => Some(NotHedged::Body),
+            let refused = match closed_gate(this.parts, this.policy, this.observed.as_ref()) {
+                Some(why) => Some(why),
+                None => match this.body.hedge_copy() {
+                    Some(body) => {
+                        *this.next_body = Some(body);
+                        None
                     }
-                };
+                    None => Some(NotHedged::Body),
+                },
+            };
             if let Some(why) = refused {
+                *this.service = None;
                 refuse(this.parts, this.stopped, this.not_sent, why);
                 return Poll::Pending;
             }
         }
-        match this.service.poll_ready(cx) {
+        let Some(service) = this.service.as_mut() else {
+            return Poll::Pending;
+        };
+        let ready = match service.poll_ready(cx) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(_)) => {
-                *this.next_body = None;
-                refuse(
-                    this.parts,
-                    this.stopped,
-                    this.not_sent,
-                    NotHedged::Unavailable,
-                );
-                return Poll::Pending;
-            }
-        }
+            Poll::Ready(ready) => ready,
+        };
+        // The wait for readiness can be long (a buffer or a concurrency limit
+        // beneath): the gates are asked again once the copy could go, and the
+        // budget last, right before it goes. A copy that does not go lets go of the
+        // service, and of the readiness it reserved.
+        let refused = match ready {
+            Err(_) => Some(NotHedged::Unavailable),
+            Ok(()) => closed_gate(this.parts, this.policy, this.observed.as_ref()).or_else(|| {
+                let budget = Given::new(&this.parts.extensions).budget()?;
+                if !budget.try_withdraw() {
+                    return Some(NotHedged::Budget);
+                }
+                if let Some(observed) = this.observed.as_ref() {
+                    observed.ran_dry_if(budget.account());
+                }
+                None
+            }),
+        };
         let body = this.next_body.take();
-        if let Some(budget) = Given::new(&this.parts.extensions).budget() {
-            if !budget.try_withdraw() {
-                refuse(this.parts, this.stopped, this.not_sent, NotHedged::Budget);
-                return Poll::Pending;
-            }
-            if let Some(observed) = this.observed.as_ref() {
-                observed.ran_dry_if(budget.account());
-            }
+        if let Some(why) = refused {
+            *this.service = None;
+            refuse(this.parts, this.stopped, this.not_sent, why);
+            return Poll::Pending;
         }
-        let Some(body) = body else {
+        let (Some(body), Some(service)) = (body, this.service.as_mut()) else {
             return Poll::Pending;
         };
         let copy = this.copies.len() as u32 + 1;
@@ -343,9 +339,7 @@ where
             let after = this.started.elapsed();
             observed.tell(|call| Event::HedgeSent(HedgeSent { call, copy, after }));
         }
-        let future = this
-            .service
-            .call(Request::from_parts(this.parts.clone(), body));
+        let future = service.call(Request::from_parts(this.parts.clone(), body));
         this.copies.push(InFlight {
             future: Some(Box::pin(future)),
             started: this.started.elapsed(),
@@ -353,12 +347,36 @@ where
         });
         if copy >= *this.max_extra {
             *this.stopped = true;
+            *this.service = None;
         } else {
             this.timer
                 .as_mut()
                 .reset(later(Instant::now(), *this.delay));
         }
         Poll::Ready(())
+    }
+}
+
+/// The gates a copy must pass that cost nothing: room left before the call's
+/// deadline, the origin's breaker closed, the origin not paused (a server asked the
+/// whole origin to come back later). The refusing one, if any.
+fn closed_gate(parts: &Parts, policy: &Judging, observed: Option<&Observed>) -> Option<NotHedged> {
+    let given = Given::new(&parts.extensions);
+    let now = Instant::now();
+    if given
+        .deadline()
+        .is_some_and(|d| d.saturating_duration_since(now) < policy.min_attempt_time())
+    {
+        Some(NotHedged::Deadline)
+    } else if given.breaker().is_some_and(|b| !b.allows_retry()) {
+        Some(NotHedged::CircuitOpen)
+    } else if given
+        .budget()
+        .is_some_and(|b| paused_told(b.account(), now, observed).is_some())
+    {
+        Some(NotHedged::Paused)
+    } else {
+        None
     }
 }
 

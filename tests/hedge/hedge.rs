@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::over_shapes;
 use crate::support::gates::{Switch, Tokens};
 use crate::support::requests::call_with;
-use crate::support::script::{ms, slow, Fate, Reply, Script, Step};
+use crate::support::script::{code, ms, slow, Fate, Reply, Script, Step};
 use crate::support::shape::{Shape, Stack, SHAPES};
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History};
@@ -299,6 +299,110 @@ async fn an_open_breaker_prevents_the_hedge() {
     assert_eq!(hedged(&res).not_sent(), Some(NotHedged::CircuitOpen));
     // Nothing was spent for a copy that was not sent.
     assert_eq!(tokens.asked(), 0);
+}
+
+/// `inner`, whose readiness waits until `at` once a call has gone through any of
+/// its clones: a copy's service that is slow to be ready, as behind a buffer.
+struct ReadyAt<S> {
+    inner: S,
+    at: Instant,
+    calls: Arc<AtomicUsize>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S: Clone> Clone for ReadyAt<S> {
+    fn clone(&self) -> Self {
+        ReadyAt {
+            inner: self.inner.clone(),
+            at: self.at,
+            calls: self.calls.clone(),
+            wait: None,
+        }
+    }
+}
+
+impl<S: Service<R>, R> Service<R> for ReadyAt<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        if self.calls.load(Ordering::SeqCst) > 0 {
+            let at = self.at;
+            let wait = self
+                .wait
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            std::task::ready!(std::future::Future::poll(wait.as_mut(), cx));
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> S::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.wait = None;
+        self.inner.call(req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gates_are_asked_again_once_the_copy_could_go() {
+    // The copy is due at 100 ms, when the breaker is closed, but its service is
+    // ready only at 300 ms; the breaker opened at 200 ms meanwhile.
+    let script = Script::new([slow(ms(1_000), 200)]);
+    let (budget, tokens) = Tokens::handle(10);
+    let switch = Switch::closed();
+    let mut req = get();
+    req.extensions_mut().insert(budget);
+    req.extensions_mut().insert(switch.handle());
+    let t0 = Instant::now();
+    let inner = ReadyAt {
+        inner: script.clone(),
+        at: t0 + ms(300),
+        calls: Arc::default(),
+        wait: None,
+    };
+    let call = HedgeLayer::new(HedgePolicy::after(ms(100)))
+        .layer(inner)
+        .oneshot(req);
+    let open = async {
+        tokio::time::sleep(ms(200)).await;
+        switch.set_open(true);
+    };
+    let (res, ()) = tokio::join!(call, open);
+    let res = res.unwrap();
+    assert_eq!(
+        script.calls(),
+        1,
+        "no copy went to an origin whose breaker opened"
+    );
+    assert_eq!(hedged(&res).not_sent(), Some(NotHedged::CircuitOpen));
+    assert_eq!(tokens.asked(), 0, "nothing was spent for it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_copy_the_budget_refuses_lets_go_of_the_readiness_it_reserved() {
+    // Two sends at a time beneath the hedge layer. The original holds one; the copy's
+    // service reserves the other, then the budget refuses the copy.
+    let script = Script::new([slow(ms(1_000), 200), code(200)]);
+    let limited = tower::limit::ConcurrencyLimitLayer::new(2).layer(script.clone());
+    let (budget, tokens) = Tokens::handle(0);
+    let mut req = get();
+    req.extensions_mut().insert(budget);
+    let call = HedgeLayer::new(HedgePolicy::after(ms(100)))
+        .layer(limited.clone())
+        .oneshot(req);
+    let other = async {
+        tokio::time::sleep(ms(150)).await;
+        let started = Instant::now();
+        let res = limited.clone().oneshot(get()).await.unwrap();
+        (res.status(), started.elapsed())
+    };
+    let (res, (status, waited)) = tokio::join!(call, other);
+    assert_eq!(hedged(&res.unwrap()).not_sent(), Some(NotHedged::Budget));
+    assert_eq!(tokens.asked(), 1);
+    // Another call got the second send at once, not when the hedged call ended.
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(waited, Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
