@@ -23,7 +23,12 @@
 //!   [`probes`](CircuitBreakerPolicyBuilder::probes) calls go through as probes and the
 //!   others are refused. If every probe succeeds the breaker closes; if one fails
 //!   it opens again. Probe slots are reserved atomically, and a probe whose future
-//!   is dropped before it finishes gives its slot back.
+//!   is dropped before it finishes gives its slot back. A probe has no time limit
+//!   of its own: while it is in flight the other calls are refused, so give calls a
+//!   bound ([`RetryPolicy`](crate::RetryPolicy)'s `timeout` or `attempt_timeout`,
+//!   a [`Deadline`](crate::policy::Deadline), or the transport's own timeouts), or
+//!   a probe sent to a black-holed connection keeps the origin refused until the
+//!   connection gives up.
 //!
 //! The breaker sits **outside** the retry layer and records **one outcome per
 //! call**: a call that needed three attempts to fail counts as one failure, and a
