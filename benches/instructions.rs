@@ -38,29 +38,15 @@
 //! for byte, a POST is keyed and retried with its key, the counts land in the one
 //! entry, an open breaker refuses, nothing goes into the extensions).
 
-use std::hint::black_box;
-
 use backstop::RetryPolicy;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 mod common;
 
-use common::request;
-
-fn drive<S>(rt: &tokio::runtime::Runtime, svc: S, calls: usize)
-where
-    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone,
-    S::Error: std::fmt::Debug,
-{
-    for _ in 0..calls {
-        let mut svc = svc.clone();
-        rt.block_on(async { black_box(svc.ready().await.unwrap().call(request()).await) })
-            .unwrap();
-    }
-}
+use common::drive;
 
 /// The stack without the idempotency key layer, then without the breaker, then
 /// without the budget.

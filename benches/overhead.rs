@@ -52,16 +52,14 @@
 //! ```
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
 use backstop::{ProgressTrackingLayer, RetryLayer, RetryPolicy};
-use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
-use http::{Request, Response};
-use http_body_util::Full;
 use tower::{Service, ServiceExt};
 
 mod common;
+
+use common::ratios::{added_over_bare, Measure};
 
 use common::{request, Trivial};
 
@@ -164,113 +162,23 @@ fn overhead(c: &mut Criterion) {
     added.finish();
 }
 
-/// Calls `svc` and the bare service `iters` times each, alternating in runs of 64
-/// calls, and returns the time `svc` took beyond the bare service's. A sample that a
-/// pause made come out negative counts as one nanosecond (criterion refuses zero);
-/// such a sample is an outlier that the analysis sets aside.
-fn added_over_bare<S>(rt: &tokio::runtime::Runtime, iters: u64, svc: &S) -> Duration
-where
-    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone,
-    S::Error: std::fmt::Debug,
-{
-    const RUN: u64 = 64;
-    let bare = common::bare();
-    let (mut with, mut without) = (Duration::ZERO, Duration::ZERO);
-    let mut left = iters;
-    while left > 0 {
-        let n = left.min(RUN);
-        left -= n;
-        let start = Instant::now();
-        for _ in 0..n {
-            let mut svc = bare.clone();
-            rt.block_on(async { black_box(svc.ready().await.unwrap().call(request()).await) })
-                .unwrap();
-        }
-        without += start.elapsed();
-        let start = Instant::now();
-        for _ in 0..n {
-            let mut svc = svc.clone();
-            rt.block_on(async { black_box(svc.ready().await.unwrap().call(request()).await) })
-                .unwrap();
-        }
-        with += start.elapsed();
-    }
-    with.saturating_sub(without).max(Duration::from_nanos(1))
-}
-
-/// What each stack adds over `bare`, all of them interleaved in one run: each round
-/// measures every stack once (in a new order each round) over the same number of
-/// calls, so the machine's drift falls on all of them alike, and each stack's figure
-/// is the median of its rounds. The ratio to `tower_retry` is taken within the run,
-/// which is what the issue's goals are stated in.
 /// Set in the processes `ratios` starts, each of which measures once.
 const CHILD: &str = "BACKSTOP_RATIOS_CHILD";
 
-/// Runs [`ratios_once`] in fresh processes and prints each stack's median over them.
+/// Runs [`ratios_once`] in fresh processes and prints each stack's median over them
+/// (see [`common::ratios::over_processes`]).
 fn ratios() {
     if std::env::var_os(CHILD).is_some() {
         ratios_once();
         return;
     }
-    let processes: usize = std::env::var("RATIOS_PROCESSES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(9);
-    let exe = std::env::current_exe().expect("the bench's own path");
-    // (stack, ns, ratio) of every process, in the order the stacks are printed.
-    let mut seen: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
-    for _ in 0..processes {
-        let out = std::process::Command::new(&exe)
-            .arg("ratios")
-            .env(CHILD, "1")
-            .output()
-            .expect("a measuring process");
-        let text = String::from_utf8_lossy(&out.stdout);
-        for line in text.lines().filter(|l| l.starts_with("added stack=")) {
-            println!("{line}");
-            let field = |key: &str| {
-                line.split_whitespace()
-                    .find_map(|f| f.strip_prefix(key))
-                    .map(str::to_owned)
-            };
-            let (Some(stack), Some(ns), Some(ratio)) = (
-                field("stack="),
-                field("ns=").and_then(|v| v.parse::<f64>().ok()),
-                field("ratio_to_tower_retry=").and_then(|v| v.parse::<f64>().ok()),
-            ) else {
-                continue;
-            };
-            match seen.iter_mut().find(|(s, _, _)| *s == stack) {
-                Some((_, all_ns, all_ratios)) => {
-                    all_ns.push(ns);
-                    all_ratios.push(ratio);
-                }
-                None => seen.push((stack, vec![ns], vec![ratio])),
-            }
-        }
-    }
-    fn median(v: &mut [f64]) -> f64 {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }
-    for (stack, ns, ratios) in &mut seen {
-        let n = ratios.len();
-        let ns = median(ns);
-        let ratio = median(ratios);
-        println!(
-            "ratios stack={stack} ns={ns:.1} ratio_to_tower_retry={ratio:.2} range={:.2}..{:.2} processes={n}",
-            ratios[0],
-            ratios[n - 1]
-        );
-    }
+    common::ratios::over_processes(CHILD, &["ratios"]);
 }
 
 /// One process's measurement: every stack interleaved in rounds, each one's median
-/// added time and its ratio to `tower_retry`'s.
+/// added time and its ratio to `tower_retry`'s (see [`common::ratios::interleaved`]).
 fn ratios_once() {
-    const ROUNDS: usize = 40;
-    const CALLS: u64 = 8_192;
+    const CALLS: u64 = common::ratios::CALLS;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -282,7 +190,6 @@ fn ratios_once() {
     let floor_retry = common::floor::retry();
     let floor_stack = common::floor::stack();
     let floor_fused = common::floor_fused::fused();
-    type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
     let stacks: [(&str, Measure<'_>); 7] = [
         (
             "tower_retry",
@@ -313,27 +220,7 @@ fn ratios_once() {
             Box::new(|| added_over_bare(&rt, CALLS, &floor_fused)),
         ),
     ];
-    let mut samples = vec![Vec::with_capacity(ROUNDS); stacks.len()];
-    for round in 0..ROUNDS {
-        for k in 0..stacks.len() {
-            let i = (k + round) % stacks.len();
-            let ns = stacks[i].1().as_nanos() as f64 / CALLS as f64;
-            samples[i].push(ns);
-        }
-    }
-    let medians: Vec<f64> = samples
-        .iter_mut()
-        .map(|s| {
-            s.sort_by(f64::total_cmp);
-            s[s.len() / 2]
-        })
-        .collect();
-    for ((name, _), median) in stacks.iter().zip(&medians) {
-        println!(
-            "added stack={name} ns={median:.1} ratio_to_tower_retry={:.2}",
-            median / medians[0]
-        );
-    }
+    common::ratios::interleaved(&stacks);
 }
 
 criterion_group!(benches, overhead);

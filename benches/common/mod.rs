@@ -16,6 +16,7 @@ use tower::{Layer, Service};
 
 pub mod floor;
 pub mod floor_fused;
+pub mod ratios;
 
 /// The answer every stack gets.
 pub type Res = Response<Full<Bytes>>;
@@ -26,6 +27,38 @@ pub fn request() -> Request<Full<Bytes>> {
         .header("user-agent", "backstop-bench")
         .body(Full::default())
         .unwrap()
+}
+
+/// Sends one [`request`] through a clone of `svc` on `rt`, as every driver does
+/// (the clone, readiness and the call are what a caller of a tower service pays).
+#[inline(always)]
+pub fn send<S>(rt: &tokio::runtime::Runtime, svc: &S)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut svc = svc.clone();
+    rt.block_on(async {
+        std::hint::black_box(
+            tower::ServiceExt::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(request())
+                .await,
+        )
+    })
+    .unwrap();
+}
+
+/// Sends `calls` requests through `svc` (see [`send`]): the drivers' loop.
+pub fn drive<S>(rt: &tokio::runtime::Runtime, svc: S, calls: usize)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    for _ in 0..calls {
+        send(rt, &svc);
+    }
 }
 
 pub fn ok<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
