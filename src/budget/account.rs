@@ -194,12 +194,12 @@ impl Account {
     /// two leave the window together; not at all once that slot has left it, as
     /// the withdrawal has then been given back by its expiry.
     pub(crate) fn refund_withdrawal(&self, withdrawn: Instant) {
-        if let Some(slot) = self
+        let now = Instant::now();
+        if self
             .ring
-            .live(withdrawn, Instant::now(), |e| self.expire(e))
+            .add_if_live(withdrawn, now, UNIT as u64, |e| self.expire(e))
         {
             self.balance.fetch_add(UNIT, Ordering::Relaxed);
-            slot.fetch_add(UNIT as u64, Ordering::Relaxed);
         }
     }
 

@@ -27,7 +27,8 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 /// touches the slot of the head it observed after the rotation that made it
 /// current was published, so an event never lands in a slot that is being
 /// cleared (unless the caller stalls for a whole window between reading the head
-/// and adding to the slot).
+/// and adding to the slot); a refund, which may reach back to an older slot, adds
+/// under the rotation's lock ([`add_if_live`](Ring::add_if_live)).
 pub(crate) struct Ring {
     origin: Instant,
     slot_nanos: u64,
@@ -78,22 +79,30 @@ impl Ring {
         &self.slots[(head % SLOTS) as usize]
     }
 
-    /// The slot an event made at `at` was added to, after moving the window to
-    /// `now` (expiring the slots that left it, as [`current`](Ring::current)
-    /// does); `None` once that slot has left the window. An event is added to the
-    /// slot of the time read before it, or a later one when the window had moved
-    /// on meanwhile: for such an event this is the slot before its own, whose
-    /// expiry comes first.
-    pub(crate) fn live(
+    /// Adds `value` to the slot an event made at `at` was added to, when that slot
+    /// is still in the window after moving the window to `now` (expiring the slots
+    /// that left it, as [`current`](Ring::current) does); whether it was. An event
+    /// is added to the slot of the time read before it, or to a later one when the
+    /// window had moved on meanwhile: for such an event this is the slot before its
+    /// own, whose expiry comes first. The slot is found and added to under the
+    /// rotation's lock, so a rotation cannot clear it in between (this is for the
+    /// rare refund, which may reach back to the oldest slot).
+    pub(crate) fn add_if_live(
         &self,
         at: Instant,
         now: Instant,
+        value: u64,
         expired: impl FnOnce(u64),
-    ) -> Option<&AtomicU64> {
+    ) -> bool {
         self.current(now, expired);
+        let _rotating = self.rotating.lock().unwrap_or_else(PoisonError::into_inner);
         let head = self.head.load(Ordering::Acquire);
         let n = (nanos(at.saturating_duration_since(self.origin)) / self.slot_nanos).min(head);
-        (head - n < SLOTS).then(|| &self.slots[(n % SLOTS) as usize])
+        if head - n >= SLOTS {
+            return false;
+        }
+        self.slots[(n % SLOTS) as usize].fetch_add(value, Ordering::Relaxed);
+        true
     }
 
     /// [`current`](Ring::current) when the clock has moved into a new slot.

@@ -93,9 +93,6 @@ where
             // Taken only as the call starts, and then it is not held any more.
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         };
-        // It goes: it counts as a first attempt now, at its date.
-        self.paused
-            .deposit_at(self.dated.unwrap_or_else(Instant::now));
         let admitted = Admitted {
             guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
@@ -104,14 +101,14 @@ where
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
         let (parts, body) = request.into_parts();
-        Poll::Ready(Ok(Call::start(
-            &mut self.service,
-            policy,
-            parts,
-            body,
-            span,
-            admitted,
-        )))
+        let started = Call::start(&mut self.service, policy, parts, body, span, admitted);
+        // It went, unless its deadline refused it at the last moment: only a call
+        // that goes counts as a first attempt, at its date.
+        if !matches!(started.state, State::Refused { .. }) {
+            self.paused
+                .deposit_at(self.dated.unwrap_or_else(Instant::now));
+        }
+        Poll::Ready(Ok(started))
     }
 }
 

@@ -193,6 +193,38 @@ over_shapes! {
 }
 
 over_shapes! {
+    only(Guarded, Shared)
+    #[tokio::test(start_paused = true)]
+    async fn a_held_call_its_deadline_refuses_on_release_is_not_counted(shape) {
+        // Released at the pause's end with 100 ms of its timeout left: enough for the
+        // budget's minimum, less than the policy's own minimum attempt time.
+        let budget = BudgetPolicy::builder()
+            .ratio(1.0)
+            .min_per_second(0.0)
+            .pause_spread(Duration::ZERO)
+            .pause_min_attempt_time(ms(50))
+            .build()
+            .unwrap();
+        let layer = BudgetLayer::new(budget);
+        pause_with(shape, &layer, &[("retry-after", "2")]).await;
+        let account = || layer.account(&head(A));
+        assert_eq!(account().available(), 1);
+        let policy = RetryPolicy::builder()
+            .max_attempts(3)
+            .timeout(ms(2_100))
+            .min_attempt_time(ms(200))
+            .build()
+            .unwrap();
+        let mock = Script::new([]);
+        let mut c = client(shape, &layer, policy, &mock);
+        let err = call(&mut c, A).await.unwrap_err();
+        assert!(err.is_deadline(), "{err}");
+        assert_eq!(mock.calls(), 0);
+        assert_eq!(account().available(), 1, "a call that sent nothing bought nothing");
+    }
+}
+
+over_shapes! {
     only(Layers)
     #[tokio::test(start_paused = true)]
     async fn behind_a_budget_layer_only_a_deadline_bounds_the_hold(shape) {

@@ -324,12 +324,13 @@ impl RetryPolicyBuilder {
     ///
     /// It counts from when the retry layer gets the call. A retry layer that
     /// guards its calls itself ([`RetryLayer::budget`](crate::RetryLayer::budget))
-    /// counts the wait for a paused origin in it too, and refuses at once a call
-    /// whose timeout ends inside the pause. A separate
-    /// [`BudgetLayer`](crate::BudgetLayer) above the retry layer does not know its
-    /// policy: the time it holds a call for its origin's pause comes before this
-    /// timeout starts, and only a [`Deadline`](crate::policy::Deadline) in the
-    /// request bounds both.
+    /// counts it from the call's date instead (its own, or an earlier one a budget
+    /// layer above it set), so the wait for a paused origin counts in it: such a
+    /// layer refuses at once a call whose timeout ends inside the pause. A separate
+    /// [`BudgetLayer`](crate::BudgetLayer) above a retry layer that does not guard
+    /// its calls does not know the retry policy: the time it holds a call for its
+    /// origin's pause comes before this timeout starts, and only a
+    /// [`Deadline`](crate::policy::Deadline) in the request bounds both.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         if timeout.is_zero() || timeout > MAX_SETTING {
             self.error.fail(
