@@ -33,8 +33,8 @@ use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observed;
 use crate::origin::{Entry, Partition, Registry};
 use crate::policy::{
-    later, pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle,
-    CallContext, Given, RetryPolicy,
+    call_deadline, pause_told, pause_until, BreakerGate, BreakerHandle, BudgetAccount,
+    BudgetHandle, CallContext, Given, RetryPolicy,
 };
 
 /// What a retry layer guards its calls with: the work of the layers it stands
@@ -344,10 +344,11 @@ impl Guard {
         // (Its history and events time it from the start of its first attempt, as
         // behind a budget layer.)
         let dated = now;
-        let deadline = match (Given::new(req.extensions()).deadline(), policy.timeout()) {
-            (Some(given), Some(timeout)) => Some(given.min(later(dated, timeout))),
-            (given, timeout) => given.or_else(|| timeout.map(|t| later(dated, t))),
-        };
+        let deadline = call_deadline(
+            Given::new(req.extensions()).deadline(),
+            policy.timeout(),
+            dated,
+        );
         let now = Instant::now();
         match Hold::meet(pause, now, deadline, &account, guarded.observed()) {
             Ok(hold) => Entered::Held {

@@ -50,6 +50,20 @@ impl Deadline {
     }
 }
 
+/// A call's deadline: the one it was `given`, or its total `timeout` counted from
+/// `dated`, whichever is earlier; `None` when it has neither.
+pub(crate) fn call_deadline(
+    given: Option<Instant>,
+    timeout: Option<Duration>,
+    dated: Instant,
+) -> Option<Instant> {
+    let own = timeout.map(|t| later(dated, t));
+    match (given, own) {
+        (Some(given), Some(own)) => Some(given.min(own)),
+        (given, own) => given.or(own),
+    }
+}
+
 /// `from + duration`, or about 30 years from `from` when that cannot be
 /// represented: "no practical limit", never an overflow panic.
 pub(crate) fn later(from: Instant, duration: Duration) -> Instant {

@@ -26,10 +26,10 @@ use crate::error::{BoxError, Error, TimedOut};
 use crate::guard::{Admitted, Guarded};
 use crate::observe::{self, Event, Observed};
 use crate::policy::{
-    classify_error, is_answer_under, ladder, later, meet, pause_told, pause_until, paused_told,
-    AttemptLog, AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle, CallContext,
-    Classification, ErrorKind, Hedged, History, NoRetry, Outcome, Progress, RetryPolicy,
-    RetryReason, StopReason,
+    call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_told, pause_until,
+    paused_told, AttemptLog, AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle,
+    CallContext, Classification, ErrorKind, Hedged, History, NoRetry, Outcome, Progress,
+    RetryPolicy, RetryReason, StopReason,
 };
 
 /// Everything a call keeps between attempts.

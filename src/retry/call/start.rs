@@ -118,15 +118,9 @@ where
         // The total timeout counts from the guard's date: a call it held for a
         // paused origin counts the hold, which the guard kept within that timeout.
         // (An untimed call has neither deadline: nothing to compare.)
-        let deadline = if timed {
-            match (given_deadline, policy.timeout(), at.or(started)) {
-                (Some(d), Some(t), Some(dated)) => Some(d.min(later(dated, t))),
-                (Some(d), _, _) => Some(d),
-                (None, Some(t), Some(dated)) => Some(later(dated, t)),
-                _ => None,
-            }
-        } else {
-            None
+        let deadline = match at.or(started) {
+            Some(dated) if timed => call_deadline(given_deadline, policy.timeout(), dated),
+            _ => None,
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
         let idempotent = policy.rules().is_idempotent(&parts.method, &parts.uri);
