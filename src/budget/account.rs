@@ -203,11 +203,9 @@ impl Account {
         }
     }
 
-    /// Gives back one retry that was withdrawn but not sent, as of now.
+    /// Gives back one retry that was withdrawn but not sent, as one withdrawn now.
     pub(crate) fn refund(&self) {
-        let slot = self.ring.current(Instant::now(), |e| self.expire(e));
-        self.balance.fetch_add(UNIT, Ordering::Relaxed);
-        slot.fetch_add(UNIT as u64, Ordering::Relaxed);
+        self.refund_withdrawal(Instant::now());
     }
 
     /// Whole retries available now.

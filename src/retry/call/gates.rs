@@ -144,7 +144,10 @@ impl<S, B> Call<S, B> {
         }
     }
 
-    /// Gives the budget back a retry it paid for that will not be sent.
+    /// Gives the budget back a retry it paid for that will not be sent. Only a call
+    /// that failed, stopped or was dropped mid-wait gets here.
+    #[cold]
+    #[inline(never)]
     pub(super) fn refund(&mut self) {
         if let Some(withdrawn) = self.slow.as_mut().and_then(|r| r.withdrawn.take()) {
             if let Some(budget) = self.budget() {

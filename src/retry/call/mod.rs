@@ -72,16 +72,8 @@ impl<S, B> Drop for Call<S, B> {
             .as_ref()
             .is_some_and(|slow| slow.withdrawn.is_some())
         {
-            self.refund_on_drop();
+            self.refund();
         }
-    }
-}
-
-impl<S, B> Call<S, B> {
-    #[cold]
-    #[inline(never)]
-    fn refund_on_drop(&mut self) {
-        self.refund();
     }
 }
 
