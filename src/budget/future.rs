@@ -117,16 +117,17 @@ impl<S, B> ResponseFuture<S, B>
 where
     S: Service<Request<B>>,
 {
-    /// A call whose origin is paused at `now`: held until its release, or refused.
+    /// A call whose origin is paused now: held until its release, or refused.
     /// `dated` is when the call was dated, its deposit's time once it goes.
     pub(super) fn paused(
         service: S,
         request: Request<B>,
         pause: Pause,
-        (dated, now): (Instant, Instant),
+        dated: Instant,
         account: Arc<Account>,
         observed: Option<Box<Observed>>,
     ) -> Self {
+        let now = Instant::now();
         let deadline = crate::policy::Given::new(request.extensions()).deadline();
         let state = match Hold::meet(pause, now, deadline, &account, observed.as_deref()) {
             Ok(hold) => State::Held {

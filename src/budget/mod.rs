@@ -257,14 +257,7 @@ where
         // counts as a first attempt when it goes: a refused one sent nothing.
         if let Some(pause) = account.paused_now(observed.as_deref()) {
             let service = self.inner.clone();
-            return ResponseFuture::paused(
-                service,
-                req,
-                pause,
-                (dated, tokio::time::Instant::now()),
-                account,
-                observed,
-            );
+            return ResponseFuture::paused(service, req, pause, dated, account, observed);
         }
         account.deposit_at(dated);
         // Built in one expression, the inner future written straight into ours.
