@@ -57,8 +57,8 @@ pin_project! {
         // When the next copy is due.
         #[pin]
         timer: Sleep,
-        // The service copies are sent with; let go once no further copy will be,
-        // so that no readiness it reserved is held for the rest of the race.
+        // The service copies are sent with; `None` once no further copy will be
+        // sent, so that no readiness it reserved is held for the rest of the race.
         service: Option<S>,
         parts: Parts,
         // The handle copies' bodies are made from.
@@ -79,8 +79,6 @@ pin_project! {
         copies: Vec<InFlight<S::Future>>,
         // A copy was due at least once: the record rides on the result.
         due: bool,
-        // No further copy will be sent.
-        stopped: bool,
         not_sent: Option<NotHedged>,
         // The latest retryable failure, returned if every send fails.
         last_failure: Option<Result<S::Response, Failure>>,
@@ -167,7 +165,6 @@ where
             original: None,
             copies: Vec::new(),
             due: false,
-            stopped: false,
             not_sent: None,
             last_failure: None,
             observed,
@@ -270,7 +267,7 @@ where
     /// Sends the copies that are due; `Ready(())` when one was sent (poll it).
     fn poll_hedge(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
-        if *this.stopped {
+        if this.service.is_none() {
             return Poll::Pending;
         }
         if this.next_body.is_none() {
@@ -279,19 +276,19 @@ where
             }
             *this.due = true;
             // The gates that cost nothing come first.
-            let refused = match closed_gate(this.parts, this.policy, this.observed.as_ref()) {
-                Some(why) => Some(why),
-                None => match this.body.hedge_copy() {
+            let refused =
+                closed_gate(this.parts, this.policy, this.observed.as_ref()).or_else(|| match this
+                    .body
+                    .hedge_copy()
+                {
                     Some(body) => {
                         *this.next_body = Some(body);
                         None
                     }
                     None => Some(NotHedged::Body),
-                },
-            };
+                });
             if let Some(why) = refused {
-                *this.service = None;
-                refuse(this.parts, this.stopped, this.not_sent, why);
+                refuse(this.parts, this.service, this.not_sent, why);
                 return Poll::Pending;
             }
         }
@@ -321,8 +318,7 @@ where
         };
         let body = this.next_body.take();
         if let Some(why) = refused {
-            *this.service = None;
-            refuse(this.parts, this.stopped, this.not_sent, why);
+            refuse(this.parts, this.service, this.not_sent, why);
             return Poll::Pending;
         }
         let (Some(body), Some(service)) = (body, this.service.as_mut()) else {
@@ -346,7 +342,6 @@ where
             ended: None,
         });
         if copy >= *this.max_extra {
-            *this.stopped = true;
             *this.service = None;
         } else {
             this.timer
@@ -380,10 +375,16 @@ fn closed_gate(parts: &Parts, policy: &Judging, observed: Option<&Observed>) -> 
     }
 }
 
-fn refuse(parts: &Parts, stopped: &mut bool, not_sent: &mut Option<NotHedged>, why: NotHedged) {
+/// Sends no further copy, because of `why`: the service is let go.
+fn refuse<S>(
+    parts: &Parts,
+    service: &mut Option<S>,
+    not_sent: &mut Option<NotHedged>,
+    why: NotHedged,
+) {
     let route = Given::new(&parts.extensions).route().map(|r| &**r);
     tracing::debug!(gate = why.as_str(), route, "hedge not sent");
-    *stopped = true;
+    *service = None;
     *not_sent = Some(why);
 }
 
@@ -427,7 +428,7 @@ where
         });
     }
     *this.next_body = None;
-    *this.stopped = true;
+    *this.service = None;
     // A losing failure that arrived is dropped without reading its body.
     if winner.is_some() {
         *this.last_failure = None;
