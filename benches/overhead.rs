@@ -59,7 +59,7 @@ use tower::{Service, ServiceExt};
 
 mod common;
 
-use common::ratios::{added_over_bare, Measure};
+use common::ratios::{added_over_bare, measure, Measure};
 
 use common::{request, Trivial};
 
@@ -178,7 +178,6 @@ fn ratios() {
 /// One process's measurement: every stack interleaved in rounds, each one's median
 /// added time and its ratio to `tower_retry`'s (see [`common::ratios::interleaved`]).
 fn ratios_once() {
-    const CALLS: u64 = common::ratios::CALLS;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -191,34 +190,13 @@ fn ratios_once() {
     let floor_stack = common::floor::stack();
     let floor_fused = common::floor_fused::fused();
     let stacks: [(&str, Measure<'_>); 7] = [
-        (
-            "tower_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
-        ),
-        (
-            "backstop_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &backstop_retry)),
-        ),
-        (
-            "backstop_stack",
-            Box::new(|| added_over_bare(&rt, CALLS, &backstop_stack)),
-        ),
-        (
-            "backstop_layers",
-            Box::new(|| added_over_bare(&rt, CALLS, &backstop_layers)),
-        ),
-        (
-            "floor_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &floor_retry)),
-        ),
-        (
-            "floor_stack",
-            Box::new(|| added_over_bare(&rt, CALLS, &floor_stack)),
-        ),
-        (
-            "floor_fused",
-            Box::new(|| added_over_bare(&rt, CALLS, &floor_fused)),
-        ),
+        ("tower_retry", measure(&rt, &tower_retry)),
+        ("backstop_retry", measure(&rt, &backstop_retry)),
+        ("backstop_stack", measure(&rt, &backstop_stack)),
+        ("backstop_layers", measure(&rt, &backstop_layers)),
+        ("floor_retry", measure(&rt, &floor_retry)),
+        ("floor_stack", measure(&rt, &floor_stack)),
+        ("floor_fused", measure(&rt, &floor_fused)),
     ];
     common::ratios::interleaved(&stacks);
 }

@@ -43,6 +43,15 @@ where
 /// One stack's measurement of [`added_over_bare`] over [`CALLS`] calls.
 pub type Measure<'a> = Box<dyn Fn() -> Duration + 'a>;
 
+/// The measurement of `svc` on `rt`, for [`interleaved`].
+pub fn measure<'a, S>(rt: &'a tokio::runtime::Runtime, svc: &'a S) -> Measure<'a>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    Box::new(move || added_over_bare(rt, CALLS, svc))
+}
+
 /// The rounds of one process's measurement, and the calls of each stack in each.
 pub const ROUNDS: usize = 40;
 pub const CALLS: u64 = 8_192;

@@ -15,7 +15,7 @@ use tower::{Layer, Service};
 #[path = "../../common/mod.rs"]
 mod common;
 
-use common::ratios::{added_over_bare, Measure, CALLS};
+use common::ratios::{measure, Measure};
 
 /// The retry layer of b8d51a5 with its default policy, over the same inner service.
 fn old_retry(
@@ -41,22 +41,10 @@ fn once() {
     let old = old_retry();
     let floor = common::floor::retry();
     let stacks: [(&str, Measure<'_>); 4] = [
-        (
-            "tower_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &tower_retry)),
-        ),
-        (
-            "backstop_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &today)),
-        ),
-        (
-            "backstop_retry_b8d51a5",
-            Box::new(|| added_over_bare(&rt, CALLS, &old)),
-        ),
-        (
-            "floor_retry",
-            Box::new(|| added_over_bare(&rt, CALLS, &floor)),
-        ),
+        ("tower_retry", measure(&rt, &tower_retry)),
+        ("backstop_retry", measure(&rt, &today)),
+        ("backstop_retry_b8d51a5", measure(&rt, &old)),
+        ("floor_retry", measure(&rt, &floor)),
     ];
     common::ratios::interleaved(&stacks);
 }
