@@ -118,9 +118,11 @@ where
         // The total timeout counts from the guard's date: a call it held for a
         // paused origin counts the hold, which the guard kept within that timeout.
         // (An untimed call has neither deadline: nothing to compare.)
-        let deadline = match at.or(started) {
-            Some(dated) if timed => call_deadline(given_deadline, policy.timeout(), dated),
-            _ => None,
+        let deadline = if timed {
+            at.or(started)
+                .and_then(|dated| call_deadline(given_deadline, policy.timeout(), dated))
+        } else {
+            None
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
         let idempotent = policy.rules().is_idempotent(&parts.method, &parts.uri);
