@@ -101,8 +101,8 @@ fn sizes() {
     println!("breaker {}", size::<_, Plain>(&breaker()));
     println!("key {}", size::<_, Plain>(&key));
     println!(
-        "guarded_retry {}",
-        size::<_, Plain>(&common::guarded_retry().layer(progress()))
+        "backstop_stack {}",
+        size::<_, Plain>(&common::backstop().layer(progress()))
     );
     println!("tower_retry {}", size::<_, Plain>(&common::tower_retry()));
     println!("floor_retry {}", size::<_, Plain>(&common::floor::retry()));

@@ -151,12 +151,15 @@ impl<E> tower::retry::Policy<Request<Full<Bytes>>, Response<Incoming>, E> for To
     }
 }
 
-/// The retry layer doing the key's, the breaker's and the budget's work itself.
-fn guarded() -> RetryLayer {
-    RetryLayer::new(RetryPolicy::default())
+/// The whole stack: key, breaker, budget and retry in one `Backstop` layer.
+fn backstop() -> backstop::BackstopLayer {
+    backstop::Backstop::builder()
+        .retry(RetryPolicy::default())
         .idempotency_key(IdempotencyKeyLayer::new())
         .circuit_breaker(CircuitBreakerPolicy::default())
         .budget(BudgetPolicy::default())
+        .build()
+        .unwrap()
 }
 
 fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
@@ -169,7 +172,7 @@ fn stacks(proto: Proto) -> Vec<(&'static str, Stack)> {
         .map_err(BoxError::from);
     let backstop_stack = ServiceBuilder::new()
         .map_err(BoxError::from)
-        .layer(guarded())
+        .layer(backstop())
         .layer(ProgressTrackingLayer::new())
         .service(client::<ReplayBody<Full<Bytes>>>(proto));
     let backstop_layers = ServiceBuilder::new()
@@ -255,10 +258,10 @@ fn future_sizes() {
             ),
         ),
         ("retry", size::<_, Plain>(&retry())),
-        // The retry layer guarding its calls itself: the same future type.
+        // The whole stack: admission inside the retry layer's future, and hedging.
         (
-            "guarded_retry",
-            size::<_, Plain>(&guarded().layer(transport.clone())),
+            "backstop_stack",
+            size::<_, Plain>(&backstop().layer(transport.clone())),
         ),
         (
             "budget",

@@ -9,7 +9,7 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use backstop::{ReplayBody, RetryLayer, RetryPolicy};
+//! use backstop::{Backstop, ProgressTrackingLayer, ReplayBody};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -21,8 +21,11 @@
 //! let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
 //!     Client::builder(TokioExecutor::new()).build_http();
 //!
+//! // The whole stack, every policy given once (here the defaults: retries within
+//! // a 20 % budget per origin).
 //! let mut client = ServiceBuilder::new()
-//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .layer(Backstop::builder().build()?)
+//!     .layer(ProgressTrackingLayer::new())
 //!     .service(transport);
 //!
 //! let req = http::Request::get("http://127.0.0.1:8080/").body(Full::default())?;
@@ -33,19 +36,23 @@
 //!
 //! # The stack
 //!
-//! The layers talk through request extensions, never by naming each other; each
-//! works alone. Outer to inner:
+//! [`Backstop`] (module [`stack`]) is one service that runs everything, configured
+//! once. Inside it a call meets, outer to inner:
 //!
 //! ```text
 //!  caller
-//!    │   IdempotencyKeyLayer    one key per POST/PATCH call, before any attempt
-//!    │   CircuitBreakerLayer    per origin; one outcome per call
-//!    │   BudgetLayer            per origin; retries ≤ ratio of first attempts; the origin pause
-//!    ▼   RetryLayer             the attempt loop: classify, gates, wait, re-send
-//!        HedgeLayer             extra copies of a slow idempotent attempt
-//!        ProgressTrackingLayer          records how far each attempt got onto the wire
+//!    │   admission              the key stamped, the breaker asked, the budget counted,
+//!    │                          the origin pause met: once per call, one origin lookup
+//!    ▼   retry                  the attempt loop: classify, gates, wait, re-send
+//!        hedge                  extra copies of a slow idempotent attempt
+//!        ProgressTrackingLayer  (yours, around a hyper-util client) how far each attempt got
 //!        transport              hyper-util Client, or any Service<Request<ReplayBody<B>>>
 //! ```
+//!
+//! Each part is also a layer of its own, for a stack you compose yourself
+//! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`BudgetLayer`], [`RetryLayer`],
+//! [`HedgeLayer`], [`ProgressTrackingLayer`]); the key, breaker and budget layers run
+//! the same admission code as the stack, so the two shapes behave alike.
 //!
 //! The layers share one value per call, the [`CallContext`](policy::CallContext)
 //! in the request's extensions: the outermost backstop layer puts it there and the
@@ -96,9 +103,11 @@
 //! answers in the ladder's words, [`Verdict`](policy::Verdict), with an optional
 //! wait hint that replaces the backoff the way `Retry-After` does (same cap, same
 //! deadline). It cannot make an unsafe retry: "retryable when idempotent" on a
-//! POST without a key still needs proof that nothing was written. Give the same
-//! [`Rules`](policy::Rules) to the retry layer, the hedge layer and the breaker, and
-//! the rule is written once:
+//! POST without a key still needs proof that nothing was written. Give the
+//! [`Rules`](policy::Rules) to the stack once
+//! ([`BackstopBuilder::rules`](stack::BackstopBuilder::rules)) and they decide for the
+//! retry policy, the hedge policy and the breaker; with separate layers, give the same
+//! rules to each:
 //!
 //! ```
 //! use std::time::Duration;
@@ -205,6 +214,7 @@ macro_rules! inner_accessors {
 }
 pub(crate) use inner_accessors;
 
+mod admit;
 pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
@@ -212,7 +222,6 @@ mod error;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
-mod guard;
 pub mod hedge;
 pub mod idempotency_key;
 pub mod observe;
@@ -225,6 +234,7 @@ pub mod progress;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
 pub mod reqwest;
 pub mod retry;
+pub mod stack;
 
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy};
@@ -238,6 +248,7 @@ pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer};
+pub use stack::{Backstop, BackstopLayer};
 
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]

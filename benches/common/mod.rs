@@ -153,21 +153,24 @@ pub fn backstop_retry(
     RetryLayer::new(policy).layer(tower::service_fn(ok::<ReplayBody<Full<Bytes>>>))
 }
 
-/// The retry layer guarding its calls itself, as the whole stack is composed: key,
-/// breaker, budget and retry in one layer, over progress.
-pub fn guarded_retry() -> RetryLayer {
-    RetryLayer::new(RetryPolicy::default())
+/// The whole stack as the README builds it: key, breaker, budget and retry in one
+/// `Backstop` layer, over progress.
+pub fn backstop() -> backstop::BackstopLayer {
+    backstop::Backstop::builder()
+        .retry(RetryPolicy::default())
         .idempotency_key(IdempotencyKeyLayer::new())
         .circuit_breaker(CircuitBreakerPolicy::default())
         .budget(BudgetPolicy::default())
+        .build()
+        .unwrap()
 }
 
-/// The whole stack on the success path: key, breaker, budget, retry, progress, with
-/// the retry layer doing the key's, the breaker's and the budget's work.
+/// The whole stack on the success path: key, breaker, budget, retry, progress, in
+/// the `Backstop` stack (admission run in the retry layer's future).
 pub fn backstop_stack(
 ) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {
     tower::ServiceBuilder::new()
-        .layer(guarded_retry())
+        .layer(backstop())
         .layer(ProgressTrackingLayer::new())
         .service(Trivial)
 }

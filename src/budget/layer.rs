@@ -4,9 +4,8 @@ use std::sync::Arc;
 use http::request::Parts;
 use tower_layer::Layer;
 
-use super::account::Account;
 use super::{Budget, BudgetPolicy, OriginAccount};
-use crate::origin::Registry;
+use crate::admit::Admission;
 
 /// Applies [`Budget`] to a service: counts each call as a first attempt in
 /// its origin's account and leaves the account's handle in the request
@@ -15,33 +14,35 @@ use crate::origin::Registry;
 /// Clones of the layer, and every service it makes, share the accounts.
 #[derive(Clone)]
 pub struct BudgetLayer {
-    pub(crate) shared: Arc<Shared>,
-}
-
-pub(crate) struct Shared {
-    pub(crate) budget: BudgetPolicy,
-    pub(crate) accounts: Registry<Account>,
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl BudgetLayer {
     /// A layer with these numbers; its accounts are created as calls arrive.
     pub fn new(budget: BudgetPolicy) -> Self {
-        let numbers = budget.clone();
-        let accounts = Registry::new(budget.partition.clone(), move |_| Account::new(&numbers));
+        // The budget's part of admission, handing its account down to the layers
+        // beneath (that is its job).
+        let admission = Admission::new(None, None, Some(budget), true);
         BudgetLayer {
-            shared: Arc::new(Shared { budget, accounts }),
+            admission: Arc::new(admission),
         }
     }
 
     /// The numbers the layer applies.
     pub fn budget(&self) -> &BudgetPolicy {
-        &self.shared.budget
+        match self.admission.budget() {
+            Some(budget) => budget,
+            None => unreachable!("a budget layer's admission has a budget"),
+        }
     }
 
     /// The account that a call with this request head spends from, created if it is
     /// new: for metrics ([`available`](OriginAccount::available)) and tests.
     pub fn account(&self, head: &Parts) -> OriginAccount {
-        OriginAccount(self.shared.accounts.get(head))
+        match self.admission.account(head) {
+            Some(account) => account,
+            None => unreachable!("a budget layer's admission has a budget"),
+        }
     }
 
     /// How many accounts the layer (with its clones and services) holds now,
@@ -72,7 +73,7 @@ impl BudgetLayer {
     ///
     /// [`Partition::global`]: crate::Partition::global
     pub fn origins(&self) -> usize {
-        self.shared.accounts.len()
+        self.admission.origins()
     }
 }
 
@@ -88,14 +89,14 @@ impl<S> Layer<S> for BudgetLayer {
     type Service = Budget<S>;
 
     fn layer(&self, inner: S) -> Budget<S> {
-        Budget::from_shared(inner, self.shared.clone())
+        Budget::from_shared(inner, self.admission.clone())
     }
 }
 
 impl fmt::Debug for BudgetLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BudgetLayer")
-            .field("budget", &self.shared.budget)
+            .field("budget", self.budget())
             .finish()
     }
 }

@@ -22,9 +22,9 @@
 //! CircuitBreakerLayer → BudgetLayer → RetryLayer → transport
 //! ```
 //!
-//! The retry layer can do this layer's work itself, in its own future:
-//! [`RetryLayer::budget`](crate::RetryLayer::budget) (see [one layer for the whole
-//! guard](crate::RetryLayer#one-layer-for-the-whole-guard)).
+//! The [`Backstop`](crate::Backstop) stack runs this layer's work (the same code)
+//! inside its retry layer's own future:
+//! [`BackstopBuilder::budget`](crate::stack::BackstopBuilder::budget).
 //!
 //! # Examples
 //!
@@ -141,7 +141,7 @@
 //! # Accounts
 //!
 //! Each origin (scheme and authority) has its own account by default;
-//! [`Partition`] sets one global account or accounts by a key of
+//! [`Partition`](crate::Partition) sets one global account or accounts by a key of
 //! yours. Clones of a [`BudgetLayer`] and of its services share the accounts. A
 //! call finds its origin's account under a read lock, without allocating; only a
 //! new origin takes the write lock. Depositing is a clock read and two relaxed
@@ -163,9 +163,6 @@
 //!   counts first attempts once per call, whatever retries or hedges follow.
 //! - The clock is tokio's, so budget windows can be tested on a paused clock.
 
-mod account;
-mod config;
-mod events;
 mod future;
 mod layer;
 
@@ -175,16 +172,12 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+pub use crate::admit::budget::{BudgetPolicy, BudgetPolicyBuilder, OriginAccount, PauseMode};
 pub use crate::error::OriginPaused;
-pub(crate) use account::Account;
-pub use account::OriginAccount;
-pub use config::{BudgetPolicy, BudgetPolicyBuilder, PauseMode};
-pub(crate) use future::Hold;
 pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 
-use crate::origin::Partition;
-use layer::Shared;
+use crate::admit::{Admission, Held};
 
 /// Counts each call as a first attempt in its origin's retry budget account and
 /// leaves the account's handle in the request extensions; holds a call whose
@@ -195,17 +188,17 @@ use layer::Shared;
 /// because its origin is paused, says so: [`Error::is_paused`](crate::Error::is_paused)).
 pub struct Budget<S> {
     inner: S,
-    shared: Arc<Shared>,
+    admission: Arc<Admission>,
 }
 
 impl<S> Budget<S> {
     /// Wraps `inner` with a budget of its own (not shared with any layer).
     pub fn new(inner: S, budget: BudgetPolicy) -> Self {
-        Budget::from_shared(inner, BudgetLayer::new(budget).shared)
+        Budget::from_shared(inner, BudgetLayer::new(budget).admission)
     }
 
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        Budget { inner, shared }
+    pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
+        Budget { inner, admission }
     }
 
     crate::inner_accessors!();
@@ -215,7 +208,7 @@ impl<S: Clone> Clone for Budget<S> {
     fn clone(&self) -> Self {
         Budget {
             inner: self.inner.clone(),
-            shared: self.shared.clone(),
+            admission: self.admission.clone(),
         }
     }
 }
@@ -224,7 +217,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Budget<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Budget")
             .field("inner", &self.inner)
-            .field("budget", &self.shared.budget)
+            .field("budget", &self.admission.budget())
             .finish()
     }
 }
@@ -245,28 +238,15 @@ where
     }
 
     #[inline]
-    fn call(&mut self, mut req: Request<B>) -> ResponseFuture<S, B> {
-        let account = self.shared.accounts.get_for(&mut req);
-        let context = crate::policy::CallContext::of_mut(req.extensions_mut());
-        let dated = context.entered();
-        context.set_budget(crate::policy::BudgetHandle::new(account.clone()));
-        let observer = context.observer().cloned();
-        let observed = observer.map(|o| Box::new(crate::observe::Observed::new(o, &req)));
-        // A paused origin: the first attempt is held (or refused) here; its
-        // retries are held by the retry layer, which asks the same account. A call
-        // counts as a first attempt when it goes: a refused one sent nothing.
-        if let Some(pause) = account.paused_now(observed.as_deref()) {
-            let service = self.inner.clone();
-            return ResponseFuture::paused(service, req, pause, dated, account, observed);
-        }
-        account.deposit_at(dated);
-        // Built in one expression, the inner future written straight into ours.
-        ResponseFuture {
-            state: future::State::Called {
-                future: self.inner.call(req),
-            },
-            account,
-            observed,
-        }
+    fn call(&mut self, req: Request<B>) -> ResponseFuture<S, B> {
+        // A paused origin: the first attempt is held (or refused) by admission; its
+        // retries by the retry layer, which asks the same account. A held call is
+        // sent through a clone of the inner service once its hold is over.
+        ResponseFuture::new(crate::admit::ResponseFuture::admit(
+            &self.admission,
+            &mut self.inner,
+            req,
+            |inner: &mut S, req, paused, dated| Held::new(inner.clone(), req, paused, dated),
+        ))
     }
 }

@@ -5,9 +5,8 @@ use http::request::Parts;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
-use super::state::Core;
 use super::{CircuitBreaker, CircuitBreakerPolicy, State};
-use crate::origin::Registry;
+use crate::admit::Admission;
 
 /// Applies [`CircuitBreaker`] to a service: refuses calls to an origin whose
 /// breaker is open, and records one outcome per call.
@@ -15,30 +14,26 @@ use crate::origin::Registry;
 /// Clones of the layer, and every service it makes, share the breakers.
 #[derive(Clone)]
 pub struct CircuitBreakerLayer {
-    pub(crate) shared: Arc<Shared>,
-}
-
-pub(crate) struct Shared {
-    pub(crate) config: Arc<CircuitBreakerPolicy>,
-    pub(crate) breakers: Registry<Core>,
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl CircuitBreakerLayer {
     /// A layer with these settings; its breakers are created as calls arrive.
     pub fn new(config: CircuitBreakerPolicy) -> Self {
-        let config = Arc::new(config);
-        let settings = config.clone();
-        let breakers = Registry::new(config.partition.clone(), move |label| {
-            Core::new(settings.clone(), label)
-        });
+        // The breaker's part of admission, handing its breaker down to the layers
+        // beneath (that is its job).
+        let admission = Admission::new(None, Some(config), None, true);
         CircuitBreakerLayer {
-            shared: Arc::new(Shared { config, breakers }),
+            admission: Arc::new(admission),
         }
     }
 
     /// The settings the layer applies.
     pub fn config(&self) -> &CircuitBreakerPolicy {
-        &self.shared.config
+        match self.admission.breaker() {
+            Some(config) => config,
+            None => unreachable!("a circuit breaker layer's admission has a breaker"),
+        }
     }
 
     /// The state of the breaker that a call with this request head goes through
@@ -47,13 +42,13 @@ impl CircuitBreakerLayer {
     /// An open breaker whose cooldown has ended reads [`State::Open`] until a call
     /// arrives and becomes its probe.
     pub fn state(&self, head: &Parts) -> State {
-        self.shared.breakers.get(head).state()
+        self.admission.breaker_state(head).unwrap_or(State::Closed)
     }
 
     /// When the breaker that a call with this request head goes through lets its
     /// next probe through; `None` unless it is open.
     pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.shared.breakers.get(head).next_probe_at()
+        self.admission.next_probe_at(head)
     }
 
     /// How many breakers the layer (with its clones and services) holds now,
@@ -85,7 +80,7 @@ impl CircuitBreakerLayer {
     ///
     /// [`Partition::global`]: crate::Partition::global
     pub fn origins(&self) -> usize {
-        self.shared.breakers.len()
+        self.admission.origins()
     }
 }
 
@@ -100,14 +95,14 @@ impl<S> Layer<S> for CircuitBreakerLayer {
     type Service = CircuitBreaker<S>;
 
     fn layer(&self, inner: S) -> CircuitBreaker<S> {
-        CircuitBreaker::from_shared(inner, self.shared.clone())
+        CircuitBreaker::from_shared(inner, self.admission.clone())
     }
 }
 
 impl fmt::Debug for CircuitBreakerLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreakerLayer")
-            .field("config", &self.shared.config)
+            .field("config", &self.config())
             .finish()
     }
 }

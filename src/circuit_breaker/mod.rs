@@ -37,7 +37,7 @@
 //! attempt) says nothing of the origin and counts neither way. It also leaves a
 //! [`BreakerHandle`](crate::policy::BreakerHandle) in the request extensions; the
 //! [`RetryLayer`](crate::RetryLayer) asks it before every retry and after every wait,
-//! and stops with [`StopReason::CircuitOpen`]
+//! and stops with [`StopReason::CircuitOpen`](crate::policy::StopReason::CircuitOpen)
 //! unless the breaker is closed, so a call in flight stops retrying as soon as
 //! its origin's breaker opens, and a half-open probe is never retried.
 //!
@@ -48,9 +48,9 @@
 //! The service's error is [`backstop::Error`](crate::Error); an inner service's
 //! error is wrapped (a `backstop::Error` from the retry layer is kept as it is).
 //!
-//! The retry layer can do this layer's work itself, in its own future:
-//! [`RetryLayer::circuit_breaker`](crate::RetryLayer::circuit_breaker) (see [one layer
-//! for the whole guard](crate::RetryLayer#one-layer-for-the-whole-guard)).
+//! The [`Backstop`](crate::Backstop) stack runs this layer's work (the same code)
+//! inside its retry layer's own future:
+//! [`BackstopBuilder::circuit_breaker`](crate::stack::BackstopBuilder::circuit_breaker).
 //!
 //! # Examples
 //!
@@ -114,11 +114,8 @@
 //! instead of leaving the breaker half-open forever; and retries stop as soon as
 //! the breaker opens, not only new calls.
 
-mod config;
-mod error;
 mod future;
 mod layer;
-mod state;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -126,34 +123,29 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-pub use config::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder};
-pub use error::CircuitOpen;
+pub use crate::admit::breaker::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder, CircuitOpen};
+pub use crate::policy::circuit::State;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
-pub use state::State;
 
+use crate::admit::{Admission, NeverHeld};
 use crate::error::{BoxError, Error};
-use crate::observe::{CallRefused, Event, Observed, Refusal};
-use crate::policy::{CallContext, StopReason};
-pub(crate) use future::{BreakerOwner, Permit};
-use layer::Shared;
-pub(crate) use state::Core;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).
 pub struct CircuitBreaker<S> {
     inner: S,
-    shared: Arc<Shared>,
+    admission: Arc<Admission>,
 }
 
 impl<S> CircuitBreaker<S> {
     /// Wraps `inner` with breakers of its own (not shared with any layer).
     pub fn new(inner: S, config: CircuitBreakerPolicy) -> Self {
-        CircuitBreaker::from_shared(inner, CircuitBreakerLayer::new(config).shared)
+        CircuitBreaker::from_shared(inner, CircuitBreakerLayer::new(config).admission)
     }
 
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        CircuitBreaker { inner, shared }
+    pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
+        CircuitBreaker { inner, admission }
     }
 
     crate::inner_accessors!();
@@ -163,7 +155,7 @@ impl<S: Clone> Clone for CircuitBreaker<S> {
     fn clone(&self) -> Self {
         CircuitBreaker {
             inner: self.inner.clone(),
-            shared: self.shared.clone(),
+            admission: self.admission.clone(),
         }
     }
 }
@@ -172,7 +164,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)
-            .field("config", &self.shared.config)
+            .field("config", &self.admission.breaker())
             .finish()
     }
 }
@@ -193,60 +185,19 @@ where
     }
 
     #[inline]
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let breaker = self.shared.breakers.get_for(&mut req);
-        let ticket = match breaker.admit() {
-            Ok(ticket) => ticket,
-            Err(next_probe_at) => {
-                return ResponseFuture::refused(refusal(&req, breaker.label(), next_probe_at))
-            }
-        };
-        let observed = Observed::of(&req).map(Arc::new);
-        let permit = Permit::new(breaker, ticket, observed);
-        if let Some(handle) = permit.handle() {
-            CallContext::of_mut(req.extensions_mut()).set_breaker(handle);
-        }
-        // Built in one expression, the inner future written straight into ours.
-        ResponseFuture {
-            state: future::State::Called {
-                future: self.inner.call(req),
-                permit: Some(permit),
-            },
-        }
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The breaker's part of admission never holds a call.
+        ResponseFuture::new(crate::admit::ResponseFuture::admit(
+            &self.admission,
+            &mut self.inner,
+            req,
+            |_: &mut S, _, _, _| -> NeverHeld<S::Future> { unreachable_hold() },
+        ))
     }
 }
 
-/// A call the breaker refuses: traced, told to the call's observer, and answered
-/// with an error that says when the next probe is due.
+/// A breaker alone never meets an origin's pause: only a budget holds calls.
 #[cold]
-pub(crate) fn refusal<B>(
-    req: &Request<B>,
-    origin: &str,
-    next_probe_at: Option<tokio::time::Instant>,
-) -> Error {
-    tracing::debug!(
-        origin,
-        state = if next_probe_at.is_some() {
-            "open"
-        } else {
-            "half-open"
-        },
-        next_probe_in_ms = next_probe_at.map(|at| at
-            .saturating_duration_since(tokio::time::Instant::now())
-            .as_millis() as u64),
-        "call refused: circuit open"
-    );
-    if let Some(observed) = Observed::of(req) {
-        observed.tell(|call| {
-            Event::CallRefused(CallRefused {
-                call,
-                refusal: Refusal::CircuitOpen { next_probe_at },
-            })
-        });
-    }
-    Error::refused(
-        StopReason::CircuitOpen,
-        Box::new(CircuitOpen::new(next_probe_at)),
-        next_probe_at,
-    )
+fn unreachable_hold<F>() -> NeverHeld<F> {
+    unreachable!("a circuit breaker's admission has no budget to hold a call for")
 }

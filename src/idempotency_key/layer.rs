@@ -5,7 +5,9 @@ use http::header::{HeaderName, HeaderValue};
 use http::Method;
 use tower_layer::Layer;
 
-use super::{Config, IdempotencyKey};
+use super::IdempotencyKey;
+use crate::admit::key::Config;
+use crate::admit::Admission;
 
 /// Applies [`IdempotencyKey`]: a fresh key on each POST and PATCH call that has
 /// none, under `Idempotency-Key`. Place it outside the retry layer.
@@ -24,23 +26,26 @@ use super::{Config, IdempotencyKey};
 /// ```
 #[derive(Clone)]
 pub struct IdempotencyKeyLayer {
-    pub(crate) config: Arc<Config>,
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl IdempotencyKeyLayer {
     /// Keys for POST and PATCH, under `Idempotency-Key`, as random UUID v4 strings.
     pub fn new() -> Self {
+        // The key's part of admission, marking keyed calls for the layers beneath.
+        let admission = Admission::new(Some(Arc::new(Config::default())), None, None, true);
         IdempotencyKeyLayer {
-            config: Arc::new(Config {
-                header: crate::policy::IDEMPOTENCY_KEY_HEADER,
-                methods: [Method::POST, Method::PATCH].into_iter().collect(),
-                generator: None,
-            }),
+            admission: Arc::new(admission),
         }
     }
 
     fn config_mut(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
+        Arc::make_mut(&mut self.admission).key_mut()
+    }
+
+    /// The layer's settings, which a stack's admission takes over.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        Arc::new(self.admission.key().cloned().unwrap_or_default())
     }
 
     /// The header the key travels in. The retry layer recognises a keyed request
@@ -75,9 +80,9 @@ impl Default for IdempotencyKeyLayer {
 impl fmt::Debug for IdempotencyKeyLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyKeyLayer")
-            .field("header", &self.config.header)
-            .field("methods", &self.config.methods)
-            .field("custom_generator", &self.config.generator.is_some())
+            .field("header", &self.config().header)
+            .field("methods", &self.config().methods)
+            .field("custom_generator", &self.config().generator.is_some())
             .finish()
     }
 }
@@ -86,6 +91,6 @@ impl<S> Layer<S> for IdempotencyKeyLayer {
     type Service = IdempotencyKey<S>;
 
     fn layer(&self, inner: S) -> IdempotencyKey<S> {
-        IdempotencyKey::new(inner, self.config.clone())
+        IdempotencyKey::new(inner, self.admission.clone())
     }
 }

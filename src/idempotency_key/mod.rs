@@ -8,8 +8,9 @@
 //! that needs one, **once per call**: placed outside the retry layer, every attempt
 //! (and every hedge) of the call carries the same key. It also marks the request
 //! with [`policy::Keyed`](crate::policy::Keyed), so the retry
-//! layer treats it like an idempotent request. The retry layer can stamp the keys
-//! itself: [`RetryLayer::idempotency_key`](crate::RetryLayer::idempotency_key).
+//! layer treats it like an idempotent request. The [`Backstop`](crate::Backstop)
+//! stack stamps keys with the same code:
+//! [`BackstopBuilder::idempotency_key`](crate::stack::BackstopBuilder::idempotency_key).
 //!
 //! # When to use keys
 //!
@@ -49,58 +50,30 @@
 //! # }
 //! ```
 
-mod key;
 mod layer;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{HeaderName, HeaderValue};
 use http::Request;
 use tower_service::Service;
 
-pub use key::{new_key, new_key_string};
+pub use crate::admit::key::{new_key, new_key_string, CallKey};
 pub use layer::IdempotencyKeyLayer;
 
-use crate::policy::{CallContext, MethodSet};
-
-/// A key a caller gives for one call, put into its request's extensions: the layer
-/// sends it instead of a fresh one (a key already in the headers wins over both).
-///
-/// # Examples
-///
-/// ```
-/// use backstop::idempotency_key::CallKey;
-/// use http::HeaderValue;
-///
-/// let mut req = http::Request::post("http://example.com/orders").body(()).unwrap();
-/// req.extensions_mut()
-///     .insert(CallKey(HeaderValue::from_static("order-7f3a")));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CallKey(pub HeaderValue);
-
-pub(crate) type Generator = Arc<dyn Fn() -> HeaderValue + Send + Sync>;
-
-/// The layer's settings, shared by its services.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) header: HeaderName,
-    pub(crate) methods: MethodSet,
-    pub(crate) generator: Option<Generator>,
-}
+use crate::admit::Admission;
 
 /// Stamps an idempotency key on each call that needs one. See the [module
 /// docs](self).
 #[derive(Clone)]
 pub struct IdempotencyKey<S> {
     inner: S,
-    config: Arc<Config>,
+    admission: Arc<Admission>,
 }
 
 impl<S> IdempotencyKey<S> {
-    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
-        IdempotencyKey { inner, config }
+    pub(crate) fn new(inner: S, admission: Arc<Admission>) -> Self {
+        IdempotencyKey { inner, admission }
     }
 
     crate::inner_accessors!();
@@ -111,11 +84,13 @@ where
     S: std::fmt::Debug,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdempotencyKey")
-            .field("inner", &self.inner)
-            .field("header", &self.config.header)
-            .field("methods", &self.config.methods)
-            .finish()
+        let mut d = f.debug_struct("IdempotencyKey");
+        d.field("inner", &self.inner);
+        if let Some(key) = self.admission.key() {
+            d.field("header", &key.header)
+                .field("methods", &key.methods);
+        }
+        d.finish()
     }
 }
 
@@ -133,31 +108,8 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        if self.config.stamp(&mut req) {
-            CallContext::of_mut(req.extensions_mut()).mark_keyed();
-        }
+        // The key's part of admission lets every call go: it stamps and marks.
+        let _ = self.admission.enter(&mut req, None);
         self.inner.call(req)
-    }
-}
-
-impl Config {
-    /// Stamps a key on `req` when its method gets one and it has none (the
-    /// caller's [`CallKey`], else a fresh one); whether the call is keyed.
-    #[inline]
-    pub(crate) fn stamp<B>(&self, req: &mut Request<B>) -> bool {
-        if !self.methods.contains(req.method()) {
-            return false;
-        }
-        if !req.headers().contains_key(&self.header) {
-            let key = match req.extensions_mut().remove::<CallKey>() {
-                Some(CallKey(key)) => key,
-                None => match &self.generator {
-                    Some(generate) => generate(),
-                    None => new_key(),
-                },
-            };
-            req.headers_mut().insert(self.header.clone(), key);
-        }
-        true
     }
 }

@@ -8,7 +8,7 @@ use http::uri::{Authority, Scheme};
 use http::{Method, Request, Uri};
 use tokio::time::Instant;
 
-use crate::circuit_breaker::State;
+use crate::policy::circuit::State;
 use crate::policy::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
 
 /// The origin of a call: its scheme, host and port, never its user information,

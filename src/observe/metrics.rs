@@ -6,7 +6,7 @@ use http::Method;
 use metrics::{counter, gauge, histogram, Label, Unit};
 
 use super::{outcome_label, reason_label, CallInfo, Event, Observer};
-use crate::circuit_breaker::State;
+use crate::policy::circuit::State;
 
 /// Records what the layers decide through the [`metrics`](https://docs.rs/metrics)
 /// facade, so Prometheus, OpenTelemetry, StatsD and the other exporters of that

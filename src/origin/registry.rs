@@ -123,12 +123,6 @@ impl<T: Entry> Registry<T> {
         self.visit_head(head, Arc::clone)
     }
 
-    /// The entry of `req`'s call, created if it is new.
-    #[inline]
-    pub(crate) fn get_for<B>(&self, req: &mut Request<B>) -> Arc<T> {
-        self.visit_for(req, Arc::clone)
-    }
-
     /// Lends `visit` the entry of `req`'s call (created if it is new) and returns
     /// what it returns: a caller that takes only parts of the entry clones no
     /// reference to the entry itself.
@@ -365,7 +359,7 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &c));
         let mut req = http::Request::get("http://c.test/x").body(()).unwrap();
-        assert!(Arc::ptr_eq(&a, &reg.get_for(&mut req)));
+        assert!(Arc::ptr_eq(&a, &reg.visit_for(&mut req, Arc::clone)));
         assert_eq!(
             req.uri(),
             "http://c.test/x",

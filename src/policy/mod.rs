@@ -9,6 +9,7 @@
 //! runtime or a network.
 
 mod backoff;
+pub(crate) mod circuit;
 mod classify;
 mod config;
 mod context;

@@ -15,9 +15,9 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::call::{Call, CallResult, Rare, Step};
+use crate::admit::{Admitted, Holdings, Paused};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::guard::{Admitted, Guarded, Paused};
 use crate::policy::RetryPolicy;
 use crate::policy::{CallContext, StopReason};
 use std::mem;
@@ -53,7 +53,7 @@ fn poll_timer(timer: &mut Timer, cx: &mut Context<'_>) -> Option<Poll<()>> {
     timer.as_mut().map(|t| t.as_mut().poll(cx))
 }
 
-/// A guarded call whose origin is paused: its request, and a clone of the inner
+/// A call admitted by a stack whose origin is paused: its request, and a clone of the inner
 /// service to send it with once the pause is over for it (the service the caller
 /// drove ready is left to the next call, so no readiness is held during the wait).
 pub(super) struct Held<S, B> {
@@ -61,7 +61,7 @@ pub(super) struct Held<S, B> {
     request: Option<Request<B>>,
     paused: Paused,
     keyed: bool,
-    /// When the guard dated the call, before the hold.
+    /// When admission dated the call, before the hold.
     dated: Option<Instant>,
 }
 
@@ -86,7 +86,7 @@ where
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
         S::Error: Into<BoxError>,
     {
-        let observed = idle.guarded().and_then(Guarded::observed);
+        let observed = idle.holdings().and_then(Holdings::observed);
         ready!(self.paused.poll(cx, observed))?;
         ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
         let Some(request) = self.request.take() else {
@@ -94,7 +94,7 @@ where
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         };
         let admitted = Admitted {
-            guarded: idle.guarded_mut().map(mem::take).unwrap_or_default(),
+            holdings: idle.holdings_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
             at: self.dated,
         };
@@ -127,10 +127,10 @@ pin_project! {
         // Waiting for the inner service to be ready for the next attempt, no longer
         // than `latest` (the deadline's last useful moment).
         Readying { latest: Timer },
-        // A guarded call's first attempt, held while its origin is paused.
+        // A call admitted by a stack's first attempt, held while its origin is paused.
         Held { held: Box<H> },
         // Refused before any attempt: the deadline left no time for one, or the
-        // guard refused it.
+        // admission refused it.
         Refused { error: Option<Error> },
         // The call has ended; polling again is a caller's mistake, answered with an
         // error rather than a future that never completes. (A call that ended with a
@@ -185,17 +185,17 @@ where
         }
     }
 
-    /// A call its guard refused.
+    /// A call admission refused.
     #[cold]
-    pub(super) fn refused(policy: Arc<RetryPolicy>, guarded: Guarded, error: Error) -> Self {
+    pub(super) fn refused(policy: Arc<RetryPolicy>, holdings: Holdings, error: Error) -> Self {
         ResponseFuture {
             state: State::Refused { error: Some(error) },
-            call: Call::idle(policy, guarded),
+            call: Call::idle(policy, holdings),
             span: Rare::new(None),
         }
     }
 
-    /// A guarded call whose origin is paused: its first attempt waits out `hold`,
+    /// A call admitted by a stack whose origin is paused: its first attempt waits out `hold`,
     /// then goes through `service`.
     #[cold]
     pub(super) fn held(
@@ -215,7 +215,7 @@ where
                     dated: admitted.at,
                 }),
             },
-            call: Call::idle(policy, admitted.guarded),
+            call: Call::idle(policy, admitted.holdings),
             span: Rare::new(None),
         }
     }
@@ -267,8 +267,8 @@ where
                                 if this.span.is_some() || call.is_observed() {
                                     break Ok(res);
                                 }
-                                if let Some(guarded) = call.guarded_mut() {
-                                    guarded.answered(&res);
+                                if let Some(holdings) = call.holdings_mut() {
+                                    holdings.answered(&res);
                                 }
                                 // The attempt's state is dropped with the future (a
                                 // finished inner future holds little, and its timer,

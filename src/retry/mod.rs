@@ -96,9 +96,9 @@ pub use future::ResponseFuture;
 pub use layer::RetryLayer;
 pub use route::{Route, RoutePolicy, Routes};
 
+use crate::admit::{Admission, Admitted, Entered};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::guard::{Admitted, Entered, Guard};
 use crate::policy::RetryPolicy;
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
@@ -113,21 +113,17 @@ pub struct Retry<S> {
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) routes: Routes,
-    /// The layers whose work the retry layer does itself, when it was given any.
-    pub(crate) guard: Option<Guard>,
+    /// The admission the retry layer runs in its own future, when a stack gave it
+    /// one ([`Backstop`](crate::Backstop)); a `RetryLayer` alone has none.
+    pub(crate) admission: Option<Admission>,
 }
 
 impl Settings {
     pub(crate) fn new(routes: Routes) -> Self {
         Settings {
             routes,
-            guard: None,
+            admission: None,
         }
-    }
-
-    /// The guard, created empty on first use.
-    pub(crate) fn guard_mut(&mut self) -> &mut Guard {
-        self.guard.get_or_insert_with(Default::default)
     }
 }
 
@@ -147,6 +143,11 @@ impl<S> Retry<S> {
     }
 
     crate::inner_accessors!();
+
+    /// The admission the layer runs, in a stack.
+    pub(crate) fn admission(&self) -> Option<&Admission> {
+        self.settings.admission.as_ref()
+    }
 }
 
 impl<S, B, RB> Service<Request<B>> for Retry<S>
@@ -180,10 +181,9 @@ where
         };
         let policy = self.settings.routes.choose(&mut req, given);
         // The inner service that was driven to readiness serves the first attempt; a
-        // call that may retry keeps a clone, which drives its own readiness. An
-        // unguarded call starts on a path of its own, where nothing of a guard is
-        // looked at.
-        let Some(guard) = &self.settings.guard else {
+        // call that may retry keeps a clone, which drives its own readiness. Without
+        // admission (a retry layer alone) the call starts at once.
+        let Some(admission) = &self.settings.admission else {
             let span = ResponseFuture::<S, B, RB>::span(&req);
             let (parts, body) = req.into_parts();
             return call::Call::start(
@@ -195,14 +195,14 @@ where
                 Admitted::default(),
             );
         };
-        let admitted = match guard.enter(&mut req, &policy) {
+        let admitted = match admission.enter(&mut req, policy.timeout()) {
             Entered::Go(admitted) => admitted,
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();
                 return ResponseFuture::held(service, policy, req, admitted, paused);
             }
-            Entered::Refused { guarded, error } => {
-                return ResponseFuture::refused(policy, guarded, error)
+            Entered::Refused { holdings, error } => {
+                return ResponseFuture::refused(policy, holdings, error)
             }
         };
         let span = ResponseFuture::<S, B, RB>::span(&req);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use http::{Extensions, Method, Request};
 
-use crate::policy::{CallContext, InvalidConfig, RetryPolicy};
+use crate::policy::{CallContext, InvalidConfig, RetryPolicy, Rules};
 use crate::policy::{HedgeChoice, HedgePolicy};
 
 /// Which requests a route covers: a path prefix, a method and a host, each
@@ -220,6 +220,21 @@ impl RoutePolicy {
     }
 }
 
+impl RoutePolicy {
+    /// This route's policies deciding by `rules`: its retry policy, and its own
+    /// hedging when it has one.
+    pub(crate) fn with_rules(self, rules: &Rules) -> Self {
+        let retry = Arc::new((*self.retry).clone().with_rules(rules.clone()));
+        let hedge = self.hedge.map(|choice| match &*choice {
+            HedgeChoice::With(hedge) => {
+                Arc::new(HedgeChoice::With(hedge.clone().with_rules(rules.clone())))
+            }
+            HedgeChoice::Off => choice,
+        });
+        RoutePolicy { retry, hedge }
+    }
+}
+
 impl From<RetryPolicy> for RoutePolicy {
     /// [`RoutePolicy::new`].
     fn from(retry: RetryPolicy) -> Self {
@@ -281,6 +296,27 @@ impl From<RetryPolicy> for RoutePolicy {
 pub struct Routes {
     default: RoutePolicy,
     routes: Vec<(Route, RoutePolicy)>,
+}
+
+impl Routes {
+    /// Every route's policies (and the default's) deciding by `rules`.
+    pub(crate) fn with_rules(self, rules: &Rules) -> Self {
+        Routes {
+            default: self.default.with_rules(rules),
+            routes: self
+                .routes
+                .into_iter()
+                .map(|(route, policy)| (route, policy.with_rules(rules)))
+                .collect(),
+        }
+    }
+
+    /// Whether any route (or the default) chooses hedging of its own.
+    pub(crate) fn hedges(&self) -> bool {
+        std::iter::once(&self.default)
+            .chain(self.routes.iter().map(|(_, p)| p))
+            .any(|p| p.hedging().is_some_and(|h| !h.is_off()))
+    }
 }
 
 impl Routes {

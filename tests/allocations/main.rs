@@ -198,11 +198,11 @@ fn a_body_costs_its_reader_and_what_replays_need_and_no_more() {
     );
 }
 
-/// A guarded call records itself for its observer once, for the breaker's permit,
+/// A call in the stack records itself for its observer once, for the breaker's permit,
 /// the guard's pause and the retry's own events alike: an observer costs a guarded
 /// call what it costs the retry layer alone.
 #[test]
-fn a_guarded_call_records_itself_once_for_its_observer() {
+fn a_stacked_call_records_itself_once_for_its_observer() {
     use backstop::observe::{Event, ObserveLayer, Observer};
     use backstop::{BudgetPolicy, CircuitBreakerPolicy};
 
@@ -212,9 +212,11 @@ fn a_guarded_call_records_itself_once_for_its_observer() {
     }
     let retry = || RetryLayer::new(RetryPolicy::default());
     let guarded = || {
-        retry()
+        backstop::Backstop::builder()
             .circuit_breaker(CircuitBreakerPolicy::default())
             .budget(BudgetPolicy::default())
+            .build()
+            .unwrap()
     };
     let inner = || tower::service_fn(ok::<ReplayBody<Full<Bytes>>>);
     let observed = ObserveLayer::new(Quiet);
@@ -235,7 +237,7 @@ fn a_guarded_call_records_itself_once_for_its_observer() {
 }
 
 #[test]
-fn a_guard_that_holds_nothing_for_a_call_keeps_no_block_for_it() {
+fn a_stack_that_holds_nothing_for_a_call_keeps_no_block_for_it() {
     use backstop::IdempotencyKeyLayer;
 
     // One attempt: nothing is kept for later attempts. A guard with only a key holds
@@ -244,8 +246,12 @@ fn a_guard_that_holds_nothing_for_a_call_keeps_no_block_for_it() {
     // the guarded layer allocates what the plain one does.
     let inner = || tower::service_fn(ok::<ReplayBody<Full<Bytes>>>);
     let mut plain = RetryLayer::new(RetryPolicy::none()).layer(inner());
-    let mut keyed = RetryLayer::new(RetryPolicy::none())
+    let mut keyed = backstop::Backstop::builder()
+        .retry(RetryPolicy::none())
         .idempotency_key(IdempotencyKeyLayer::new())
+        .no_budget()
+        .build()
+        .unwrap()
         .layer(inner());
     allocations_of_one_call(&mut plain, 10);
     allocations_of_one_call(&mut keyed, 10);

@@ -579,7 +579,7 @@ fn hedging_transport(hedges: &Arc<Mutex<Vec<bool>>>) -> Script {
 }
 
 over_shapes! {
-    only(Layers, Shared)
+    only(Layers, Stack)
     #[tokio::test(start_paused = true)]
     async fn retries_and_hedges_spend_one_account(shape) {
         // Each call deposits two retries' worth. The first attempt's hedge spends one,
@@ -587,7 +587,11 @@ over_shapes! {
         let layer = BudgetLayer::new(budget(2.0, 0.0));
         let hedges = Arc::default();
         let transport = hedging_transport(&hedges);
-        let stack = Stack::new(fast_retries(4)).budget(&layer);
+        // A stack that may hedge hands the account down to every attempt (its own
+        // hedges, after an hour, never go here).
+        let stack = Stack::new(fast_retries(4))
+            .budget(&layer)
+            .hedge(backstop::HedgePolicy::after(Duration::from_secs(3600)));
         let mut client: Client = crate::shaped!(shape, stack, transport.clone());
         let res = call(&mut client, "http://upstream.test/").await.unwrap();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);

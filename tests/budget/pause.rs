@@ -41,9 +41,10 @@ fn client(shape: Shape, layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) 
 
 /// Budget → Retry → Hedge (a copy after 100 ms) → `mock`, in `shape`.
 fn hedged_client(shape: Shape, layer: &BudgetLayer, mock: &Script) -> Client {
-    let stack = Stack::new(retries()).budget(layer);
-    let hedge = backstop::hedge::HedgeLayer::new(backstop::hedge::HedgePolicy::after(ms(100)));
-    crate::shaped!(shape, stack, tower::Layer::layer(&hedge, mock.clone()))
+    let stack = Stack::new(retries())
+        .budget(layer)
+        .hedge(backstop::hedge::HedgePolicy::after(ms(100)));
+    crate::shaped!(shape, stack, mock.clone())
 }
 
 fn spawn_call(
@@ -163,7 +164,7 @@ fn within(timeout: Duration) -> RetryPolicy {
 }
 
 over_shapes! {
-    only(Guarded, Shared)
+    only(Stack)
     #[tokio::test(start_paused = true)]
     async fn a_guarded_call_is_held_within_its_policys_total_timeout(shape) {
         let layer = BudgetLayer::default();
@@ -193,7 +194,7 @@ over_shapes! {
 }
 
 over_shapes! {
-    only(Guarded, Shared)
+    only(Stack)
     #[tokio::test(start_paused = true)]
     async fn a_held_call_its_deadline_refuses_on_release_is_not_counted(shape) {
         // Released at the pause's end with 100 ms of its timeout left: enough for the
@@ -592,7 +593,7 @@ async fn a_custom_account_never_pauses() {
 }
 
 over_shapes! {
-    only(Layers, Shared)
+    only(Layers, Stack)
     #[tokio::test(start_paused = true)]
     async fn no_hedge_is_sent_to_a_paused_origin(shape) {
         use backstop::hedge::{Hedged, NotHedged};
@@ -733,7 +734,7 @@ over_shapes! {
 }
 
 over_shapes! {
-    only(Layers, Shared)
+    only(Layers, Stack)
     #[tokio::test(start_paused = true)]
     async fn the_hint_of_a_hedge_that_loses_still_pauses_the_origin(shape) {
         use crate::support::script::Step;

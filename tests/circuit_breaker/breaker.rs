@@ -31,12 +31,7 @@ type Res = Response<Full<Bytes>>;
 type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
 
 /// The breaker layer alone, then each shape of a guarded client.
-const ALONE_AND_SHAPES: [Option<Shape>; 4] = [
-    None,
-    Some(Shape::Layers),
-    Some(Shape::Guarded),
-    Some(Shape::Shared),
-];
+const ALONE_AND_SHAPES: [Option<Shape>; 3] = [None, Some(Shape::Layers), Some(Shape::Stack)];
 
 /// `$layer` over `$inner`: alone when `$shape` is `None`, else as the guard of a
 /// retry layer that retries nothing, in that shape.

@@ -190,14 +190,17 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     assert_eq!(breakers.origins(), 1);
 }
 
-/// The same with the retry layer guarding its calls itself: each origin's breaker
-/// and account are kept in one entry, forgotten once both are idle.
+/// The same in the `Backstop` stack: each origin's breaker and account are kept in
+/// one entry, forgotten once both are idle.
 #[tokio::test(start_paused = true)]
-async fn a_guard_forgets_ten_thousand_idle_origins_too() {
-    use backstop::{ReplayBody, RetryLayer, RetryPolicy};
-    let guard = RetryLayer::new(RetryPolicy::none())
+async fn a_stack_forgets_ten_thousand_idle_origins_too() {
+    use backstop::{Backstop, ReplayBody, RetryPolicy};
+    let guard = Backstop::builder()
+        .retry(RetryPolicy::none())
         .circuit_breaker(breaker())
-        .budget(BudgetPolicy::default());
+        .budget(BudgetPolicy::default())
+        .build()
+        .unwrap();
     let (release, upstream) = upstream(|_: &Request<ReplayBody<Full<Bytes>>>| {});
     let client = guard.layer(upstream);
 
@@ -231,12 +234,13 @@ async fn a_guard_forgets_ten_thousand_idle_origins_too() {
     assert_eq!(guard.origins(), 1);
 }
 
-/// A guard whose breaker and budget partition calls differently keeps each in its
+/// A stack whose breaker and budget partition calls differently keeps each in its
 /// own registry: one global breaker, an account per origin.
 #[tokio::test(start_paused = true)]
-async fn a_guard_keeps_breaker_and_budget_apart_when_they_partition_differently() {
-    use backstop::{Partition, ReplayBody, RetryLayer, RetryPolicy};
-    let guard = RetryLayer::new(RetryPolicy::none())
+async fn a_stack_keeps_breaker_and_budget_apart_when_they_partition_differently() {
+    use backstop::{Backstop, Partition, ReplayBody, RetryPolicy};
+    let guard = Backstop::builder()
+        .retry(RetryPolicy::none())
         .circuit_breaker(
             CircuitBreakerPolicy::builder()
                 .consecutive_failures(2)
@@ -250,7 +254,9 @@ async fn a_guard_keeps_breaker_and_budget_apart_when_they_partition_differently(
                 .min_per_second(0.0)
                 .build()
                 .unwrap(),
-        );
+        )
+        .build()
+        .unwrap();
     let upstream = tower::service_fn(|req: Request<ReplayBody<Full<Bytes>>>| {
         let host = req.uri().host().unwrap_or_default().to_owned();
         async move {

@@ -556,16 +556,17 @@ async fn a_post_with_a_key_is_hedged_and_every_copy_carries_it() {
 }
 
 over_shapes! {
-    only(Layers, Shared)
+    only(Layers, Stack)
     #[tokio::test(start_paused = true)]
     async fn in_the_stack_a_stamped_key_rides_on_every_copy(shape) {
         let script = Script::new([slow(ms(1_000), 201), slow(ms(5), 201)]);
-        // The guard marks the call keyed in the context it hands down (with
-        // `share_handles`), as the key layer does.
-        let stack = Stack::new(RetryPolicy::default()).keys(IdempotencyKeyLayer::new());
-        let hedge = HedgeLayer::new(HedgePolicy::after(ms(10)));
+        // Admission marks the call keyed in the context it hands down to the hedge
+        // layer, in the stack as the key layer does.
+        let stack = Stack::new(RetryPolicy::default())
+            .keys(IdempotencyKeyLayer::new())
+            .hedge(HedgePolicy::after(ms(10)));
         let client: tower::util::BoxCloneService<_, _, backstop::Error> =
-            crate::shaped!(shape, stack, hedge.layer(script.clone()));
+            crate::shaped!(shape, stack, script.clone());
         let res = client
             .oneshot(with_body(Method::POST, "charge"))
             .await

@@ -30,12 +30,7 @@ async fn stamped(layer: IdempotencyKeyLayer, req: Request<Full<Bytes>>) -> Reque
 }
 
 /// The key layer alone (`None`), then each shape of a client that retries nothing.
-const ALONE_AND_SHAPES: [Option<Shape>; 4] = [
-    None,
-    Some(Shape::Layers),
-    Some(Shape::Guarded),
-    Some(Shape::Shared),
-];
+const ALONE_AND_SHAPES: [Option<Shape>; 3] = [None, Some(Shape::Layers), Some(Shape::Stack)];
 
 /// Sends `req` through `layer` alone (`None`) or as the guard of a retry layer in
 /// `shape`, and returns the head the transport saw, with the call's context.

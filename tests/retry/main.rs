@@ -7,5 +7,4 @@ mod support;
 mod record;
 
 mod attempts;
-mod guard;
 mod wire;

@@ -1,37 +1,35 @@
-//! The two shapes of a guarded client, so one test body states a behaviour for
-//! both: the stack of layers
+//! The two shapes of a client, so one test body states a behaviour for both: the
+//! separate layers
 //! `IdempotencyKeyLayer → CircuitBreakerLayer → BudgetLayer → RetryLayer → inner`,
-//! and one `RetryLayer` guarding its calls itself with the same policies (with and
-//! without `share_handles`). The kit's `CircuitBreakerLayer` and `BudgetLayer`
-//! read the state of whichever shape ran.
+//! and the `Backstop` stack built with the same policies. Both run the same
+//! admission code; the kit's `CircuitBreakerLayer` and `BudgetLayer` read the state
+//! of whichever shape ran.
 
 use std::sync::{Arc, OnceLock};
 
 use backstop::budget::{BudgetPolicy, OriginAccount};
 use backstop::circuit_breaker::{CircuitBreakerPolicy, State};
 use backstop::idempotency_key::IdempotencyKeyLayer;
-use backstop::{RetryLayer, RetryPolicy};
+use backstop::{Backstop, BackstopLayer, HedgeLayer, HedgePolicy, RetryLayer, RetryPolicy};
 use http::request::Parts;
 use tokio::time::Instant;
 
 /// How a [`Stack`] is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
-    /// Each guard a layer of its own, around the retry layer.
+    /// Each part a layer of its own, around the retry layer.
     Layers,
-    /// The retry layer guarding its calls itself.
-    Guarded,
-    /// The same, with `share_handles()`.
-    Shared,
+    /// The `Backstop` stack.
+    Stack,
 }
 
 /// Every shape, for a test that loops over them.
-pub const SHAPES: [Shape; 3] = [Shape::Layers, Shape::Guarded, Shape::Shared];
+pub const SHAPES: [Shape; 2] = [Shape::Layers, Shape::Stack];
 
-/// The retry layer that guards the calls of every stack built with the same
-/// breaker and budget, once one is built: its breakers and accounts are theirs.
-/// With it, whether it was built with a breaker and with a budget.
-type GuardCell = Arc<OnceLock<(RetryLayer, bool, bool)>>;
+/// The stack layer whose breakers and accounts every stack built with the same
+/// breaker and budget shares, once one is built. With it, whether it was built with
+/// a breaker and with a budget.
+type GuardCell = Arc<OnceLock<(BackstopLayer, bool, bool)>>;
 
 /// A circuit breaker under test: backstop's layer in the [`Shape::Layers`] shape,
 /// the breakers of the guard built with it in the guarded ones. It reads as the
@@ -140,6 +138,7 @@ pub struct Stack {
     pub keys: Option<IdempotencyKeyLayer>,
     pub breaker: Option<CircuitBreakerLayer>,
     pub budget: Option<BudgetLayer>,
+    pub hedge: Option<HedgePolicy>,
     pub policy: RetryPolicy,
 }
 
@@ -149,6 +148,7 @@ impl Stack {
             keys: None,
             breaker: None,
             budget: None,
+            hedge: None,
             policy,
         }
     }
@@ -160,6 +160,13 @@ impl Stack {
 
     pub fn breaker(mut self, breaker: &CircuitBreakerLayer) -> Self {
         self.breaker = Some(breaker.clone());
+        self
+    }
+
+    /// Hedging beneath the retry layer: a `HedgeLayer` in the layers, the stack's
+    /// own hedge policy in the stack.
+    pub fn hedge(mut self, hedge: HedgePolicy) -> Self {
+        self.hedge = Some(hedge);
         self
     }
 
@@ -176,18 +183,20 @@ impl Stack {
         Option<backstop::CircuitBreakerLayer>,
         Option<backstop::BudgetLayer>,
         RetryLayer,
+        Option<HedgeLayer>,
     ) {
         (
             self.keys.clone(),
             self.breaker.as_ref().map(|b| b.layer.clone()),
             self.budget.as_ref().map(|b| b.layer.clone()),
             RetryLayer::new(self.policy.clone()),
+            self.hedge.clone().map(HedgeLayer::new),
         )
     }
 
-    /// The retry layer of the guarded shapes: `None` for [`Shape::Layers`]. Every
-    /// stack built with the same breaker (or budget) shares one guard's state.
-    pub fn guarded(&self, shape: Shape) -> Option<RetryLayer> {
+    /// The stack of the [`Shape::Stack`] shape: `None` for [`Shape::Layers`]. Every
+    /// stack built with the same breaker (or budget) shares one state.
+    pub fn guarded(&self, shape: Shape) -> Option<BackstopLayer> {
         if shape == Shape::Layers {
             return None;
         }
@@ -209,27 +218,27 @@ impl Stack {
                 base.clone()
             }
             None => {
-                let mut base = RetryLayer::new(RetryPolicy::none());
+                let mut base = Backstop::builder().retry(RetryPolicy::none());
                 if let Some(breaker) = &self.breaker {
                     base = base.circuit_breaker(breaker.layer.config().clone());
                 }
-                if let Some(budget) = &self.budget {
-                    base = base.budget(budget.layer.budget().clone());
+                match &self.budget {
+                    Some(budget) => base = base.budget(budget.layer.budget().clone()),
+                    None => base = base.no_budget(),
                 }
-                base
+                if let Some(keys) = &self.keys {
+                    base = base.idempotency_key(keys.clone());
+                }
+                if let Some(hedge) = &self.hedge {
+                    base = base.hedge(hedge.clone());
+                }
+                base.build().expect("the stack's policies are valid")
             }
         };
         for cell in cells {
             let _ = cell.set((base.clone(), pieces.0, pieces.1));
         }
-        let mut retry = base.policy(self.policy.clone());
-        if let Some(keys) = &self.keys {
-            retry = retry.idempotency_key(keys.clone());
-        }
-        if shape == Shape::Shared {
-            retry = retry.share_handles();
-        }
-        Some(retry)
+        Some(base.retry(self.policy.clone()))
     }
 }
 
@@ -242,15 +251,18 @@ macro_rules! shaped {
         let inner = $inner;
         match stack.guarded($shape) {
             None => {
-                let (keys, breaker, budget, retry) = stack.layers();
-                tower::util::BoxCloneService::new(
-                    tower::ServiceBuilder::new()
-                        .option_layer(keys)
-                        .option_layer(breaker)
-                        .option_layer(budget)
-                        .layer(retry)
-                        .service(inner),
-                )
+                let (keys, breaker, budget, retry, hedge) = stack.layers();
+                let outer = tower::ServiceBuilder::new()
+                    .option_layer(keys)
+                    .option_layer(breaker)
+                    .option_layer(budget)
+                    .layer(retry);
+                match hedge {
+                    Some(hedge) => {
+                        tower::util::BoxCloneService::new(outer.layer(hedge).service(inner))
+                    }
+                    None => tower::util::BoxCloneService::new(outer.service(inner)),
+                }
             }
             Some(retry) => tower::util::BoxCloneService::new(tower::Layer::layer(&retry, inner)),
         }
@@ -258,8 +270,8 @@ macro_rules! shaped {
 }
 
 /// A test run once per shape: `over_shapes! { #[attr] async fn name(shape) { .. } }`
-/// makes a module `name` with one test per shape (`Layers`, `Guarded`, `Shared`);
-/// `over_shapes! { only(Layers, Shared) #[attr] async fn .. }` runs those only.
+/// makes a module `name` with one test per shape (`Layers`, `Stack`);
+/// `over_shapes! { only(Layers) #[attr] async fn .. }` runs those only.
 #[macro_export]
 macro_rules! over_shapes {
     (only($($s:ident),+) #[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
@@ -281,7 +293,7 @@ macro_rules! over_shapes {
     };
     (#[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
         $crate::over_shapes! {
-            only(Layers, Guarded, Shared) #[$attr] async fn $name($shape) $body
+            only(Layers, Stack) #[$attr] async fn $name($shape) $body
         }
     };
 }

@@ -91,7 +91,7 @@ async fn a_guarded_layer_traces_what_the_layers_trace() {
             "{line}"
         );
     }
-    for shape in [Shape::Guarded, Shape::Shared] {
+    for shape in [Shape::Stack] {
         let guarded = traced(shape, scenario).await;
         assert_eq!(guarded, layers, "{shape:?}");
     }

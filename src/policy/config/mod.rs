@@ -76,6 +76,15 @@ const MAX_SETTING: Duration = Duration::from_secs(86_400);
 /// The most attempts a policy may allow; more is a configuration mistake.
 const MAX_ATTEMPTS_LIMIT: u32 = 100;
 
+impl RetryPolicy {
+    /// This policy deciding by `rules` instead of its own: a stack's rules, given
+    /// once for every policy in it.
+    pub(crate) fn with_rules(mut self, rules: Rules) -> Self {
+        self.rules = rules;
+        self
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
@@ -322,13 +331,12 @@ impl RetryPolicyBuilder {
 
     /// The total time of a call, every attempt and wait included (more than zero).
     ///
-    /// It counts from when the retry layer gets the call. A retry layer that
-    /// guards its calls itself ([`RetryLayer::budget`](crate::RetryLayer::budget))
-    /// counts it from the call's date instead (its own, or an earlier one a budget
-    /// layer above it set), so the wait for a paused origin counts in it: such a
-    /// layer refuses at once a call whose timeout ends inside the pause. A separate
-    /// [`BudgetLayer`](crate::BudgetLayer) above a retry layer that does not guard
-    /// its calls does not know the retry policy: the time it holds a call for its
+    /// It counts from when the retry layer gets the call. In the
+    /// [`Backstop`](crate::Backstop) stack it counts from the call's date instead
+    /// (its own, or an earlier one a layer above set), so the wait for a paused
+    /// origin counts in it: the stack refuses at once a call whose timeout ends
+    /// inside the pause. A separate [`BudgetLayer`](crate::BudgetLayer) above a
+    /// retry layer does not know the retry policy: the time it holds a call for its
     /// origin's pause comes before this timeout starts, and only a
     /// [`Deadline`](crate::policy::Deadline) in the request bounds both.
     pub fn timeout(mut self, timeout: Duration) -> Self {

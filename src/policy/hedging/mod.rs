@@ -162,6 +162,18 @@ fn default_adaptive(fallback: Duration) -> Adaptive {
     }
 }
 
+impl HedgePolicy {
+    /// This policy judging copies by `rules` instead of its own: a stack's rules,
+    /// given once for every policy in it.
+    pub(crate) fn with_rules(mut self, rules: Rules) -> Self {
+        self.policy = Arc::new(Judging {
+            rules,
+            min_attempt_time: self.policy.min_attempt_time,
+        });
+        self
+    }
+}
+
 impl Default for HedgePolicy {
     /// The adaptive default: the origin's p95, 100 ms until it is known.
     fn default() -> Self {

@@ -74,7 +74,7 @@ impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
     pub(super) fn budget(&self) -> Option<&dyn BudgetAccount> {
-        match self.guarded().and_then(Guarded::budget) {
+        match self.holdings().and_then(Holdings::budget) {
             Some(budget) => Some(budget),
             None => self
                 .head()
@@ -160,7 +160,7 @@ impl<S, B> Call<S, B> {
     /// call that may retry reads it, from its request head kept for the next
     /// attempt, so the success path neither looks it up nor clones it.
     pub(in crate::retry) fn breaker_allows_retry(&self) -> bool {
-        if let Some(allows) = self.guarded().and_then(Guarded::allows_retry) {
+        if let Some(allows) = self.holdings().and_then(Holdings::allows_retry) {
             return allows;
         }
         self.head()

@@ -21,9 +21,9 @@ mod tell;
 
 use super::future::{ResponseFuture, State};
 use super::head::Head;
+use crate::admit::{Admitted, Holdings};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
-use crate::guard::{Admitted, Guarded};
 use crate::observe::{self, Event, Observed};
 use crate::policy::{
     call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_told, pause_until,
@@ -34,8 +34,8 @@ use crate::policy::{
 
 /// Everything a call keeps between attempts.
 pub(super) struct Call<S, B> {
-    /// What later attempts and the guard need, on the heap; `None` when the policy
-    /// allows one attempt and the call is not guarded.
+    /// What later attempts and admission need, on the heap; `None` when the policy
+    /// allows one attempt and the call holds nothing of admission.
     kept: Option<Box<Kept<S>>>,
     pub(super) policy: Arc<RetryPolicy>,
     /// The policy treats the method as idempotent.
@@ -87,24 +87,24 @@ macro_rules! in_place {
 }
 use in_place;
 
-/// What a call keeps for its later attempts and its guard, in one allocation: the
-/// service that sends later attempts, the request's head, and a guarded call's
+/// What a call keeps for its later attempts and what admission left it, in one allocation: the
+/// service that sends later attempts, the request's head, and a call admitted by a stack's
 /// breaker permit and budget account. A transport's client is a few hundred bytes
 /// (hyper-util's is 304), and the future that every layer above moves would carry
 /// it; on the heap, beside the head's extensions, it costs no allocation of its own.
 pub(super) struct Kept<S> {
     /// `None` when the policy allows one attempt.
     later: Option<Later<S>>,
-    guarded: Guarded,
+    holdings: Holdings,
 }
 
 impl<S> Kept<S> {
-    /// What a call that sends one attempt keeps: its guard's, if it has any.
-    fn guarded(guarded: Guarded) -> Option<Box<Self>> {
-        (!guarded.is_empty()).then(|| {
+    /// What a call that sends one attempt keeps: what admission left it, if anything.
+    fn holding(holdings: Holdings) -> Option<Box<Self>> {
+        (!holdings.is_empty()).then(|| {
             in_place!(Kept {
                 later: None,
-                guarded,
+                holdings,
             })
         })
     }
@@ -219,16 +219,16 @@ impl<S, B> Call<S, B> {
         Some(&mut self.kept.as_deref_mut()?.later.as_mut()?.service)
     }
 
-    /// What the call's guard left it, when it is guarded.
+    /// What admission left the call, when it left anything.
     #[inline]
-    pub(super) fn guarded(&self) -> Option<&Guarded> {
-        self.kept.as_deref().map(|kept| &kept.guarded)
+    pub(super) fn holdings(&self) -> Option<&Holdings> {
+        self.kept.as_deref().map(|kept| &kept.holdings)
     }
 
     /// The same, mutably.
     #[inline]
-    pub(super) fn guarded_mut(&mut self) -> Option<&mut Guarded> {
-        self.kept.as_deref_mut().map(|kept| &mut kept.guarded)
+    pub(super) fn holdings_mut(&mut self) -> Option<&mut Holdings> {
+        self.kept.as_deref_mut().map(|kept| &mut kept.holdings)
     }
 }
 

@@ -90,8 +90,12 @@ where
     where
         S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     {
-        let Admitted { guarded, keyed, at } = admitted;
-        let keyed_by_guard = keyed;
+        let Admitted {
+            holdings,
+            keyed,
+            at,
+        } = admitted;
+        let keyed_by_admission = keyed;
         let ext = &parts.extensions;
         let given = crate::policy::Given::new(ext);
         // The clock is read at once only when something must be timed; otherwise the
@@ -99,8 +103,8 @@ where
         // always does), so an answer that is ready at once reads no clock at all.
         let given_deadline = given.deadline();
         let route = given.route().cloned();
-        // A guard that recorded the call for its observer shares its record.
-        let observed = match guarded.shared_observed() {
+        // Admission that recorded the call for its observer shares its record.
+        let observed = match holdings.shared_observed() {
             Some(observed) => Some(observed.clone()),
             None => given
                 .observer()
@@ -115,8 +119,8 @@ where
             .then(Instant::now)
             .or(at)
             .or_else(|| given.entered());
-        // The total timeout counts from the guard's date: a call it held for a
-        // paused origin counts the hold, which the guard kept within that timeout.
+        // The total timeout counts from admission's date: a call it held for a
+        // paused origin counts the hold, which admission kept within that timeout.
         // (An untimed call has neither deadline: nothing to compare.)
         let deadline = if timed {
             at.or(started)
@@ -126,7 +130,7 @@ where
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
         let idempotent = policy.rules().is_idempotent(&parts.method, &parts.uri);
-        let keyed = !idempotent && (keyed_by_guard || policy.carries_key(&parts.headers, ext));
+        let keyed = !idempotent && (keyed_by_admission || policy.carries_key(&parts.headers, ext));
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
 
@@ -153,14 +157,14 @@ where
                     service: service.clone(),
                     head: Head::empty(),
                 }),
-                guarded,
+                holdings,
             });
             if let Some(later) = &mut kept.later {
                 later.head.fill(&parts);
             }
             Some(kept)
         } else {
-            Kept::guarded(guarded)
+            Kept::holding(holdings)
         };
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
@@ -220,10 +224,10 @@ where
         }
     }
 
-    /// A call that sends nothing (yet): refused by its guard, or held by it.
-    pub(in crate::retry) fn idle(policy: Arc<RetryPolicy>, guarded: Guarded) -> Self {
+    /// A call that sends nothing (yet): refused by admission, or held by it.
+    pub(in crate::retry) fn idle(policy: Arc<RetryPolicy>, holdings: Holdings) -> Self {
         Call {
-            kept: Kept::guarded(guarded),
+            kept: Kept::holding(holdings),
             policy,
             idempotent: false,
             keyed: false,

@@ -25,8 +25,8 @@ impl<S, B> Call<S, B> {
         if let Some(observed) = self.observed.take() {
             self.tell_finished(&observed, result);
         }
-        if let Some(guarded) = self.guarded_mut() {
-            guarded.finish(result);
+        if let Some(holdings) = self.holdings_mut() {
+            holdings.finish(result);
         }
     }
 
@@ -49,7 +49,7 @@ impl<S, B> Call<S, B> {
             .unwrap_or(StopReason::Answered);
         let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
         // Read only for a call that may retry (a budget layer above leaves its
-        // account in the head kept for the retries), the guard's account too.
+        // account in the head kept for the retries), admission's account too.
         let budget_available = self.head().and(self.budget()).and_then(|b| b.available());
         observed.tell(|call| {
             Event::CallFinished(observe::CallFinished {

@@ -16,7 +16,7 @@ use crate::support::script::{ms, slow, status, status_with, Reply, Script};
 use crate::support::shape::{Shape, Stack, SHAPES};
 use backstop::budget::BudgetPolicy;
 use backstop::circuit_breaker::State;
-use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
+use backstop::hedge::{HedgePolicy, Hedged, NotHedged};
 use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::observe::{Event, ObserveLayer, Observer};
 use backstop::policy::{CallContext, Deadline, History, StopReason};
@@ -85,7 +85,7 @@ where
     Fut: std::future::Future<Output = T>,
 {
     let layers = run(Shape::Layers).await;
-    for shape in [Shape::Guarded, Shape::Shared] {
+    for shape in [Shape::Stack] {
         assert_eq!(
             run(shape).await,
             layers,
@@ -305,7 +305,7 @@ async fn the_layers_given_to_the_guard_count_its_calls_origins() {
     let breakers = breaker(5, ms(1000));
     let budget = BudgetLayer::default();
     let stack = guard(retries(), &breakers, &budget);
-    let mut client: Client = crate::shaped!(Shape::Guarded, stack, Script::new([]));
+    let mut client: Client = crate::shaped!(Shape::Stack, stack, Script::new([]));
     for uri in ["http://a.test/", "http://b.test/", "http://c.test/x"] {
         call(&mut client, uri).await.unwrap();
     }
@@ -531,10 +531,11 @@ fn recording(handed: &Handed) -> Script {
 }
 
 #[tokio::test(start_paused = true)]
-async fn share_handles_hands_the_budget_and_breaker_to_every_call() {
+async fn a_stack_that_may_hedge_hands_the_budget_and_breaker_to_every_call() {
     for shape in SHAPES {
         let handed = Handed::default();
-        let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default());
+        let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default())
+            .hedge(HedgePolicy::after(ms(100)));
         let mut client: Client = crate::shaped!(shape, stack, recording(&handed));
         let post = Request::post(A).body(Full::default()).unwrap();
         client.ready().await.unwrap().call(post).await.unwrap();
@@ -543,21 +544,20 @@ async fn share_handles_hands_the_budget_and_breaker_to_every_call() {
         CallContext::of_mut(own.extensions_mut());
         client.ready().await.unwrap().call(own).await.unwrap();
         let handed = handed.lock().unwrap().clone();
-        let plain = match shape {
-            // The layers put each in the context; the guard with `share_handles` too.
-            Shape::Layers | Shape::Shared => (true, true, true),
-            // Without it and without a context, it keeps them to itself.
-            Shape::Guarded => (false, false, false),
-        };
-        assert_eq!(handed, [plain, (true, true, false)], "{shape:?}");
+        assert_eq!(
+            handed,
+            [(true, true, true), (true, true, false)],
+            "{shape:?}"
+        );
     }
 }
 
-/// Retry (guarded in `shape`) → Hedge (a copy after 100 ms) → `mock`.
+/// Retry (in `shape`) → Hedge (a copy after 100 ms) → `mock`.
 fn hedged(shape: Shape, budget: &BudgetLayer, mock: &Script) -> Client {
-    let hedge = HedgeLayer::new(HedgePolicy::after(ms(100)));
-    let stack = Stack::new(retries()).budget(budget);
-    crate::shaped!(shape, stack, tower::Layer::layer(&hedge, mock.clone()))
+    let stack = Stack::new(retries())
+        .budget(budget)
+        .hedge(HedgePolicy::after(ms(100)));
+    crate::shaped!(shape, stack, mock.clone())
 }
 
 fn one_retry_per_call() -> BudgetLayer {
@@ -571,7 +571,7 @@ fn one_retry_per_call() -> BudgetLayer {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hedge_beneath_spends_from_the_guards_budget_when_it_is_shared() {
+async fn a_hedge_spends_from_the_calls_budget_in_every_shape() {
     for shape in SHAPES {
         let budget = one_retry_per_call();
         let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200), slow(ms(300), 200)]);
@@ -579,17 +579,12 @@ async fn a_hedge_beneath_spends_from_the_guards_budget_when_it_is_shared() {
         let res = call(&mut client, A).await.unwrap();
         let hedged = Hedged::of(&res).unwrap();
         assert_eq!(hedged.copies(), 1, "{shape:?}");
+        // The call's deposit paid for its hedge.
         let account = budget.account(&head(A));
-        match shape {
-            // The call's deposit paid for its hedge.
-            Shape::Layers | Shape::Shared => assert_eq!(account.available(), 0, "{shape:?}"),
-            // Without a context the hedge layer never sees the guard's budget: the
-            // hedge is not counted in it (as documented).
-            Shape::Guarded => assert_eq!(account.available(), 1, "{shape:?}"),
-        }
+        assert_eq!(account.available(), 0, "{shape:?}");
     }
-    // With nothing deposited (a ratio of 0), a shared budget refuses the hedge.
-    for shape in [Shape::Layers, Shape::Shared] {
+    // With nothing deposited (a ratio of 0), the budget refuses the hedge.
+    for shape in SHAPES {
         let budget = BudgetLayer::new(
             BudgetPolicy::builder()
                 .ratio(0.0)
@@ -606,14 +601,14 @@ async fn a_hedge_beneath_spends_from_the_guards_budget_when_it_is_shared() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_keyed_post_with_its_own_header_is_hedged_beneath_a_shared_guard() {
-    for shape in [Shape::Layers, Shape::Shared] {
+async fn a_keyed_post_with_its_own_header_is_hedged_in_every_shape() {
+    for shape in SHAPES {
         let keys = IdempotencyKeyLayer::new().header(http::HeaderName::from_static("x-op-key"));
-        let stack = Stack::new(retries()).keys(keys);
-        let hedge = HedgeLayer::new(HedgePolicy::after(ms(100)));
+        let stack = Stack::new(retries())
+            .keys(keys)
+            .hedge(HedgePolicy::after(ms(100)));
         let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200)]);
-        let mut client: Client =
-            crate::shaped!(shape, stack, tower::Layer::layer(&hedge, mock.clone()));
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
         let post = Request::post(A).body(Full::default()).unwrap();
         let res = client.ready().await.unwrap().call(post).await.unwrap();
         // Keyed by the mark alone (the hedge does not know the header): hedged.

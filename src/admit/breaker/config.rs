@@ -14,7 +14,7 @@ const MAX_COOLDOWN: Duration = Duration::from_secs(86_400);
 /// The most probes a half-open breaker may let through at once.
 pub(crate) const MAX_PROBES: u32 = 1000;
 
-/// When a [`CircuitBreakerLayer`](super::CircuitBreakerLayer) opens, how long it
+/// When a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) opens, how long it
 /// stays open, and how it probes.
 ///
 /// A breaker trips open on either of two signals about the calls of the last
@@ -104,6 +104,15 @@ fn default_failure(outcome: Outcome<'_>) -> bool {
     match outcome {
         Outcome::Response { status, .. } => status.is_server_error(),
         Outcome::Error(kind) => kind != ErrorKind::BodyWrite,
+    }
+}
+
+impl CircuitBreakerPolicy {
+    /// This policy asking `rules` first what a failure is: a stack's rules, given
+    /// once for every policy in it.
+    pub(crate) fn with_rules(mut self, rules: Rules) -> Self {
+        self.rules = Some(rules);
+        self
     }
 }
 

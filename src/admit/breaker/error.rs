@@ -3,12 +3,12 @@ use std::fmt;
 
 use tokio::time::Instant;
 
-use super::State;
+use crate::policy::circuit::State;
 
 /// A circuit breaker refused the call without sending it.
 ///
 /// It is the [`source`](StdError::source) of the [`backstop::Error`](crate::Error)
-/// a [`CircuitBreaker`](super::CircuitBreaker) returns for a refused
+/// a [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker) returns for a refused
 /// call; [`Error::is_circuit_open`](crate::Error::is_circuit_open) recognises it and
 /// [`Error::next_probe_at`](crate::Error::next_probe_at) reads when to come back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

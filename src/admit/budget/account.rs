@@ -270,7 +270,7 @@ impl Entry for Account {
 /// A retry budget account: the first attempts it has seen and the retries it has
 /// paid for, over the budget's window.
 ///
-/// [`BudgetLayer`](super::BudgetLayer) keeps one per origin and leaves its
+/// [`BudgetLayer`](crate::BudgetLayer) keeps one per origin and leaves its
 /// [`handle`](OriginAccount::handle) in each call's extensions. An account can also
 /// be used on its own, made by [`BudgetPolicy::account`], for example by an adapter
 /// for another HTTP client. Clones share the account.

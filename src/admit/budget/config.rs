@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
-use super::{OriginAccount, Partition};
+use super::OriginAccount;
+use crate::origin::Partition;
 use crate::policy::{FirstError, InvalidConfig};
 
 /// The largest ratio a budget accepts: a thousand retries per first attempt.
@@ -62,7 +63,7 @@ impl Default for PauseSettings {
     }
 }
 
-/// How many retries a [`BudgetLayer`](super::BudgetLayer) allows.
+/// How many retries a [`BudgetLayer`](crate::BudgetLayer) allows.
 ///
 /// Over the last `window`, retries (and hedges) may add at most `ratio` of the
 /// first attempts, plus a floor of `min_per_second · window` so that a quiet client
@@ -95,7 +96,7 @@ impl Default for PauseSettings {
 /// or a date) pauses its origin's account until the hint ends, capped at
 /// `max_pause` (a longer hint pauses for the cap, never past what the server
 /// said). While the origin is paused no attempt reaches it: a call's first attempt
-/// waits in the [`Budget`](super::Budget) service, each retry in the retry layer,
+/// waits in the [`Budget`](crate::budget::Budget) service, each retry in the retry layer,
 /// each hedge is not sent. A call waits when its deadline leaves room for the
 /// rest of the pause plus `pause_min_attempt_time`, and fails at once otherwise
 /// (or always, with [`PauseMode::FailFast`]) with an error that says the origin

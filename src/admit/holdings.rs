@@ -1,0 +1,170 @@
+//! What an admitted call holds until it ends, and what it records then.
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+use tokio::time::Instant;
+
+use super::breaker::Permit;
+use super::budget::Account;
+use super::origin::{account_of, Origin};
+use crate::error::Error;
+use crate::observe::Observed;
+use crate::policy::{pause_told, pause_until, BudgetAccount, BudgetHandle, CallContext};
+
+/// What an admitted call holds until its state is dropped: its breaker permit
+/// (which records the call's outcome once, when it ends) and its budget account.
+/// Empty for a call admitted holding nothing, which is then one word to check where
+/// it drops.
+#[derive(Default)]
+pub(crate) struct Holdings(Option<Holding>);
+
+/// What a call holds, when it holds anything.
+struct Holding {
+    /// The breaker's permit, through the entry that keeps the breaker (and the
+    /// account too, when one registry keeps both).
+    permit: Option<Permit<Origin>>,
+    /// The entry that keeps the account, when it is not the permit's.
+    budget: Option<Arc<Origin>>,
+    /// The call's observer, told of the pause the call's answer sets; shared with
+    /// the permit and the call.
+    observed: Option<Arc<Observed>>,
+}
+
+impl Holdings {
+    /// What a call holds of these; empty when it holds none.
+    pub(super) fn new(
+        permit: Option<Permit<Origin>>,
+        budget: Option<Arc<Origin>>,
+        observed: Option<Arc<Observed>>,
+    ) -> Self {
+        if permit.is_none() && budget.is_none() && observed.is_none() {
+            return Holdings(None);
+        }
+        Holdings(Some(Holding {
+            permit,
+            budget,
+            observed,
+        }))
+    }
+
+    /// Whether the call holds nothing.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The call's budget account, when admission has a budget.
+    #[inline]
+    pub(super) fn account(&self) -> Option<&Arc<Account>> {
+        let held = self.0.as_ref()?;
+        account_of(
+            held.budget.as_deref(),
+            held.permit.as_ref().map(Permit::owner),
+        )
+    }
+
+    /// The call's budget account, as the retry's gates ask it.
+    #[inline]
+    pub(crate) fn budget(&self) -> Option<&dyn BudgetAccount> {
+        self.account().map(|a| &**a as &dyn BudgetAccount)
+    }
+
+    /// The breaker's permit, when the call has one.
+    #[inline]
+    fn permit(&self) -> Option<&Permit<Origin>> {
+        self.0.as_ref()?.permit.as_ref()
+    }
+
+    /// The same, mutably.
+    #[inline]
+    fn permit_mut(&mut self) -> Option<&mut Permit<Origin>> {
+        self.0.as_mut()?.permit.as_mut()
+    }
+
+    /// Whether the call holds a breaker permit or a budget account (and not only
+    /// an observer).
+    #[inline]
+    fn holds_handles(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
+    }
+
+    /// Leaves the handles in the call's context, for the layers beneath, when
+    /// `hand_down`, and the keyed mark when the call is keyed (a hedge layer
+    /// beneath hedges a keyed call as the mark tells it). Returns the call's date
+    /// when it left an account: read from the context (a layer above dated the
+    /// call) or now, and kept there for the layers beneath.
+    pub(super) fn hand_down<B>(
+        &self,
+        req: &mut Request<B>,
+        hand_down: bool,
+        keyed: bool,
+    ) -> Option<Instant> {
+        if !hand_down || (!self.holds_handles() && !keyed) {
+            return None;
+        }
+        let context = CallContext::of_mut(req.extensions_mut());
+        if keyed {
+            context.mark_keyed();
+        }
+        if let Some(handle) = self.permit().and_then(Permit::handle) {
+            context.set_breaker(handle);
+        }
+        let account = self.account()?;
+        let account: Arc<dyn BudgetAccount> = account.clone();
+        context.set_budget(BudgetHandle::new(account));
+        Some(context.entered())
+    }
+
+    /// Whether the breaker, when the call has one, lets an extra attempt through.
+    #[inline]
+    pub(crate) fn allows_retry(&self) -> Option<bool> {
+        self.permit().map(Permit::allows_retry)
+    }
+
+    /// The call's observer, for the pause its answer sets.
+    pub(crate) fn observed(&self) -> Option<&Observed> {
+        self.shared_observed().map(|o| &**o)
+    }
+
+    /// The call's observer as admission recorded it, for the call to share.
+    pub(crate) fn shared_observed(&self) -> Option<&Arc<Observed>> {
+        self.0.as_ref()?.observed.as_ref()
+    }
+
+    /// The call ended with a plain first answer (see [`Holdings::finish`]).
+    #[inline]
+    pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
+        if self.holds_handles() {
+            self.answered_held(res);
+        }
+    }
+
+    #[inline(never)]
+    fn answered_held<RB>(&mut self, res: &Response<RB>) {
+        if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, None)) {
+            pause_told(budget, until, self.observed());
+        }
+        // The permit is kept (it records once): the account may be reached through
+        // its entry until the call ends.
+        if let Some(permit) = self.permit_mut() {
+            permit.answered(res);
+        }
+    }
+
+    /// The call ended with `result`: the origin is paused on the hint of its final
+    /// answer, and the breaker records the outcome, once.
+    #[inline]
+    pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
+        match result {
+            Ok(res) => self.answered(res),
+            Err(_) => {
+                if let Some(permit) = self.permit_mut() {
+                    permit.finish(result);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! Admission, written once: what happens around a call's attempts. The idempotency
+//! key is stamped, the breaker admits the call (or refuses it), the budget counts it
+//! and meets its origin's pause (holding or refusing it), the handles are handed
+//! down to the layers beneath, and the call's outcome is recorded once when it ends.
+//!
+//! One [`Admission`] runs whichever parts it was given, in that order, with one
+//! origin lookup for the breaker and the budget together. The
+//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
+//! [`BudgetLayer`](crate::BudgetLayer) are each a front-end over one part (their
+//! service calls [`Admission::enter`], their future is [`ResponseFuture`]); the
+//! [`Backstop`](crate::Backstop) stack runs all parts inside its retry layer's own
+//! future. The same code serves every shape, so the shapes cannot disagree.
+//!
+//! The parts' own machinery lives here too, below every layer: the breaker's state
+//! machine and settings ([`breaker`]), the budget's accounts, numbers and hold
+//! ([`budget`]), and the key's settings ([`key`]). The layers re-export what users
+//! name.
+
+pub(crate) mod breaker;
+pub(crate) mod budget;
+mod future;
+mod holdings;
+pub(crate) mod key;
+mod origin;
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::request::Parts;
+use http::Request;
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::observe::Observed;
+use crate::origin::{Partition, Registry};
+use crate::policy::circuit::State;
+use crate::policy::{call_deadline, CallContext, Given};
+use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
+use budget::{Account, BudgetPolicy, Hold, OriginAccount};
+pub(crate) use future::{Held, NeverHeld, ResponseFuture};
+pub(crate) use holdings::Holdings;
+use origin::{Found, Origin};
+
+/// The parts of admission a layer or a stack runs, and the state of each origin.
+#[derive(Clone, Default)]
+pub(crate) struct Admission {
+    key: Option<Arc<key::Config>>,
+    breaker: Option<Arc<CircuitBreakerPolicy>>,
+    budget: Option<BudgetPolicy>,
+    /// Each origin's breaker and account: one registry when the two partition
+    /// calls alike (or only one is set), else one each. Shared by clones.
+    origins: Arc<[Registry<Origin>]>,
+    /// Whether the handles (and the keyed mark) go into every call's context, for
+    /// the layers beneath; without it, only into a context the call carries
+    /// already. A standalone layer hands down always (that is its job); a stack
+    /// whenever a hedge layer beneath may read them.
+    hand_down: bool,
+}
+
+/// A call admission let through: what it holds, whether it is keyed, and when
+/// admission dated it (the budget's window), so the call reads no second clock.
+#[derive(Default)]
+pub(crate) struct Admitted {
+    pub(crate) holdings: Holdings,
+    pub(crate) keyed: bool,
+    pub(crate) at: Option<Instant>,
+}
+
+/// How a call goes on after admission.
+pub(crate) enum Entered {
+    /// Its first attempt goes now.
+    Go(Admitted),
+    /// Its origin is paused: the first attempt waits for its share of the end.
+    Held { admitted: Admitted, paused: Paused },
+    /// The breaker or the origin's pause refused it; the call holds what must
+    /// still see its end (the breaker permit, given back as the call sent nothing).
+    Refused { holdings: Holdings, error: Error },
+}
+
+impl Admission {
+    /// Admission of these parts. `hand_down`: see the field.
+    pub(crate) fn new(
+        key: Option<Arc<key::Config>>,
+        breaker: Option<CircuitBreakerPolicy>,
+        budget: Option<BudgetPolicy>,
+        hand_down: bool,
+    ) -> Self {
+        let breaker = breaker.map(Arc::new);
+        let origins = registries(breaker.as_ref(), budget.as_ref());
+        Admission {
+            key,
+            breaker,
+            budget,
+            origins,
+            hand_down,
+        }
+    }
+
+    /// Whether the handles go into every call's context (see the field).
+    pub(crate) fn hand_down_always(&mut self, hand_down: bool) {
+        self.hand_down = hand_down;
+    }
+
+    /// The breaker's settings, when admission has a breaker.
+    pub(crate) fn breaker(&self) -> Option<&CircuitBreakerPolicy> {
+        self.breaker.as_deref()
+    }
+
+    /// The budget's numbers, when admission has a budget.
+    pub(crate) fn budget(&self) -> Option<&BudgetPolicy> {
+        self.budget.as_ref()
+    }
+
+    /// The key's settings, when admission stamps keys.
+    pub(crate) fn key(&self) -> Option<&key::Config> {
+        self.key.as_deref()
+    }
+
+    /// The same, to change before the admission is shared.
+    pub(crate) fn key_mut(&mut self) -> &mut key::Config {
+        Arc::make_mut(self.key.get_or_insert_with(Default::default))
+    }
+
+    /// The breaker and account of the call whose head is `head`.
+    fn origin_of(&self, head: &Parts) -> Found {
+        let mut found = Found::default();
+        for registry in self.origins.iter() {
+            found.take_from(&registry.get(head));
+        }
+        found
+    }
+
+    /// The state of the breaker of the origin of `head`, if admission has a breaker.
+    pub(crate) fn breaker_state(&self, head: &Parts) -> Option<State> {
+        self.origin_of(head).core().map(|b| b.state())
+    }
+
+    /// When the breaker of the origin of `head` lets its next probe through, if
+    /// admission has a breaker and it is open.
+    pub(crate) fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        self.origin_of(head).core()?.next_probe_at()
+    }
+
+    /// The budget account of the origin of `head`, if admission has a budget.
+    pub(crate) fn account(&self, head: &Parts) -> Option<OriginAccount> {
+        self.origin_of(head).account().cloned().map(OriginAccount)
+    }
+
+    /// How many entries admission holds, after forgetting the idle ones.
+    pub(crate) fn origins(&self) -> usize {
+        self.origins.iter().map(Registry::len).sum()
+    }
+
+    /// Runs admission on a call, part by part: the key is stamped, the breaker
+    /// admits the call, the budget counts it and meets its origin's pause, holding
+    /// it no longer than its deadline and `timeout` from its date allow.
+    #[inline]
+    pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
+        let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
+        let context = CallContext::of(req.extensions());
+        let hand_down = self.hand_down || context.is_some();
+        if self.origins.is_empty() {
+            // The key alone: nothing to look up, hold or record.
+            if keyed && hand_down {
+                CallContext::of_mut(req.extensions_mut()).mark_keyed();
+            }
+            return Entered::Go(Admitted {
+                holdings: Holdings::default(),
+                keyed,
+                at: None,
+            });
+        }
+        let observer = context.and_then(CallContext::observer).cloned();
+        // When a layer above dated the call already.
+        let entered = context.and_then(|c| Given::context(c).entered());
+        // One record of the call for whatever tells its observer: the breaker's
+        // permit, the pause, and the retry's own events.
+        let observed = observer.map(|o| Arc::new(Observed::new(o, req)));
+        // One lookup finds both (unless they partition calls differently).
+        let mut found = Found::default();
+        for registry in self.origins.iter() {
+            registry.visit_for(req, |origin| found.take_from(origin));
+        }
+        // `Found` files here only an entry that keeps a breaker.
+        let permit = match found.breaker {
+            Some(origin) => match origin.breaker.as_deref() {
+                Some(core) => match core.admit() {
+                    Ok(ticket) => Some(Permit::new(origin, ticket, observed.clone())),
+                    Err(next_probe_at) => {
+                        let error = refusal(req, core.label(), next_probe_at);
+                        return Entered::Refused {
+                            holdings: Holdings::default(),
+                            error,
+                        };
+                    }
+                },
+                None => None,
+            },
+            None => None,
+        };
+        let holdings = Holdings::new(permit, found.account, observed);
+        let dated = holdings.hand_down(req, hand_down, keyed);
+        let Some(account) = holdings.account() else {
+            return Entered::Go(Admitted {
+                holdings,
+                keyed,
+                at: None,
+            });
+        };
+        // Dated once: by a layer above that dated the call already, else now. It
+        // counts as a first attempt when it goes (a refused call sent nothing).
+        let now = dated.or(entered).unwrap_or_else(Instant::now);
+        let Some(pause) = account.paused_now(holdings.observed()) else {
+            account.deposit_at(now);
+            return Entered::Go(Admitted {
+                holdings,
+                keyed,
+                at: Some(now),
+            });
+        };
+        let account = account.clone();
+        // A paused origin: the first attempt is held (or refused) here, its retries
+        // by the retry's gates, which ask the same account. The total timeout counts
+        // from the call's date, the hold included, so the hold ends by the call's
+        // deadline: the request's or `timeout` from the date, whichever is earlier.
+        let dated = now;
+        let deadline = call_deadline(Given::new(req.extensions()).deadline(), timeout, dated);
+        let now = Instant::now();
+        match Hold::meet(pause, now, deadline, &account, holdings.observed()) {
+            Ok(hold) => Entered::Held {
+                admitted: Admitted {
+                    holdings,
+                    keyed,
+                    at: Some(dated),
+                },
+                paused: Paused { account, hold },
+            },
+            Err(error) => Entered::Refused { holdings, error },
+        }
+    }
+}
+
+/// Fresh registries for a breaker and a budget: one whose entries hold both when
+/// they partition calls alike, else one for each.
+fn registries(
+    breaker: Option<&Arc<CircuitBreakerPolicy>>,
+    budget: Option<&BudgetPolicy>,
+) -> Arc<[Registry<Origin>]> {
+    fn registry(
+        partition: &Partition,
+        breaker: Option<&Arc<CircuitBreakerPolicy>>,
+        budget: Option<&BudgetPolicy>,
+    ) -> Registry<Origin> {
+        let (breaker, budget) = (breaker.cloned(), budget.cloned());
+        Registry::new(partition.clone(), move |label| Origin {
+            breaker: breaker
+                .as_ref()
+                .map(|p| Arc::new(Core::new(p.clone(), label))),
+            account: budget.as_ref().map(|p| Arc::new(Account::new(p))),
+        })
+    }
+    match (breaker, budget) {
+        (Some(b), Some(a)) if b.partition.same_as(&a.partition) => {
+            vec![registry(&b.partition, Some(b), Some(a))]
+        }
+        (b, a) => b
+            .iter()
+            .map(|b| registry(&b.partition, Some(b), None))
+            .chain(a.iter().map(|a| registry(&a.partition, None, Some(a))))
+            .collect(),
+    }
+    .into()
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("key", &self.key.is_some())
+            .field("breaker", &self.breaker)
+            .field("budget", &self.budget)
+            .field("hand_down", &self.hand_down)
+            .finish()
+    }
+}
+
+/// A held call's wait for its share of the end of its origin's pause.
+pub(crate) struct Paused {
+    account: Arc<Account>,
+    hold: Hold,
+}
+
+impl Paused {
+    /// Counts the held call, dated `at`, as a first attempt: it goes.
+    pub(crate) fn deposit_at(&self, at: Instant) {
+        self.account.deposit_at(at);
+    }
+
+    /// Waits out the hold: ready when the first attempt may go, or with the error
+    /// that refuses the call (see [`Hold::poll`]).
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        observed: Option<&Observed>,
+    ) -> Poll<Result<(), Error>> {
+        self.hold.poll(cx, &self.account, observed)
+    }
+}

@@ -1,0 +1,113 @@
+//! What admission keeps of one origin (or key): its breaker and its budget account,
+//! side by side in one registry entry, so a call finds both with one lookup.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::breaker::{BreakerOwner, Core};
+use super::budget::Account;
+use crate::origin::Entry;
+use crate::policy::{BreakerGate, BreakerHandle};
+
+/// An origin's breaker and budget account, each when the admission has one. A call
+/// holds one reference to the entry for both, which saves two atomic operations a
+/// call over a reference to each part. The parts are shared on their own only with
+/// what outlives a call or leaves it (the handles a call hands down, a held call's
+/// wait, the inspection methods), so the entry counts as used while anything holds
+/// it or either part.
+pub(crate) struct Origin {
+    pub(super) breaker: Option<Arc<Core>>,
+    pub(super) account: Option<Arc<Account>>,
+}
+
+/// The entries of a call's origin: one reference each, so a call whose breaker and
+/// account share an entry (the usual case) holds one reference for both.
+#[derive(Default)]
+pub(super) struct Found {
+    /// The entry that keeps the call's breaker, and its account too when one
+    /// registry keeps both.
+    pub(super) breaker: Option<Arc<Origin>>,
+    /// The entry that keeps the call's account, when it is not the breaker's.
+    pub(super) account: Option<Arc<Origin>>,
+}
+
+impl Found {
+    /// Takes a reference to `origin`, found in one of the admission's registries.
+    #[inline]
+    pub(super) fn take_from(&mut self, origin: &Arc<Origin>) {
+        if origin.breaker.is_some() {
+            self.breaker = Some(origin.clone());
+        } else if origin.account.is_some() {
+            self.account = Some(origin.clone());
+        }
+    }
+
+    /// The call's breaker.
+    pub(super) fn core(&self) -> Option<&Arc<Core>> {
+        self.breaker.as_deref()?.breaker.as_ref()
+    }
+
+    /// The call's account, wherever it is kept.
+    pub(super) fn account(&self) -> Option<&Arc<Account>> {
+        account_of(self.account.as_deref(), self.breaker.as_deref())
+    }
+}
+
+/// The account kept by `own` (an entry of the budget's own), else by `breaker`'s
+/// entry (when one registry keeps both).
+#[inline]
+pub(super) fn account_of<'a>(
+    own: Option<&'a Origin>,
+    breaker: Option<&'a Origin>,
+) -> Option<&'a Arc<Account>> {
+    own.or(breaker)?.account.as_ref()
+}
+
+impl BreakerOwner for Origin {
+    #[inline]
+    fn breaker(&self) -> Option<&Core> {
+        self.breaker.as_deref()
+    }
+
+    fn handle(this: &Arc<Self>) -> Option<BreakerHandle> {
+        let core: Arc<dyn BreakerGate> = this.breaker.clone()?;
+        Some(BreakerHandle::new(core))
+    }
+}
+
+impl Entry for Origin {
+    fn last_used(&self) -> Instant {
+        let breaker = self.breaker.as_deref().map(Entry::last_used);
+        let account = self.account.as_deref().map(Entry::last_used);
+        match (breaker, account) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).unwrap_or_else(Instant::now),
+        }
+    }
+
+    fn keeps_for(&self) -> Duration {
+        let breaker = self
+            .breaker
+            .as_deref()
+            .map_or(Duration::ZERO, Entry::keeps_for);
+        let account = self
+            .account
+            .as_deref()
+            .map_or(Duration::ZERO, Entry::keeps_for);
+        breaker.max(account)
+    }
+
+    fn in_use(this: &Arc<Self>) -> bool {
+        Arc::strong_count(this) > 1
+            || this
+                .breaker
+                .as_ref()
+                .is_some_and(|b| Arc::strong_count(b) > 1)
+            || this
+                .account
+                .as_ref()
+                .is_some_and(|a| Arc::strong_count(a) > 1)
+    }
+}

@@ -1,0 +1,288 @@
+//! The stack's builder and layer.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+use tokio::time::Instant;
+use tower_layer::Layer;
+
+use super::Backstop;
+use crate::admit::breaker::CircuitBreakerPolicy;
+use crate::admit::budget::{BudgetPolicy, OriginAccount};
+use crate::admit::Admission;
+use crate::hedge::{Hedge, HedgePolicy};
+use crate::idempotency_key::IdempotencyKeyLayer;
+use crate::observe::Observer;
+use crate::policy::circuit::State;
+use crate::policy::{InvalidConfig, RetryPolicy, Rules};
+use crate::retry::{RetryLayer, Routes};
+
+/// Builds a [`BackstopLayer`]: every policy of the stack, given once. See
+/// [`Backstop::builder`] and the [module docs](super).
+///
+/// Each setter sets one thing; [`build`](BackstopBuilder::build) checks the
+/// combination, so the result does not depend on the order of the calls.
+#[derive(Clone, Default)]
+#[must_use]
+pub struct BackstopBuilder {
+    retry: Option<RetryPolicy>,
+    routes: Option<Routes>,
+    hedge: Option<HedgePolicy>,
+    budget: Option<BudgetPolicy>,
+    no_budget: bool,
+    breaker: Option<CircuitBreakerPolicy>,
+    key: Option<IdempotencyKeyLayer>,
+    rules: Option<Rules>,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl BackstopBuilder {
+    /// The retry policy of every call (default [`RetryPolicy::default()`]). Give
+    /// either this or [`routes`](BackstopBuilder::routes).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Policies by route: each route picks its retry policy and its hedging
+    /// together. Give either this or [`retry`](BackstopBuilder::retry).
+    pub fn routes(mut self, routes: Routes) -> Self {
+        self.routes = Some(routes);
+        self
+    }
+
+    /// Hedges slow idempotent (or keyed) calls as `policy` says; a route's own
+    /// hedging wins for its calls. Without it only the routes that hedge do.
+    /// Every hedge spends the call's budget and asks its breaker.
+    pub fn hedge(mut self, policy: HedgePolicy) -> Self {
+        self.hedge = Some(policy);
+        self
+    }
+
+    /// The retry budget of each origin (default [`BudgetPolicy::default()`]: 20 % of
+    /// first attempts plus 10 retries a second, over 10 s). Retries and hedges
+    /// spend it; a paused origin holds (or refuses) a call's first attempt.
+    pub fn budget(mut self, policy: BudgetPolicy) -> Self {
+        self.budget = Some(policy);
+        self
+    }
+
+    /// No retry budget: retries are limited by the retry policy alone, and no
+    /// origin is paused by a server's `Retry-After`. Giving both this and
+    /// [`budget`](BackstopBuilder::budget) is refused by [`build`](BackstopBuilder::build).
+    pub fn no_budget(mut self) -> Self {
+        self.no_budget = true;
+        self
+    }
+
+    /// A circuit breaker per origin (none by default): a call to an origin whose
+    /// breaker is open is refused before anything is sent, and retries and hedges
+    /// ask it.
+    pub fn circuit_breaker(mut self, policy: CircuitBreakerPolicy) -> Self {
+        self.breaker = Some(policy);
+        self
+    }
+
+    /// Stamps an idempotency key on each call `keys` covers (none by default: only
+    /// against a server that honours keys; see
+    /// [`idempotency_key`](crate::idempotency_key)).
+    pub fn idempotency_key(mut self, keys: IdempotencyKeyLayer) -> Self {
+        self.key = Some(keys);
+        self
+    }
+
+    /// The rules that decide for every policy in the stack: the retry policy (and
+    /// each route's), the hedge policy (and each route's) and the breaker. They
+    /// replace the rules those policies were built with, so a rule (gRPC's, or a
+    /// classifier of your own) is given once.
+    pub fn rules(mut self, rules: Rules) -> Self {
+        self.rules = Some(rules);
+        self
+    }
+
+    /// Tells `observer` what the stack decides for each call (see
+    /// [`observe`](crate::observe)); an observer a call carries in its context wins.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The stack's layer.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when both [`retry`](BackstopBuilder::retry) and
+    /// [`routes`](BackstopBuilder::routes) were given, or both
+    /// [`budget`](BackstopBuilder::budget) and
+    /// [`no_budget`](BackstopBuilder::no_budget).
+    pub fn build(self) -> Result<BackstopLayer, InvalidConfig> {
+        let routes = match (self.retry, self.routes) {
+            (Some(_), Some(_)) => {
+                return Err(InvalidConfig::new(
+                    "routes",
+                    "give either one retry policy or routes (whose default is the policy \
+                     of the calls no route covers), not both"
+                        .to_owned(),
+                ))
+            }
+            (Some(retry), None) => Routes::new(retry),
+            (None, Some(routes)) => routes,
+            (None, None) => Routes::new(RetryPolicy::default()),
+        };
+        let budget = match (self.budget, self.no_budget) {
+            (Some(_), true) => {
+                return Err(InvalidConfig::new(
+                    "budget",
+                    "a budget was given and turned off; give one or the other".to_owned(),
+                ))
+            }
+            (budget, true) => budget,
+            (budget, false) => Some(budget.unwrap_or_default()),
+        };
+        let (routes, hedge, breaker) = match &self.rules {
+            Some(rules) => (
+                routes.with_rules(rules),
+                self.hedge.map(|h| h.with_rules(rules.clone())),
+                self.breaker.map(|b| b.with_rules(rules.clone())),
+            ),
+            None => (routes, self.hedge, self.breaker),
+        };
+        // The hedge layer reads the breaker and the account from the call's context:
+        // admission leaves them there whenever a hedge may go.
+        let key = self.key.map(|k| k.config());
+        let admission = Admission::new(key, breaker, budget, false);
+        let layer = BackstopLayer {
+            retry: RetryLayer::default().admitting(admission),
+            hedge,
+            rules: self.rules,
+            observer: self.observer,
+        };
+        Ok(layer.routes(routes))
+    }
+}
+
+impl fmt::Debug for BackstopBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackstopBuilder")
+            .field("retry", &self.retry)
+            .field("routes", &self.routes)
+            .field("hedge", &self.hedge)
+            .field("budget", &self.budget)
+            .field("no_budget", &self.no_budget)
+            .field("breaker", &self.breaker)
+            .field("key", &self.key)
+            .field("rules", &self.rules)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+/// Applies [`Backstop`] to a transport: the whole stack, configured once by
+/// [`Backstop::builder`].
+///
+/// Clones of the layer, and every service it makes, share the breakers and budget
+/// accounts (and the hedge policy's latency estimates).
+#[derive(Clone)]
+pub struct BackstopLayer {
+    retry: RetryLayer,
+    hedge: Option<HedgePolicy>,
+    rules: Option<Rules>,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl BackstopLayer {
+    /// This layer with `policy` for every call instead of its policies, sharing
+    /// the breakers and budget accounts of this one (and of its clones): reads
+    /// that retry more, say, from the same budget. The stack's
+    /// [rules](BackstopBuilder::rules) decide for it too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use backstop::{Backstop, RetryPolicy};
+    ///
+    /// let writes = Backstop::builder().build()?;
+    /// let reads = writes.clone().retry(RetryPolicy::builder().max_attempts(5).build()?);
+    /// let head = http::Request::get("http://upstream.test/").body(())?.into_parts().0;
+    /// writes.budget_account(&head).unwrap().deposit();
+    /// assert_eq!(reads.origins(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry(self, policy: RetryPolicy) -> Self {
+        self.routes(Routes::new(policy))
+    }
+
+    /// This layer with policies by route instead of its own, sharing the breakers
+    /// and budget accounts (see [`retry`](BackstopLayer::retry)).
+    pub fn routes(mut self, routes: Routes) -> Self {
+        let routes = match &self.rules {
+            Some(rules) => routes.with_rules(rules),
+            None => routes,
+        };
+        // The hedge layer reads the breaker and the account from the call's
+        // context: admission leaves them there whenever a hedge may go.
+        let hand_down = self.hedge.is_some() || routes.hedges();
+        let mut admission = self.admission().clone();
+        admission.hand_down_always(hand_down);
+        self.retry = self.retry.routes(routes).admitting(admission);
+        self
+    }
+
+    fn admission(&self) -> &Admission {
+        match self.retry.settings.admission.as_ref() {
+            Some(admission) => admission,
+            None => unreachable!("a stack's retry layer runs its admission"),
+        }
+    }
+
+    /// The state of the breaker that a call with this request head goes through,
+    /// created if it is new; `None` without a breaker.
+    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
+        self.admission().breaker_state(head)
+    }
+
+    /// When the breaker that a call with this request head goes through lets its
+    /// next probe through: `None` while it is closed, and without a breaker.
+    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        self.admission().next_probe_at(head)
+    }
+
+    /// The budget account that a call with this request head spends from, created
+    /// if it is new (for metrics and tests); `None` without a budget.
+    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
+        self.admission().account(head)
+    }
+
+    /// How many origins (or keys) the stack keeps a breaker or an account for now,
+    /// after forgetting the idle ones: those used within the breaker's or the
+    /// budget's window, or that a call still holds. When the breaker and the budget
+    /// partition calls differently, the entries of both are counted. Counting
+    /// sweeps under a lock the calls share, so it suits a metrics scrape, not every
+    /// call.
+    pub fn origins(&self) -> usize {
+        self.admission().origins()
+    }
+}
+
+impl<S> Layer<S> for BackstopLayer {
+    type Service = Backstop<S>;
+
+    fn layer(&self, inner: S) -> Backstop<S> {
+        Backstop {
+            inner: self
+                .retry
+                .layer(Hedge::by_context(inner, self.hedge.clone())),
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for BackstopLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackstopLayer")
+            .field("retry", &self.retry)
+            .field("hedge", &self.hedge)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,261 @@
+//! Middleware that runs the whole of backstop as one service: admission (the
+//! idempotency key, the circuit breaker, the retry budget and the origin pause), the
+//! attempt loop, and hedging, configured once.
+//!
+//! [`Backstop::builder`] takes every policy once (retry or routes, hedging, budget,
+//! breaker, keys, rules, observer) and builds a [`BackstopLayer`]; its service,
+//! [`Backstop<S>`], is one nameable `Clone + Send + Sync` type over any transport,
+//! whatever was configured. Inside, a call meets:
+//!
+//! ```text
+//!  caller
+//!    │   admission   key stamped; breaker asked; budget counted, origin pause met
+//!    ▼   retry       the attempt loop: classify, gates, wait, re-send
+//!        hedge       extra copies of a slow idempotent attempt
+//!        transport   S (wrap a hyper-util client in ProgressTrackingLayer)
+//! ```
+//!
+//! Admission runs inside the retry layer's own future, with one origin lookup for
+//! the breaker and the budget. It is the same code the separate
+//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
+//! [`BudgetLayer`](crate::BudgetLayer) run, so a call meets the same behaviour in
+//! either shape; the stack is simply the one to reach for first.
+//!
+//! What the stack guarantees by construction:
+//!
+//! - **Rules given once** ([`BackstopBuilder::rules`]) decide for the retry policy
+//!   (and every route's), the hedge policy and the breaker.
+//! - **A hedge always spends the call's budget and asks its breaker**: when the stack
+//!   may hedge (a hedge policy, or a route that hedges), admission leaves the call's
+//!   breaker and account in its [`CallContext`] for the
+//!   hedge layer; no setting turns that off.
+//! - **A held call is bounded** by its deadline and by its retry policy's total
+//!   [`timeout`](crate::policy::RetryPolicyBuilder::timeout), which counts the hold.
+//! - **The builder's result does not depend on the order of its calls**: each
+//!   setter sets one thing, and the combination is checked in
+//!   [`build`](BackstopBuilder::build).
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use backstop::{Backstop, BudgetPolicy, CircuitBreakerPolicy, ReplayBody, RetryPolicy};
+//! use backstop::circuit_breaker::State;
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use tower::{Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let transport = tower::service_fn(|req: http::Request<ReplayBody<Full<Bytes>>>| async move {
+//!     // The stack stamped the POST's idempotency key.
+//!     assert!(req.headers().contains_key("idempotency-key"));
+//!     Ok::<_, std::io::Error>(http::Response::new(Full::<Bytes>::default()))
+//! });
+//! let layer = Backstop::builder()
+//!     .retry(RetryPolicy::builder().max_attempts(3).timeout(Duration::from_secs(5)).build()?)
+//!     .circuit_breaker(CircuitBreakerPolicy::default())
+//!     .budget(BudgetPolicy::default())
+//!     .idempotency_key(backstop::IdempotencyKeyLayer::new())
+//!     .build()?;
+//! let mut client = layer.layer(transport);
+//!
+//! let req = http::Request::post("http://upstream.test/orders").body(Full::default())?;
+//! client.ready().await?.call(req).await?;
+//!
+//! // The stack's breakers and accounts can be read.
+//! let head = http::Request::get("http://upstream.test/").body(())?.into_parts().0;
+//! assert_eq!(client.breaker_state(&head), Some(State::Closed));
+//! assert!(client.budget_account(&head).is_some());
+//! # Ok(()) }
+//! ```
+
+mod builder;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Buf;
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use tower_service::Service;
+
+pub use builder::{BackstopBuilder, BackstopLayer};
+
+use crate::admit::budget::OriginAccount;
+use crate::admit::Admission;
+use crate::body::ReplayBody;
+use crate::error::{BoxError, Error};
+use crate::hedge::Hedge;
+use crate::observe::Observer;
+use crate::policy::circuit::State;
+use crate::policy::CallContext;
+use crate::retry::Retry;
+
+/// The whole stack over a transport `S`: admission, the attempt loop and hedging in
+/// one service. Build it with [`Backstop::builder`]; see the [module docs](self).
+pub struct Backstop<S> {
+    inner: Retry<Hedge<S>>,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl Backstop<()> {
+    /// A builder for the stack, with working defaults: [`RetryPolicy::default()`],
+    /// [`BudgetPolicy::default()`], no breaker, no keys, no hedging.
+    ///
+    /// [`RetryPolicy::default()`]: crate::RetryPolicy::default
+    /// [`BudgetPolicy::default()`]: crate::BudgetPolicy::default
+    pub fn builder() -> BackstopBuilder {
+        BackstopBuilder::default()
+    }
+}
+
+impl<S> Backstop<S> {
+    /// The admission the stack runs.
+    fn admission(&self) -> &Admission {
+        match self.inner.admission() {
+            Some(admission) => admission,
+            None => unreachable!("a stack's retry layer runs its admission"),
+        }
+    }
+
+    /// The state of the breaker that a call with this request head goes through,
+    /// created if it is new; `None` without a breaker.
+    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
+        self.admission().breaker_state(head)
+    }
+
+    /// When the breaker that a call with this request head goes through lets its
+    /// next probe through: `None` while it is closed, and without a breaker.
+    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        self.admission().next_probe_at(head)
+    }
+
+    /// The budget account that a call with this request head spends from, created
+    /// if it is new (for metrics and tests); `None` without a budget.
+    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
+        self.admission().account(head)
+    }
+
+    /// How many origins (or keys) the stack keeps a breaker or an account for now,
+    /// after forgetting the idle ones (see [`BackstopLayer::origins`]).
+    pub fn origins(&self) -> usize {
+        self.admission().origins()
+    }
+
+    /// The transport.
+    pub fn get_ref(&self) -> &S {
+        self.inner.get_ref().get_ref()
+    }
+
+    /// The transport, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        self.inner.get_mut().get_mut()
+    }
+
+    /// The transport.
+    pub fn into_inner(self) -> S {
+        self.inner.into_inner().into_inner()
+    }
+}
+
+impl<S: Clone> Clone for Backstop<S> {
+    fn clone(&self) -> Self {
+        Backstop {
+            inner: self.inner.clone(),
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Backstop<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backstop")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Backstop<S>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+    RB: Body,
+{
+    type Response = Response<RB>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if let Some(observer) = &self.observer {
+            let context = CallContext::of_mut(req.extensions_mut());
+            if context.observer().is_none() {
+                context.set_observer(observer.clone());
+            }
+        }
+        ResponseFuture {
+            inner: self.inner.call(req),
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Backstop`].
+    pub struct ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
+        S: Clone,
+        S::Error: Into<BoxError>,
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        #[pin]
+        inner: crate::retry::ResponseFuture<Hedge<S>, B, RB>,
+    }
+}
+
+impl<S, B, RB> Future for ResponseFuture<S, B, RB>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+    RB: Body,
+{
+    type Output = Result<Response<RB>, Error>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
+impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Buf,
+    B::Error: Into<BoxError>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
