@@ -47,8 +47,9 @@ struct Inner {
     refused: Option<StopReason>,
     /// The status of the last answer, when the call ended after its body was drained.
     status: Option<http::StatusCode>,
-    /// When the circuit breaker that refused the call lets a probe through.
-    next_probe_at: Option<Instant>,
+    /// When the circuit breaker that refused the call lets a probe through, and
+    /// how long that was when the error was made.
+    next_probe_at: Option<(Instant, Duration)>,
     /// The failed attempt's record, when a layer beneath the retry layer (a hedge
     /// layer) filled one in.
     attempt: Option<AttemptLog>,
@@ -91,9 +92,14 @@ impl Error {
         source: BoxError,
         next_probe_at: Option<Instant>,
     ) -> Self {
-        let mut err = Error::new(ErrorKind::Other, Some(source));
+        let kind = match reason {
+            StopReason::CircuitOpen => ErrorKind::CircuitOpen,
+            _ => ErrorKind::Other,
+        };
+        let mut err = Error::new(kind, Some(source));
         err.inner.refused = Some(reason);
-        err.inner.next_probe_at = next_probe_at;
+        err.inner.next_probe_at =
+            next_probe_at.map(|at| (at, at.saturating_duration_since(Instant::now())));
         err
     }
 
@@ -199,11 +205,15 @@ impl Error {
 
     /// When to come back: for a call its origin's pause stopped
     /// ([`is_paused`](Error::is_paused)), what was left of the pause when the call
-    /// was refused; otherwise the server's last Retry-After hint, including one
-    /// longer than the policy allowed, so the caller can reschedule.
+    /// was refused; for a call an open circuit breaker refused
+    /// ([`is_circuit_open`](Error::is_circuit_open)), the time until its next probe
+    /// when the call was refused (`None` while it is half-open with probes in
+    /// flight); otherwise the server's last Retry-After hint, including one longer
+    /// than the policy allowed, so the caller can reschedule.
     pub fn retry_after(&self) -> Option<Duration> {
         self.inner
             .paused
+            .or(self.inner.next_probe_at)
             .map(|(_, left)| left)
             .or_else(|| self.history().and_then(History::retry_after))
     }
@@ -256,7 +266,7 @@ impl Error {
     ///
     /// See [`CircuitOpen`](crate::circuit_breaker::CircuitOpen).
     pub fn next_probe_at(&self) -> Option<Instant> {
-        self.inner.next_probe_at
+        self.inner.next_probe_at.map(|(at, _)| at)
     }
 
     /// Whether the server certainly did not process the request.

@@ -37,6 +37,9 @@ pub enum ErrorKind {
     /// so it is never re-sent: a client must not download a huge header block once
     /// per attempt.
     InvalidResponse,
+    /// A circuit breaker refused the call: nothing was sent. The error's
+    /// [`retry_after`](crate::Error::retry_after) says when its next probe is due.
+    CircuitOpen,
     /// Any other failure.
     Other,
 }
@@ -56,6 +59,7 @@ impl ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::BodyWrite => "body_write",
             ErrorKind::InvalidResponse => "invalid_response",
+            ErrorKind::CircuitOpen => "circuit_open",
             ErrorKind::Other => "other",
         }
     }
@@ -70,6 +74,7 @@ impl ErrorKind {
                 | ErrorKind::Canceled
                 | ErrorKind::RefusedStream
                 | ErrorKind::GoAway
+                | ErrorKind::CircuitOpen
         )
     }
 }
@@ -88,6 +93,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Closed => "connection closed",
             ErrorKind::BodyWrite => "request body error",
             ErrorKind::InvalidResponse => "invalid response head",
+            ErrorKind::CircuitOpen => "circuit open",
             ErrorKind::Other => "transport error",
         })
     }

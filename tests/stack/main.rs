@@ -10,3 +10,4 @@ mod support;
 mod record;
 
 mod admission;
+mod composition;
