@@ -42,7 +42,7 @@
 //!   ([`NotHedged`]). The breaker and the budget are read from the call's
 //!   [context](crate::policy::CallContext), where the budget and breaker layers above
 //!   leave them, and where the [`Backstop`](crate::Backstop) stack's admission
-//!   leaves them whenever it may hedge. When a copy was due, a [`Hedged`] record of every send is
+//!   leaves them whenever it hedges. When a copy was due, a [`Hedged`] record of every send is
 //!   part of the attempt's [record](crate::policy::AttemptLog), which rides on the
 //!   response's extensions ([`Hedged::of`]) or in the error ([`Hedged::find`]).
 //!
@@ -198,22 +198,12 @@ use crate::policy::Given;
 #[derive(Clone, Debug)]
 pub struct Hedge<S> {
     inner: S,
-    /// `None`: only the calls whose context chooses hedging are hedged (a stack
-    /// given no hedge policy of its own, whose routes may hedge).
-    hedge: Option<HedgePolicy>,
+    hedge: HedgePolicy,
 }
 
 impl<S> Hedge<S> {
     /// Wraps `inner`, hedging as `hedge` says.
     pub fn new(inner: S, hedge: HedgePolicy) -> Self {
-        Hedge {
-            inner,
-            hedge: Some(hedge),
-        }
-    }
-
-    /// Wraps `inner`, hedging only the calls whose context chooses hedging.
-    pub(crate) fn by_context(inner: S, hedge: Option<HedgePolicy>) -> Self {
         Hedge { inner, hedge }
     }
 
@@ -228,7 +218,7 @@ impl<S> Hedge<S> {
         let hedge = match given.hedge() {
             Some(HedgeChoice::Off) => return None,
             Some(HedgeChoice::With(policy)) => policy,
-            None => self.hedge.as_ref()?,
+            None => &self.hedge,
         };
         let keyed = hedge
             .policy

@@ -7,11 +7,11 @@ use http::request::Parts;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
-use super::Backstop;
+use super::{Backstop, HedgeMode, NoHedge, WithHedge};
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::{BudgetPolicy, OriginAccount};
 use crate::admit::Admission;
-use crate::hedge::{Hedge, HedgePolicy};
+use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observer;
 use crate::policy::circuit::State;
@@ -23,12 +23,15 @@ use crate::retry::{RetryLayer, Routes};
 ///
 /// Each setter sets one thing; [`build`](BackstopBuilder::build) checks the
 /// combination, so the result does not depend on the order of the calls.
+///
+/// `H` says whether the stack hedges: [`NoHedge`] until
+/// [`hedge`](BackstopBuilder::hedge) is called, [`WithHedge`] after.
 #[derive(Clone, Default)]
 #[must_use]
-pub struct BackstopBuilder {
+pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
     retry: Option<RetryPolicy>,
     routes: Option<Routes>,
-    hedge: Option<HedgePolicy>,
+    hedge: H,
     budget: Option<BudgetPolicy>,
     no_budget: bool,
     breaker: Option<CircuitBreakerPolicy>,
@@ -37,7 +40,7 @@ pub struct BackstopBuilder {
     observer: Option<Arc<dyn Observer>>,
 }
 
-impl BackstopBuilder {
+impl<H: HedgeMode> BackstopBuilder<H> {
     /// The retry policy of every call (default [`RetryPolicy::default()`]). Give
     /// either this or [`routes`](BackstopBuilder::routes).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
@@ -53,11 +56,21 @@ impl BackstopBuilder {
     }
 
     /// Hedges slow idempotent (or keyed) calls as `policy` says; a route's own
-    /// hedging wins for its calls. Without it only the routes that hedge do.
-    /// Every hedge spends the call's budget and asks its breaker.
-    pub fn hedge(mut self, policy: HedgePolicy) -> Self {
-        self.hedge = Some(policy);
-        self
+    /// hedging (or its `no_hedging()`) wins for its calls. Every hedge spends the
+    /// call's budget and asks its breaker. A stack without it has no hedge layer,
+    /// and refuses routes that hedge.
+    pub fn hedge(self, policy: HedgePolicy) -> BackstopBuilder<WithHedge> {
+        BackstopBuilder {
+            retry: self.retry,
+            routes: self.routes,
+            hedge: WithHedge { policy },
+            budget: self.budget,
+            no_budget: self.no_budget,
+            breaker: self.breaker,
+            key: self.key,
+            rules: self.rules,
+            observer: self.observer,
+        }
     }
 
     /// The retry budget of each origin (default [`BudgetPolicy::default()`]: 20 % of
@@ -115,8 +128,9 @@ impl BackstopBuilder {
     /// [`InvalidConfig`] when both [`retry`](BackstopBuilder::retry) and
     /// [`routes`](BackstopBuilder::routes) were given, or both
     /// [`budget`](BackstopBuilder::budget) and
-    /// [`no_budget`](BackstopBuilder::no_budget).
-    pub fn build(self) -> Result<BackstopLayer, InvalidConfig> {
+    /// [`no_budget`](BackstopBuilder::no_budget), or when a route hedges and the
+    /// stack was given no [`hedge`](BackstopBuilder::hedge) policy.
+    pub fn build(self) -> Result<BackstopLayer<H>, InvalidConfig> {
         let routes = match (self.retry, self.routes) {
             (Some(_), Some(_)) => {
                 return Err(InvalidConfig::new(
@@ -140,13 +154,12 @@ impl BackstopBuilder {
             (budget, true) => budget,
             (budget, false) => Some(budget.unwrap_or_default()),
         };
-        let (routes, hedge, breaker) = match &self.rules {
+        let (hedge, breaker) = match &self.rules {
             Some(rules) => (
-                routes.with_rules(rules),
-                self.hedge.map(|h| h.with_rules(rules.clone())),
+                self.hedge.with_rules(rules),
                 self.breaker.map(|b| b.with_rules(rules.clone())),
             ),
-            None => (routes, self.hedge, self.breaker),
+            None => (self.hedge, self.breaker),
         };
         // The hedge layer reads the breaker and the account from the call's context:
         // admission leaves them there whenever a hedge may go.
@@ -158,11 +171,11 @@ impl BackstopBuilder {
             rules: self.rules,
             observer: self.observer,
         };
-        Ok(layer.routes(routes))
+        layer.routes(routes)
     }
 }
 
-impl fmt::Debug for BackstopBuilder {
+impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackstopBuilder")
             .field("retry", &self.retry)
@@ -184,14 +197,14 @@ impl fmt::Debug for BackstopBuilder {
 /// Clones of the layer, and every service it makes, share the breakers and budget
 /// accounts (and the hedge policy's latency estimates).
 #[derive(Clone)]
-pub struct BackstopLayer {
+pub struct BackstopLayer<H: HedgeMode = NoHedge> {
     retry: RetryLayer,
-    hedge: Option<HedgePolicy>,
+    hedge: H,
     rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
 }
 
-impl BackstopLayer {
+impl<H: HedgeMode> BackstopLayer<H> {
     /// This layer with `policy` for every call instead of its policies, sharing
     /// the breakers and budget accounts of this one (and of its clones): reads
     /// that retry more, say, from the same budget. The stack's
@@ -210,23 +223,39 @@ impl BackstopLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry(self, policy: RetryPolicy) -> Self {
-        self.routes(Routes::new(policy))
+        match self.routes(Routes::new(policy)) {
+            Ok(layer) => layer,
+            // One policy for every call chooses no hedging of its own.
+            Err(_) => unreachable!("a single retry policy never hedges on its own"),
+        }
     }
 
     /// This layer with policies by route instead of its own, sharing the breakers
     /// and budget accounts (see [`retry`](BackstopLayer::retry)).
-    pub fn routes(mut self, routes: Routes) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] when a route hedges and the stack has no hedge layer
+    /// (it was built without [`hedge`](BackstopBuilder::hedge)).
+    pub fn routes(mut self, routes: Routes) -> Result<Self, InvalidConfig> {
         let routes = match &self.rules {
             Some(rules) => routes.with_rules(rules),
             None => routes,
         };
+        if routes.hedges() && !self.hedge.hedges() {
+            return Err(InvalidConfig::new(
+                "routes",
+                "a route hedges, and the stack has no hedge layer: give the stack a hedge \
+                 policy (`hedge`), which routes may override or turn off"
+                    .to_owned(),
+            ));
+        }
         // The hedge layer reads the breaker and the account from the call's
         // context: admission leaves them there whenever a hedge may go.
-        let hand_down = self.hedge.is_some() || routes.hedges();
         let mut admission = self.admission().clone();
-        admission.hand_down_always(hand_down);
+        admission.hand_down_always(self.hedge.hedges());
         self.retry = self.retry.routes(routes).admitting(admission);
-        self
+        Ok(self)
     }
 
     fn admission(&self) -> &Admission {
@@ -265,20 +294,18 @@ impl BackstopLayer {
     }
 }
 
-impl<S> Layer<S> for BackstopLayer {
-    type Service = Backstop<S>;
+impl<S, H: HedgeMode> Layer<S> for BackstopLayer<H> {
+    type Service = Backstop<S, H>;
 
-    fn layer(&self, inner: S) -> Backstop<S> {
+    fn layer(&self, inner: S) -> Backstop<S, H> {
         Backstop {
-            inner: self
-                .retry
-                .layer(Hedge::by_context(inner, self.hedge.clone())),
+            inner: self.retry.layer(self.hedge.over(inner)),
             observer: self.observer.clone(),
         }
     }
 }
 
-impl fmt::Debug for BackstopLayer {
+impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopLayer<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackstopLayer")
             .field("retry", &self.retry)

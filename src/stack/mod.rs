@@ -5,7 +5,8 @@
 //! [`Backstop::builder`] takes every policy once (retry or routes, hedging, budget,
 //! breaker, keys, rules, observer) and builds a [`BackstopLayer`]; its service,
 //! [`Backstop<S>`], is one nameable `Clone + Send + Sync` type over any transport,
-//! whatever was configured. Inside, a call meets:
+//! whatever was configured (`Backstop<S, WithHedge>` when it hedges: a stack that
+//! does not hedge has no hedge layer to pass through). Inside, a call meets:
 //!
 //! ```text
 //!  caller
@@ -72,37 +73,36 @@
 //! ```
 
 mod builder;
+mod hedging;
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Buf;
 use http::request::Parts;
-use http::{Request, Response};
-use http_body::Body;
-use pin_project_lite::pin_project;
+use http::Request;
 use tokio::time::Instant;
 use tower_service::Service;
 
 pub use builder::{BackstopBuilder, BackstopLayer};
+pub use hedging::{HedgeMode, NoHedge, WithHedge};
 
 use crate::admit::budget::OriginAccount;
 use crate::admit::Admission;
-use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
-use crate::hedge::Hedge;
+use crate::error::Error;
 use crate::observe::Observer;
 use crate::policy::circuit::State;
 use crate::policy::CallContext;
 use crate::retry::Retry;
 
-/// The whole stack over a transport `S`: admission, the attempt loop and hedging in
-/// one service. Build it with [`Backstop::builder`]; see the [module docs](self).
-pub struct Backstop<S> {
-    inner: Retry<Hedge<S>>,
+/// The whole stack over a transport `S`: admission, the attempt loop and, when the
+/// stack hedges (`H` is [`WithHedge`]), hedging, in one service. Build it with
+/// [`Backstop::builder`]; see the [module docs](self).
+///
+/// A stack that does not hedge has no hedge layer at all (`H` defaults to
+/// [`NoHedge`]), so it costs nothing for a capability it does not use.
+pub struct Backstop<S, H: HedgeMode = NoHedge> {
+    inner: Retry<H::Over<S>>,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -117,7 +117,7 @@ impl Backstop<()> {
     }
 }
 
-impl<S> Backstop<S> {
+impl<S, H: HedgeMode> Backstop<S, H> {
     /// The admission the stack runs.
     fn admission(&self) -> &Admission {
         match self.inner.admission() {
@@ -152,21 +152,25 @@ impl<S> Backstop<S> {
 
     /// The transport.
     pub fn get_ref(&self) -> &S {
-        self.inner.get_ref().get_ref()
+        H::inner_ref(self.inner.get_ref())
     }
 
     /// The transport, mutably.
     pub fn get_mut(&mut self) -> &mut S {
-        self.inner.get_mut().get_mut()
+        H::inner_mut(self.inner.get_mut())
     }
 
     /// The transport.
     pub fn into_inner(self) -> S {
-        self.inner.into_inner().into_inner()
+        H::into_inner(self.inner.into_inner())
     }
 }
 
-impl<S: Clone> Clone for Backstop<S> {
+impl<S, H> Clone for Backstop<S, H>
+where
+    H: HedgeMode,
+    H::Over<S>: Clone,
+{
     fn clone(&self) -> Self {
         Backstop {
             inner: self.inner.clone(),
@@ -175,7 +179,11 @@ impl<S: Clone> Clone for Backstop<S> {
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for Backstop<S> {
+impl<S, H> fmt::Debug for Backstop<S, H>
+where
+    H: HedgeMode,
+    H::Over<S>: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Backstop")
             .field("inner", &self.inner)
@@ -183,19 +191,16 @@ impl<S: fmt::Debug> fmt::Debug for Backstop<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for Backstop<S>
+impl<S, H, B> Service<Request<B>> for Backstop<S, H>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
-    B: Body,
-    B::Data: Buf,
-    B::Error: Into<BoxError>,
-    RB: Body,
+    H: HedgeMode,
+    Retry<H::Over<S>>: Service<Request<B>, Error = Error>,
 {
-    type Response = Response<RB>;
+    type Response = <Retry<H::Over<S>> as Service<Request<B>>>::Response;
     type Error = Error;
-    type Future = ResponseFuture<S, B, RB>;
+    type Future = <Retry<H::Over<S>> as Service<Request<B>>>::Future;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.inner.poll_ready(cx)
     }
@@ -208,54 +213,6 @@ where
                 context.set_observer(observer.clone());
             }
         }
-        ResponseFuture {
-            inner: self.inner.call(req),
-        }
-    }
-}
-
-pin_project! {
-    /// Response future of [`Backstop`].
-    pub struct ResponseFuture<S, B, RB>
-    where
-        S: Service<Request<ReplayBody<B>>, Response = Response<RB>>,
-        S: Clone,
-        S::Error: Into<BoxError>,
-        B: Body,
-        B::Data: Buf,
-        B::Error: Into<BoxError>,
-    {
-        #[pin]
-        inner: crate::retry::ResponseFuture<Hedge<S>, B, RB>,
-    }
-}
-
-impl<S, B, RB> Future for ResponseFuture<S, B, RB>
-where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
-    B: Body,
-    B::Data: Buf,
-    B::Error: Into<BoxError>,
-    RB: Body,
-{
-    type Output = Result<Response<RB>, Error>;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll(cx)
-    }
-}
-
-impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>
-where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
-    B: Body,
-    B::Data: Buf,
-    B::Error: Into<BoxError>,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt(f)
+        self.inner.call(req)
     }
 }

@@ -9,9 +9,7 @@ use crate::support::requests::{call, head};
 use crate::support::script::{ms, slow, status, Reply, Script, Step};
 use backstop::hedge::{Hedged, NotHedged};
 use backstop::policy::{classify_fn, ErrorKind, Observed, Rules, Verdict};
-use backstop::{
-    Backstop, BackstopLayer, BudgetPolicy, CircuitBreakerPolicy, HedgePolicy, RetryPolicy,
-};
+use backstop::{Backstop, BudgetPolicy, CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -23,8 +21,13 @@ type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::E
 
 const A: &str = "http://a.test/";
 
-fn client(layer: &BackstopLayer, mock: &Script) -> Client {
-    BoxCloneService::new(layer.layer(mock.clone()))
+/// The stack `layer` over `mock` (a macro: the stack's type depends on whether it
+/// hedges).
+macro_rules! client {
+    ($layer:expr, $mock:expr) => {{
+        let client: Client = BoxCloneService::new($layer.layer($mock.clone()));
+        client
+    }};
 }
 
 fn retries() -> RetryPolicy {
@@ -54,8 +57,8 @@ async fn a_hedge_asks_the_calls_breaker() {
     // The first call's original answers after 300 ms; a second call, sent once,
     // fails at 50 ms and opens the breaker before the first call's hedge is due.
     let mock = Script::new([slow(ms(300), 200), status(503), status(200)]);
-    let mut first = client(&layer, &mock);
-    let mut once = client(&layer.clone().retry(RetryPolicy::none()), &mock);
+    let mut first = client!(&layer, &mock);
+    let mut once = client!(&layer.clone().retry(RetryPolicy::none()), &mock);
     let slow_call = tokio::spawn(async move { call(&mut first, A).await });
     tokio::time::sleep(ms(50)).await;
     assert_eq!(call(&mut once, A).await.unwrap().status(), 503);
@@ -86,7 +89,7 @@ async fn a_hedge_spends_the_calls_budget() {
         .build()
         .unwrap();
     let mock = Script::new([slow(ms(300), 200)]);
-    let res = call(&mut client(&layer, &mock), A).await.unwrap();
+    let res = call(&mut client!(&layer, &mock), A).await.unwrap();
     let hedged = Hedged::of(&res).expect("a hedge was due");
     assert_eq!(hedged.not_sent(), Some(NotHedged::Budget));
     assert_eq!(mock.calls(), 1);
@@ -123,13 +126,13 @@ async fn rules_given_once_decide_for_the_retry_the_hedge_and_the_breaker() {
     // The hedge: the original's busy answer at 120 ms is a failure worth another
     // try, so it leaves the copy (sent at 100 ms) running, and the copy wins.
     let mock = Script::new([busy(ms(120)), slow(ms(300), 200)]);
-    let res = call(&mut client(&layer, &mock), A).await.unwrap();
+    let res = call(&mut client!(&layer, &mock), A).await.unwrap();
     assert_eq!(Hedged::of(&res).unwrap().winner(), Some(1));
     assert_eq!(mock.calls(), 2);
 
     // The retry: a busy answer is retried.
     let mock = Script::new([busy(ms(0)), status(200)]);
-    let res = call(&mut client(&layer, &mock), "http://b.test/")
+    let res = call(&mut client!(&layer, &mock), "http://b.test/")
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
@@ -138,11 +141,11 @@ async fn rules_given_once_decide_for_the_retry_the_hedge_and_the_breaker() {
     // The breaker: a call whose final answer is busy is a failure, and opens it.
     let once = layer.clone().retry(RetryPolicy::none());
     let mock = Script::new([busy(ms(0))]);
-    let res = call(&mut client(&once, &mock), "http://c.test/")
+    let res = call(&mut client!(&once, &mock), "http://c.test/")
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    let err = call(&mut client(&once, &mock), "http://c.test/")
+    let err = call(&mut client!(&once, &mock), "http://c.test/")
         .await
         .unwrap_err();
     assert!(err.is_circuit_open(), "{err}");
@@ -156,7 +159,7 @@ async fn a_breakers_refusal_is_its_own_kind_and_says_when_to_come_back() {
         .build()
         .unwrap();
     let mock = Script::new([status(503)]);
-    let mut c = client(&layer, &mock);
+    let mut c = client!(&layer, &mock);
     assert_eq!(call(&mut c, A).await.unwrap().status(), 503);
     let err = call(&mut c, A).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CircuitOpen);
@@ -185,7 +188,23 @@ fn the_builders_result_does_not_depend_on_the_order_of_its_calls() {
         .build()
         .unwrap();
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    // Settings that contradict each other are refused, whichever comes first.
+    // Settings that contradict each other are refused, whichever comes first: a
+    // route that hedges needs the stack's hedge layer.
+    let hedging_route = backstop::retry::Routes::new(retries()).route(
+        backstop::retry::Route::path_prefix("/search"),
+        backstop::retry::RoutePolicy::new(retries())
+            .hedge(HedgePolicy::after(ms(50)))
+            .unwrap(),
+    );
+    assert!(Backstop::builder()
+        .routes(hedging_route.clone())
+        .build()
+        .is_err());
+    assert!(Backstop::builder()
+        .routes(hedging_route)
+        .hedge(HedgePolicy::after(ms(100)))
+        .build()
+        .is_ok());
     let both = Backstop::builder()
         .routes(backstop::retry::Routes::new(retries()))
         .retry(retries())

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use backstop::budget::{BudgetPolicy, OriginAccount};
 use backstop::circuit_breaker::{CircuitBreakerPolicy, State};
 use backstop::idempotency_key::IdempotencyKeyLayer;
+use backstop::stack::WithHedge;
 use backstop::{Backstop, BackstopLayer, HedgeLayer, HedgePolicy, RetryLayer, RetryPolicy};
 use http::request::Parts;
 use tokio::time::Instant;
@@ -29,7 +30,52 @@ pub const SHAPES: [Shape; 2] = [Shape::Layers, Shape::Stack];
 /// The stack layer whose breakers and accounts every stack built with the same
 /// breaker and budget shares, once one is built. With it, whether it was built with
 /// a breaker and with a budget.
-type GuardCell = Arc<OnceLock<(BackstopLayer, bool, bool)>>;
+type GuardCell = Arc<OnceLock<(Built, bool, bool)>>;
+
+/// A stack layer, hedging or not.
+#[derive(Clone)]
+pub enum Built {
+    Plain(BackstopLayer),
+    Hedged(BackstopLayer<WithHedge>),
+}
+
+impl Built {
+    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
+        match self {
+            Built::Plain(l) => l.breaker_state(head),
+            Built::Hedged(l) => l.breaker_state(head),
+        }
+    }
+
+    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
+        match self {
+            Built::Plain(l) => l.next_probe_at(head),
+            Built::Hedged(l) => l.next_probe_at(head),
+        }
+    }
+
+    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
+        match self {
+            Built::Plain(l) => l.budget_account(head),
+            Built::Hedged(l) => l.budget_account(head),
+        }
+    }
+
+    pub fn origins(&self) -> usize {
+        match self {
+            Built::Plain(l) => l.origins(),
+            Built::Hedged(l) => l.origins(),
+        }
+    }
+
+    /// The same stack (sharing its breakers and accounts) with `policy`.
+    pub fn retry(&self, policy: RetryPolicy) -> Built {
+        match self {
+            Built::Plain(l) => Built::Plain(l.clone().retry(policy)),
+            Built::Hedged(l) => Built::Hedged(l.clone().retry(policy)),
+        }
+    }
+}
 
 /// A circuit breaker under test: backstop's layer in the [`Shape::Layers`] shape,
 /// the breakers of the guard built with it in the guarded ones. It reads as the
@@ -196,7 +242,7 @@ impl Stack {
 
     /// The stack of the [`Shape::Stack`] shape: `None` for [`Shape::Layers`]. Every
     /// stack built with the same breaker (or budget) shares one state.
-    pub fn guarded(&self, shape: Shape) -> Option<BackstopLayer> {
+    pub fn guarded(&self, shape: Shape) -> Option<Built> {
         if shape == Shape::Layers {
             return None;
         }
@@ -229,10 +275,14 @@ impl Stack {
                 if let Some(keys) = &self.keys {
                     base = base.idempotency_key(keys.clone());
                 }
-                if let Some(hedge) = &self.hedge {
-                    base = base.hedge(hedge.clone());
+                match &self.hedge {
+                    Some(hedge) => Built::Hedged(
+                        base.hedge(hedge.clone())
+                            .build()
+                            .expect("the stack's policies are valid"),
+                    ),
+                    None => Built::Plain(base.build().expect("the stack's policies are valid")),
                 }
-                base.build().expect("the stack's policies are valid")
             }
         };
         for cell in cells {
@@ -264,7 +314,12 @@ macro_rules! shaped {
                     None => tower::util::BoxCloneService::new(outer.service(inner)),
                 }
             }
-            Some(retry) => tower::util::BoxCloneService::new(tower::Layer::layer(&retry, inner)),
+            Some($crate::support::shape::Built::Plain(stack)) => {
+                tower::util::BoxCloneService::new(tower::Layer::layer(&stack, inner))
+            }
+            Some($crate::support::shape::Built::Hedged(stack)) => {
+                tower::util::BoxCloneService::new(tower::Layer::layer(&stack, inner))
+            }
         }
     }};
 }
