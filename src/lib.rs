@@ -250,6 +250,31 @@ pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer};
 pub use stack::{Backstop, BackstopLayer};
 
+/// The old name of [`BudgetPolicy`].
+#[deprecated(since = "0.1.0", note = "renamed `BudgetPolicy`")]
+pub type RetryBudget = BudgetPolicy;
+
+/// The old name of [`CircuitBreakerPolicy`] (the breaker's settings).
+/// `circuit_breaker::CircuitBreaker` is the service, as tower names services.
+#[deprecated(
+    since = "0.1.0",
+    note = "the settings are `CircuitBreakerPolicy`; `circuit_breaker::CircuitBreaker` is the service"
+)]
+pub type CircuitBreaker = CircuitBreakerPolicy;
+
+/// The old name of [`HedgePolicy`] (the hedge layer's settings). `hedge::Hedge` is
+/// the service, as tower names services.
+#[deprecated(
+    since = "0.1.0",
+    note = "the settings are `HedgePolicy`; `hedge::Hedge` is the service"
+)]
+pub type Hedge = HedgePolicy;
+
+/// The old name of [`ProgressTrackingLayer`].
+#[cfg(feature = "hyper")]
+#[deprecated(since = "0.1.0", note = "renamed `ProgressTrackingLayer`")]
+pub type ProgressLayer = ProgressTrackingLayer;
+
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;

@@ -177,6 +177,27 @@ pub use crate::error::OriginPaused;
 pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 
+/// The old name of [`BudgetPolicy`].
+#[deprecated(since = "0.1.0", note = "renamed `BudgetPolicy`")]
+pub type RetryBudget = BudgetPolicy;
+
+/// The old name of [`BudgetPolicyBuilder`].
+#[deprecated(since = "0.1.0", note = "renamed `BudgetPolicyBuilder`")]
+pub type RetryBudgetBuilder = BudgetPolicyBuilder;
+
+/// The old name of [`OriginAccount`] (an origin's account, as the layer shows it;
+/// `policy::BudgetAccount` is the trait every account implements).
+#[deprecated(since = "0.1.0", note = "renamed `OriginAccount`")]
+pub type BudgetAccount = OriginAccount;
+
+/// The old name of [`Budget`].
+#[deprecated(since = "0.1.0", note = "renamed `Budget`")]
+pub type BudgetService<S> = Budget<S>;
+
+/// [`Partition`](crate::Partition), at its old path.
+#[deprecated(since = "0.1.0", note = "moved to `backstop::Partition`")]
+pub type Partition = crate::Partition;
+
 use crate::admit::{Admission, Held};
 
 /// Counts each call as a first attempt in its origin's retry budget account and

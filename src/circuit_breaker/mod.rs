@@ -128,6 +128,14 @@ pub use crate::policy::circuit::State;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 
+/// The old name of [`CircuitBreakerPolicyBuilder`].
+#[deprecated(since = "0.1.0", note = "renamed `CircuitBreakerPolicyBuilder`")]
+pub type CircuitBreakerBuilder = CircuitBreakerPolicyBuilder;
+
+/// The old name of [`CircuitBreaker`] (the service).
+#[deprecated(since = "0.1.0", note = "renamed `CircuitBreaker`")]
+pub type CircuitBreakerService<S> = CircuitBreaker<S>;
+
 use crate::admit::{Admission, NeverHeld};
 use crate::error::{BoxError, Error};
 

@@ -186,6 +186,14 @@ pub use body::HedgeBody;
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
 
+/// The old name of [`HedgePolicyBuilder`].
+#[deprecated(since = "0.1.0", note = "renamed `HedgePolicyBuilder`")]
+pub type HedgeBuilder = HedgePolicyBuilder;
+
+/// The old name of [`Hedge`] (the service).
+#[deprecated(since = "0.1.0", note = "renamed `Hedge`")]
+pub type Hedging<S> = Hedge<S>;
+
 use crate::policy::Delay;
 use future::Plan;
 

@@ -61,6 +61,10 @@ use tower_service::Service;
 pub use crate::admit::key::{new_key, new_key_string, CallKey};
 pub use layer::IdempotencyKeyLayer;
 
+/// The old name of [`IdempotencyKey`].
+#[deprecated(since = "0.1.0", note = "renamed `IdempotencyKey`")]
+pub type IdempotencyKeys<S> = IdempotencyKey<S>;
+
 use crate::admit::Admission;
 
 /// Stamps an idempotency key on each call that needs one. See the [module

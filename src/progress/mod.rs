@@ -66,6 +66,10 @@ use tower_service::Service;
 pub use future::ResponseFuture;
 pub use layer::ProgressTrackingLayer;
 
+/// The old name of [`ProgressTrackingLayer`].
+#[deprecated(since = "0.1.0", note = "renamed `ProgressTrackingLayer`")]
+pub type ProgressLayer = ProgressTrackingLayer;
+
 use crate::policy::Given;
 
 /// Records how far each attempt got onto the wire. See the [module docs](self).

@@ -11,3 +11,4 @@ mod record;
 
 mod admission;
 mod composition;
+mod migration;
