@@ -13,7 +13,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::{Admission, Entered, Holdings, Paused};
+use super::{Admission, Entered, Pass, Paused};
 use crate::error::{BoxError, Error};
 use crate::observe::Observed;
 
@@ -83,7 +83,7 @@ pin_project! {
         state: State<F, H>,
         // What the call holds: the breaker's permit, the budget's account, the
         // observer; its outcome is recorded through them once.
-        holdings: Holdings,
+        pass: Pass,
     }
 }
 
@@ -121,7 +121,7 @@ impl<F, H> ResponseFuture<F, H> {
                 state: State::Called {
                     future: service.call(req),
                 },
-                holdings: admitted.holdings,
+                pass: admitted.pass,
             },
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
@@ -129,12 +129,12 @@ impl<F, H> ResponseFuture<F, H> {
                     state: State::Held {
                         held: Box::new(hold(service, req, paused, dated)),
                     },
-                    holdings: admitted.holdings,
+                    pass: admitted.pass,
                 }
             }
-            Entered::Refused { holdings, error } => ResponseFuture {
+            Entered::Refused { pass, error } => ResponseFuture {
                 state: State::Done { error: Some(error) },
-                holdings,
+                pass,
             },
         }
     }
@@ -166,12 +166,12 @@ where
             match this.state.as_mut().project() {
                 StateProj::Called { future } => {
                     let result = ready!(future.poll(cx)).map_err(|e| Error::from_inner(e.into()));
-                    this.holdings.finish(&result);
+                    this.pass.finish(&result);
                     this.state.set(State::Done { error: None });
                     return Poll::Ready(result);
                 }
                 StateProj::Held { held } => {
-                    let state = match ready!(held.poll_start(cx, this.holdings.observed())) {
+                    let state = match ready!(held.poll_start(cx, this.pass.observed())) {
                         Ok(future) => State::Called { future },
                         Err(error) => State::Done { error: Some(error) },
                     };
@@ -186,7 +186,7 @@ where
                             return Poll::Ready(Err(Error::polled_after_completion("admission")))
                         }
                     };
-                    this.holdings.finish(&result);
+                    this.pass.finish(&result);
                     return Poll::Ready(result);
                 }
             }

@@ -20,9 +20,9 @@
 pub(crate) mod breaker;
 pub(crate) mod budget;
 mod future;
-mod holdings;
 pub(crate) mod key;
 mod origin;
+mod pass;
 
 use std::fmt;
 use std::sync::Arc;
@@ -41,8 +41,8 @@ use crate::policy::{call_deadline, CallContext, Given};
 use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
 use budget::{Account, BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
-pub(crate) use holdings::Holdings;
 use origin::{Found, Origin};
+pub(crate) use pass::Pass;
 
 /// The parts of admission a layer or a stack runs, and the state of each origin.
 #[derive(Clone, Default)]
@@ -64,7 +64,7 @@ pub(crate) struct Admission {
 /// admission dated it (the budget's window), so the call reads no second clock.
 #[derive(Default)]
 pub(crate) struct Admitted {
-    pub(crate) holdings: Holdings,
+    pub(crate) pass: Pass,
     pub(crate) keyed: bool,
     pub(crate) at: Option<Instant>,
 }
@@ -77,7 +77,7 @@ pub(crate) enum Entered {
     Held { admitted: Admitted, paused: Paused },
     /// The breaker or the origin's pause refused it; the call holds what must
     /// still see its end (the breaker permit, given back as the call sent nothing).
-    Refused { holdings: Holdings, error: Error },
+    Refused { pass: Pass, error: Error },
 }
 
 impl Admission {
@@ -168,7 +168,7 @@ impl Admission {
                 CallContext::of_mut(req.extensions_mut()).mark_keyed();
             }
             return Entered::Go(Admitted {
-                holdings: Holdings::default(),
+                pass: Pass::default(),
                 keyed,
                 at: None,
             });
@@ -192,7 +192,7 @@ impl Admission {
                     Err(next_probe_at) => {
                         let error = refusal(req, core.label(), next_probe_at);
                         return Entered::Refused {
-                            holdings: Holdings::default(),
+                            pass: Pass::default(),
                             error,
                         };
                     }
@@ -201,11 +201,11 @@ impl Admission {
             },
             None => None,
         };
-        let holdings = Holdings::new(permit, found.account, observed);
-        let dated = holdings.hand_down(req, hand_down, keyed);
-        let Some(account) = holdings.account() else {
+        let pass = Pass::new(permit, found.account, observed);
+        let dated = pass.hand_down(req, hand_down, keyed);
+        let Some(account) = pass.account() else {
             return Entered::Go(Admitted {
-                holdings,
+                pass,
                 keyed,
                 at: None,
             });
@@ -213,10 +213,10 @@ impl Admission {
         // Dated once: by a layer above that dated the call already, else now. It
         // counts as a first attempt when it goes (a refused call sent nothing).
         let now = dated.or(entered).unwrap_or_else(Instant::now);
-        let Some(pause) = account.paused_now(holdings.observed()) else {
+        let Some(pause) = account.paused_now(pass.observed()) else {
             account.deposit_at(now);
             return Entered::Go(Admitted {
-                holdings,
+                pass,
                 keyed,
                 at: Some(now),
             });
@@ -229,16 +229,16 @@ impl Admission {
         let dated = now;
         let deadline = call_deadline(Given::new(req.extensions()).deadline(), timeout, dated);
         let now = Instant::now();
-        match Hold::meet(pause, now, deadline, &account, holdings.observed()) {
+        match Hold::meet(pause, now, deadline, &account, pass.observed()) {
             Ok(hold) => Entered::Held {
                 admitted: Admitted {
-                    holdings,
+                    pass,
                     keyed,
                     at: Some(dated),
                 },
                 paused: Paused { account, hold },
             },
-            Err(error) => Entered::Refused { holdings, error },
+            Err(error) => Entered::Refused { pass, error },
         }
     }
 }

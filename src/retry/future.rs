@@ -14,8 +14,8 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
 
-use super::call::{Call, CallResult, Rare, Step};
-use crate::admit::{Admitted, Holdings, Paused};
+use super::call::{Call, CallResult, Lazy, Next};
+use crate::admit::{Admitted, Pass, Paused};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
 use crate::policy::RetryPolicy;
@@ -34,7 +34,7 @@ pin_project! {
         pub(super) call: Call<S, B>,
         // The call's span, left out when nothing takes it (`Span::none()` does
         // nothing), which keeps the future small.
-        pub(super) span: Rare<Span>,
+        pub(super) span: Lazy<Span>,
     }
 }
 
@@ -86,7 +86,7 @@ where
         S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
         S::Error: Into<BoxError>,
     {
-        let observed = idle.holdings().and_then(Holdings::observed);
+        let observed = idle.pass().and_then(Pass::observed);
         ready!(self.paused.poll(cx, observed))?;
         ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
         let Some(request) = self.request.take() else {
@@ -94,7 +94,7 @@ where
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         };
         let admitted = Admitted {
-            holdings: idle.holdings_mut().map(mem::take).unwrap_or_default(),
+            pass: idle.pass_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
             at: self.dated,
         };
@@ -181,17 +181,17 @@ where
         ResponseFuture {
             state: State::Refused { error: Some(error) },
             call,
-            span: Rare::new(span),
+            span: Lazy::new(span),
         }
     }
 
     /// A call admission refused.
     #[cold]
-    pub(super) fn refused(policy: Arc<RetryPolicy>, holdings: Holdings, error: Error) -> Self {
+    pub(super) fn refused(policy: Arc<RetryPolicy>, pass: Pass, error: Error) -> Self {
         ResponseFuture {
             state: State::Refused { error: Some(error) },
-            call: Call::idle(policy, holdings),
-            span: Rare::new(None),
+            call: Call::idle(policy, pass),
+            span: Lazy::new(None),
         }
     }
 
@@ -215,8 +215,8 @@ where
                     dated: admitted.at,
                 }),
             },
-            call: Call::idle(policy, admitted.holdings),
-            span: Rare::new(None),
+            call: Call::idle(policy, admitted.pass),
+            span: Lazy::new(None),
         }
     }
 }
@@ -267,8 +267,8 @@ where
                                 if this.span.is_some() || call.is_observed() {
                                     break Ok(res);
                                 }
-                                if let Some(holdings) = call.holdings_mut() {
-                                    holdings.answered(&res);
+                                if let Some(pass) = call.pass_mut() {
+                                    pass.answered(&res);
                                 }
                                 // The attempt's state is dropped with the future (a
                                 // finished inner future holds little, and its timer,
@@ -294,8 +294,8 @@ where
                         },
                     };
                     match call.on_outcome(result) {
-                        Step::Return(result) => break result,
-                        Step::Wait { wait, response } => {
+                        Next::Return(result) => break result,
+                        Next::Wait { wait, response } => {
                             let now = Instant::now();
                             let resume_at = call.resume_at(now, wait);
                             match response {

@@ -201,8 +201,8 @@ where
                 let service = self.inner.clone();
                 return ResponseFuture::held(service, policy, req, admitted, paused);
             }
-            Entered::Refused { holdings, error } => {
-                return ResponseFuture::refused(policy, holdings, error)
+            Entered::Refused { pass, error } => {
+                return ResponseFuture::refused(policy, pass, error)
             }
         };
         let span = ResponseFuture::<S, B, RB>::span(&req);

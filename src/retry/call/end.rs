@@ -17,8 +17,8 @@ impl<S, B> Call<S, B> {
     ) {
         let started = *self.started.get_or_insert(now);
         let attempt = self.attempt;
-        let slow = self.slow();
-        let attempt_started = slow.attempt_started.unwrap_or(started);
+        let ledger = self.ledger();
+        let attempt_started = ledger.attempt_started.unwrap_or(started);
         if let Some(observed) = self.observed.as_deref() {
             observed.attempt_finished(
                 attempt,
@@ -27,7 +27,7 @@ impl<S, B> Call<S, B> {
                 now.saturating_duration_since(attempt_started),
             );
         }
-        let slow = self.slow();
+        let ledger = self.ledger();
         match hedged {
             Some(hedged) => {
                 let offset = attempt_started.saturating_duration_since(started);
@@ -41,10 +41,10 @@ impl<S, B> Call<S, B> {
                     r.progress = progress;
                 }
                 for r in records {
-                    slow.history.push(r);
+                    ledger.history.push(r);
                 }
             }
-            None => slow.history.push(AttemptRecord {
+            None => ledger.history.push(AttemptRecord {
                 number: attempt,
                 outcome,
                 retry_after,
@@ -64,7 +64,7 @@ impl<S, B> Call<S, B> {
                 gate = stop.as_str(),
                 "retry skipped"
             );
-            let refused = self.slow().history.is_empty();
+            let refused = self.ledger().history.is_empty();
             self.tell(|call, attempt| match refused {
                 true => Event::CallRefused(observe::CallRefused {
                     call,
@@ -78,7 +78,7 @@ impl<S, B> Call<S, B> {
             });
         }
         let route = self.route.clone();
-        let history = &mut self.slow().history;
+        let history = &mut self.ledger().history;
         history.stop(stop);
         history.set_route(route);
         mem::replace(history, History::new(0))
@@ -102,7 +102,7 @@ impl<S, B> Call<S, B> {
         stop: StopReason,
         retryable: bool,
     ) -> CallResult<RB> {
-        let paused = self.slow.as_ref().and_then(|s| s.paused);
+        let paused = self.ledger.as_ref().and_then(|s| s.paused);
         let history = self.finish(stop);
         let err = Error::wrap(kind, err).with_history(history, retryable);
         Err(match paused {
@@ -127,8 +127,8 @@ impl<S, B> Call<S, B> {
         wait: Duration,
         response: Option<Response<RB>>,
         reason: RetryReason,
-    ) -> Step<RB> {
-        if let Some(last) = self.slow().history.last_mut() {
+    ) -> Next<RB> {
+        if let Some(last) = self.ledger().history.last_mut() {
             last.wait = Some(wait);
         }
         tracing::debug!(
@@ -145,7 +145,7 @@ impl<S, B> Call<S, B> {
                 wait,
             })
         });
-        Step::Wait { wait, response }
+        Next::Wait { wait, response }
     }
 
     /// Ends the sequence after a wait, on a gate that refused the next attempt: the
@@ -153,11 +153,11 @@ impl<S, B> Call<S, B> {
     /// already drained, an error that names its status.
     pub(in crate::retry) fn stopped<RB>(&mut self, stop: StopReason) -> CallResult<RB> {
         self.refund();
-        match self.slow().last_error.take() {
+        match self.ledger().last_error.take() {
             Some((kind, err)) => self.fail(kind, err, stop, true),
             None => {
                 let status =
-                    self.slow()
+                    self.ledger()
                         .history
                         .attempts()
                         .iter()
@@ -166,7 +166,7 @@ impl<S, B> Call<S, B> {
                             AttemptOutcome::Status(status) => Some(status),
                             _ => None,
                         });
-                let paused = self.slow().paused;
+                let paused = self.ledger().paused;
                 let history = self.finish(stop);
                 let err = match status {
                     Some(status) => Error::answered(status),

@@ -24,7 +24,7 @@ where
         now: Instant,
     ) -> Result<Duration, StopReason> {
         let attempt = self.attempt;
-        let sent = self.slow().history.len().max(attempt as usize);
+        let sent = self.ledger().history.len().max(attempt as usize);
         let policy = &*self.policy;
         // Hedges a layer beneath sent count as attempts too.
         if sent >= policy.max_attempts() as usize {
@@ -65,7 +65,7 @@ where
             }
             None => None,
         };
-        self.slow().withdrawn = withdrawn;
+        self.ledger().withdrawn = withdrawn;
         Ok(wait)
     }
 }
@@ -74,7 +74,7 @@ impl<S, B> Call<S, B> {
     /// The budget account of the call's origin. Only a call that may retry reads
     /// it, from its request head kept for the next attempt.
     pub(super) fn budget(&self) -> Option<&dyn BudgetAccount> {
-        match self.holdings().and_then(Holdings::budget) {
+        match self.pass().and_then(Pass::budget) {
             Some(budget) => Some(budget),
             None => self
                 .head()
@@ -130,7 +130,7 @@ impl<S, B> Call<S, B> {
                 Ok(Some(release))
             }
             Err(()) => {
-                self.slow().paused = Some(pause.until());
+                self.ledger().paused = Some(pause.until());
                 Err(StopReason::Paused)
             }
         }
@@ -139,7 +139,7 @@ impl<S, B> Call<S, B> {
     /// Adds a wait for the origin's pause, found after the call's own wait, to the
     /// wait recorded before the next attempt.
     pub(in crate::retry) fn waits_longer(&mut self, extra: Duration) {
-        if let Some(last) = self.slow().history.last_mut() {
+        if let Some(last) = self.ledger().history.last_mut() {
             last.wait = Some(last.wait.unwrap_or_default().saturating_add(extra));
         }
     }
@@ -149,7 +149,7 @@ impl<S, B> Call<S, B> {
     #[cold]
     #[inline(never)]
     pub(super) fn refund(&mut self) {
-        if let Some(withdrawn) = self.slow.as_mut().and_then(|r| r.withdrawn.take()) {
+        if let Some(withdrawn) = self.ledger.as_mut().and_then(|r| r.withdrawn.take()) {
             if let Some(budget) = self.budget() {
                 budget.refund_withdrawal(withdrawn);
             }
@@ -160,7 +160,7 @@ impl<S, B> Call<S, B> {
     /// call that may retry reads it, from its request head kept for the next
     /// attempt, so the success path neither looks it up nor clones it.
     pub(in crate::retry) fn breaker_allows_retry(&self) -> bool {
-        if let Some(allows) = self.holdings().and_then(Holdings::allows_retry) {
+        if let Some(allows) = self.pass().and_then(Pass::allows_retry) {
             return allows;
         }
         self.head()

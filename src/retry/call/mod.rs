@@ -21,7 +21,7 @@ mod tell;
 
 use super::future::{ResponseFuture, State};
 use super::head::Head;
-use crate::admit::{Admitted, Holdings};
+use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::error::{BoxError, Error, TimedOut};
 use crate::observe::{self, Event, Observed};
@@ -36,7 +36,7 @@ use crate::policy::{
 pub(super) struct Call<S, B> {
     /// What later attempts and admission need, on the heap; `None` when the policy
     /// allows one attempt and the call holds nothing of admission.
-    kept: Option<Box<Kept<S>>>,
+    carry: Option<Box<Carry<S>>>,
     pub(super) policy: Arc<RetryPolicy>,
     /// The policy treats the method as idempotent.
     idempotent: bool,
@@ -56,7 +56,7 @@ pub(super) struct Call<S, B> {
     pub(super) started: Option<Instant>,
     /// What only a call that is timed, fails or is hedged needs: allocated then,
     /// so the success path moves a smaller future and initialises less.
-    slow: Rare<SlowPath>,
+    ledger: Lazy<Ledger>,
     /// The call's observer, when one was set; taken when the call ends.
     observed: Option<Arc<Observed>>,
 }
@@ -68,9 +68,9 @@ impl<S, B> Drop for Call<S, B> {
     #[inline]
     fn drop(&mut self) {
         if self
-            .slow
+            .ledger
             .as_ref()
-            .is_some_and(|slow| slow.withdrawn.is_some())
+            .is_some_and(|ledger| ledger.withdrawn.is_some())
         {
             self.refund();
         }
@@ -78,7 +78,7 @@ impl<S, B> Drop for Call<S, B> {
 }
 
 /// `$value` on the heap, made into a block allocated first (`Box::write`), instead
-/// of made on the stack and copied: a [`Kept`] is several hundred bytes. A macro, as
+/// of made on the stack and copied: a [`Carry`] is several hundred bytes. A macro, as
 /// the value must be made after the block is (a function would take it made).
 macro_rules! in_place {
     ($value:expr) => {
@@ -92,43 +92,38 @@ use in_place;
 /// breaker permit and budget account. A transport's client is a few hundred bytes
 /// (hyper-util's is 304), and the future that every layer above moves would carry
 /// it; on the heap, beside the head's extensions, it costs no allocation of its own.
-pub(super) struct Kept<S> {
+pub(super) struct Carry<S> {
     /// `None` when the policy allows one attempt.
-    later: Option<Later<S>>,
-    holdings: Holdings,
+    resend: Option<Resend<S>>,
+    pass: Pass,
 }
 
-impl<S> Kept<S> {
+impl<S> Carry<S> {
     /// What a call that sends one attempt keeps: what admission left it, if anything.
-    fn holding(holdings: Holdings) -> Option<Box<Self>> {
-        (!holdings.is_empty()).then(|| {
-            in_place!(Kept {
-                later: None,
-                holdings,
-            })
-        })
+    fn passed(pass: Pass) -> Option<Box<Self>> {
+        (!pass.is_empty()).then(|| in_place!(Carry { resend: None, pass }))
     }
 }
 
 /// What later attempts need: the service that sends them and the request's head.
-struct Later<S> {
+struct Resend<S> {
     service: S,
     head: Head,
 }
 
-/// A box the success path leaves empty. Its emptiness is checked where it is
+/// A box filled only when the call needs what it holds (its ledger, its span). Its emptiness is checked where it is
 /// dropped, and only a full one calls out to drop its contents, so the success
 /// path does not call the contents' drop glue to learn there is nothing to drop.
-pub(super) struct Rare<T>(Option<Box<T>>);
+pub(super) struct Lazy<T>(Option<Box<T>>);
 
-impl<T> Rare<T> {
+impl<T> Lazy<T> {
     #[inline]
     pub(super) fn new(value: Option<Box<T>>) -> Self {
-        Rare(value)
+        Lazy(value)
     }
 }
 
-impl<T> std::ops::Deref for Rare<T> {
+impl<T> std::ops::Deref for Lazy<T> {
     type Target = Option<Box<T>>;
 
     #[inline]
@@ -137,14 +132,14 @@ impl<T> std::ops::Deref for Rare<T> {
     }
 }
 
-impl<T> std::ops::DerefMut for Rare<T> {
+impl<T> std::ops::DerefMut for Lazy<T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Option<Box<T>> {
         &mut self.0
     }
 }
 
-impl<T> Drop for Rare<T> {
+impl<T> Drop for Lazy<T> {
     #[inline(always)]
     fn drop(&mut self) {
         if let Some(full) = self.0.take() {
@@ -159,8 +154,10 @@ fn drop_full<T>(full: Box<T>) {
     drop(full);
 }
 
-/// The part of a call's state that the success path does without.
-struct SlowPath {
+/// The call's ledger: its deadline, when its attempts started and may resume, what
+/// it paid the budget, its history, its last error and the pause that stopped it.
+/// A call answered at once has none.
+struct Ledger {
     deadline: Option<Instant>,
     /// Whether the current attempt's timeout is the call's deadline.
     timeout_is_deadline: bool,
@@ -177,9 +174,9 @@ struct SlowPath {
     paused: Option<Instant>,
 }
 
-impl SlowPath {
+impl Ledger {
     fn new(max_attempts: u32, deadline: Option<Instant>) -> Box<Self> {
-        Box::new(SlowPath {
+        Box::new(Ledger {
             deadline,
             timeout_is_deadline: false,
             attempt_started: None,
@@ -196,7 +193,7 @@ impl SlowPath {
 pub(super) type CallResult<RB> = Result<Response<RB>, Error>;
 
 /// What to do after an attempt's outcome.
-pub(super) enum Step<RB> {
+pub(super) enum Next<RB> {
     /// The call ends.
     Return(CallResult<RB>),
     /// Another attempt, after `wait`; a failed response's body is drained first.
@@ -210,25 +207,25 @@ impl<S, B> Call<S, B> {
     /// The request head kept for later attempts; `None` when the policy allows one.
     #[inline]
     pub(super) fn head(&self) -> Option<&Head> {
-        Some(&self.kept.as_deref()?.later.as_ref()?.head)
+        Some(&self.carry.as_deref()?.resend.as_ref()?.head)
     }
 
     /// The service that sends later attempts; `None` when the policy allows one.
     #[inline]
     pub(super) fn service(&mut self) -> Option<&mut S> {
-        Some(&mut self.kept.as_deref_mut()?.later.as_mut()?.service)
+        Some(&mut self.carry.as_deref_mut()?.resend.as_mut()?.service)
     }
 
     /// What admission left the call, when it left anything.
     #[inline]
-    pub(super) fn holdings(&self) -> Option<&Holdings> {
-        self.kept.as_deref().map(|kept| &kept.holdings)
+    pub(super) fn pass(&self) -> Option<&Pass> {
+        self.carry.as_deref().map(|carry| &carry.pass)
     }
 
     /// The same, mutably.
     #[inline]
-    pub(super) fn holdings_mut(&mut self) -> Option<&mut Holdings> {
-        self.kept.as_deref_mut().map(|kept| &mut kept.holdings)
+    pub(super) fn pass_mut(&mut self) -> Option<&mut Pass> {
+        self.carry.as_deref_mut().map(|carry| &mut carry.pass)
     }
 }
 
@@ -236,25 +233,25 @@ impl<S, B> Call<S, B> {
     /// When the attempt starting at `now` must end: the policy's attempt timeout,
     /// cut to the deadline. `Err` when less than the minimum attempt time is left.
     pub(super) fn attempt_timeout(&mut self, now: Instant) -> Result<Option<Instant>, ()> {
-        start::first_timeout(&self.policy, self.slow.as_deref_mut(), now)
+        start::first_timeout(&self.policy, self.ledger.as_deref_mut(), now)
     }
 
     /// The error of an attempt whose timer fired: its own timeout, or the deadline.
     pub(super) fn timed_out(&self) -> BoxError {
         Box::new(TimedOut {
-            deadline: self.slow.as_ref().is_some_and(|r| r.timeout_is_deadline),
+            deadline: self.ledger.as_ref().is_some_and(|r| r.timeout_is_deadline),
         })
     }
 
     /// The slow part of the state, allocated on first use.
-    fn slow(&mut self) -> &mut SlowPath {
+    fn ledger(&mut self) -> &mut Ledger {
         let max_attempts = self.policy.max_attempts();
-        self.slow
-            .get_or_insert_with(|| SlowPath::new(max_attempts, None))
+        self.ledger
+            .get_or_insert_with(|| Ledger::new(max_attempts, None))
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.slow.as_ref()?.deadline
+        self.ledger.as_ref()?.deadline
     }
 
     /// Notes when the call started, at the first attempt's first wait, if no clock
@@ -269,13 +266,13 @@ impl<S, B> Call<S, B> {
     /// When the next attempt may start: the end of the wait that begins at `now`.
     pub(super) fn resume_at(&mut self, now: Instant, wait: Duration) -> Instant {
         let at = later(now, wait);
-        self.slow().resume_at = Some(at);
+        self.ledger().resume_at = Some(at);
         at
     }
 
     /// What is left of the wait, after a drain.
     pub(super) fn rest_of_wait(&self, now: Instant) -> Option<Instant> {
-        self.slow.as_ref()?.resume_at.filter(|&t| t > now)
+        self.ledger.as_ref()?.resume_at.filter(|&t| t > now)
     }
 
     /// Until when a failed response's body may be drained, from `now`.

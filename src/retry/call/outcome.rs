@@ -13,7 +13,7 @@ where
     pub(in crate::retry) fn on_outcome<RB>(
         &mut self,
         result: Result<Response<RB>, BoxError>,
-    ) -> Step<RB> {
+    ) -> Next<RB> {
         let progress = self.log.take().map(|p| p.snapshot());
         match result {
             Ok(res) => {
@@ -46,12 +46,12 @@ where
                             self.pause_origin(&res, now);
                             self.scheduled(wait, Some(res), reason)
                         }
-                        Err(stop) => Step::Return(self.answer(res, stop)),
+                        Err(stop) => Next::Return(self.answer(res, stop)),
                     },
                     Classification::NotRetryable(why) => {
-                        Step::Return(self.answer(res, StopReason::NotRetryable(why)))
+                        Next::Return(self.answer(res, StopReason::NotRetryable(why)))
                     }
-                    Classification::Answer => Step::Return(self.answer(res, StopReason::Answered)),
+                    Classification::Answer => Next::Return(self.answer(res, StopReason::Answered)),
                 }
             }
             Err(err) => {
@@ -72,15 +72,15 @@ where
                 // deadline ended the call, not the attempts or the method.
                 if err.downcast_ref::<TimedOut>().is_some_and(|t| t.deadline) {
                     let retryable = class.is_retryable();
-                    return Step::Return(self.fail(kind, err, StopReason::Deadline, retryable));
+                    return Next::Return(self.fail(kind, err, StopReason::Deadline, retryable));
                 }
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => {
-                            self.slow().last_error = Some((kind, err));
+                            self.ledger().last_error = Some((kind, err));
                             self.scheduled(wait, None, reason)
                         }
-                        Err(stop) => Step::Return(self.fail(kind, err, stop, true)),
+                        Err(stop) => Next::Return(self.fail(kind, err, stop, true)),
                     },
                     Classification::NotRetryable(why) => {
                         // A body failure that is the replay body's own (an abandoned
@@ -91,10 +91,10 @@ where
                             }
                             _ => StopReason::NotRetryable(why),
                         };
-                        Step::Return(self.fail(kind, err, stop, false))
+                        Next::Return(self.fail(kind, err, stop, false))
                     }
                     // The ladder answers only responses.
-                    Classification::Answer => Step::Return(self.fail(
+                    Classification::Answer => Next::Return(self.fail(
                         kind,
                         err,
                         StopReason::NotRetryable(NoRetry::Permanent),
@@ -126,7 +126,7 @@ impl<S, B> Call<S, B> {
     #[inline]
     pub(in crate::retry) fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
         let status = res.status();
-        let plain = self.slow.as_ref().is_none_or(|r| r.history.is_empty())
+        let plain = self.ledger.as_ref().is_none_or(|r| r.history.is_empty())
             && is_answer_under(self.policy.rules(), status, res.headers())
             && res.extensions().get::<AttemptLog>().is_none();
         if plain {

@@ -44,15 +44,15 @@ fn stamp(
 /// The first attempt's timeout (see [`Call::attempt_timeout`]).
 pub(super) fn first_timeout(
     policy: &RetryPolicy,
-    slow: Option<&mut SlowPath>,
+    ledger: Option<&mut Ledger>,
     now: Instant,
 ) -> Result<Option<Instant>, ()> {
     let own = policy.attempt_timeout().map(|t| later(now, t));
-    let Some(slow) = slow else {
+    let Some(ledger) = ledger else {
         return Ok(own);
     };
-    slow.timeout_is_deadline = false;
-    let Some(deadline) = slow.deadline else {
+    ledger.timeout_is_deadline = false;
+    let Some(deadline) = ledger.deadline else {
         return Ok(own);
     };
     if deadline.saturating_duration_since(now) < policy.min_attempt_time() {
@@ -61,7 +61,7 @@ pub(super) fn first_timeout(
     match own {
         Some(own) if own <= deadline => Ok(Some(own)),
         _ => {
-            slow.timeout_is_deadline = true;
+            ledger.timeout_is_deadline = true;
             Ok(Some(deadline))
         }
     }
@@ -90,11 +90,7 @@ where
     where
         S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     {
-        let Admitted {
-            holdings,
-            keyed,
-            at,
-        } = admitted;
+        let Admitted { pass, keyed, at } = admitted;
         let keyed_by_admission = keyed;
         let ext = &parts.extensions;
         let given = crate::policy::Given::new(ext);
@@ -104,7 +100,7 @@ where
         let given_deadline = given.deadline();
         let route = given.route().cloned();
         // Admission that recorded the call for its observer shares its record.
-        let observed = match holdings.shared_observed() {
+        let observed = match pass.shared_observed() {
             Some(observed) => Some(observed.clone()),
             None => given
                 .observer()
@@ -151,28 +147,28 @@ where
         // `in_place`): what is kept of the extensions (read once the deadline is in
         // them) and the head's bytes are written where they stay. The service was
         // driven to readiness for the first attempt; the clone drives its own.
-        let kept = if retries {
-            let mut kept = in_place!(Kept {
-                later: Some(Later {
+        let carry = if retries {
+            let mut carry = in_place!(Carry {
+                resend: Some(Resend {
                     service: service.clone(),
                     head: Head::empty(),
                 }),
-                holdings,
+                pass,
             });
-            if let Some(later) = &mut kept.later {
-                later.head.fill(&parts);
+            if let Some(resend) = &mut carry.resend {
+                resend.head.fill(&parts);
             }
-            Some(kept)
+            Some(carry)
         } else {
-            Kept::holding(holdings)
+            Carry::passed(pass)
         };
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
-        let mut slow = timed.then(|| SlowPath::new(policy.max_attempts(), deadline));
+        let mut ledger = timed.then(|| Ledger::new(policy.max_attempts(), deadline));
         // The first attempt's timeout, and when it starts if its headers are stamped.
         let timeout = match (timed, started) {
             (true, Some(now)) => {
-                first_timeout(&policy, slow.as_deref_mut(), now).map(|t| (t, Some(now)))
+                first_timeout(&policy, ledger.as_deref_mut(), now).map(|t| (t, Some(now)))
             }
             _ => Ok((
                 None,
@@ -187,8 +183,8 @@ where
             () => {
                 Call {
                     idempotent,
-                    slow: Rare::new(slow),
-                    kept,
+                    ledger: Lazy::new(ledger),
+                    carry,
                     keyed,
                     body: source,
                     log,
@@ -220,14 +216,14 @@ where
                 timeout: crate::retry::future::timer(timeout),
             },
             call: call!(),
-            span: Rare::new(span),
+            span: Lazy::new(span),
         }
     }
 
     /// A call that sends nothing (yet): refused by admission, or held by it.
-    pub(in crate::retry) fn idle(policy: Arc<RetryPolicy>, holdings: Holdings) -> Self {
+    pub(in crate::retry) fn idle(policy: Arc<RetryPolicy>, pass: Pass) -> Self {
         Call {
-            kept: Kept::holding(holdings),
+            carry: Carry::passed(pass),
             policy,
             idempotent: false,
             keyed: false,
@@ -237,7 +233,7 @@ where
             answered: false,
             route: None,
             started: None,
-            slow: Rare::new(None),
+            ledger: Lazy::new(None),
             observed: None,
         }
     }
@@ -301,10 +297,10 @@ where
         };
         let mut req = self.track(req);
         self.stamp(&mut req, timeout, now);
-        let slow = self.slow();
-        slow.last_error = None;
-        slow.withdrawn = None;
-        slow.attempt_started = Some(now);
+        let ledger = self.ledger();
+        ledger.last_error = None;
+        ledger.withdrawn = None;
+        ledger.attempt_started = Some(now);
         // The request came from the kept head, so the service kept beside it is
         // there, driven to readiness by the `Readying` state.
         match self.service() {

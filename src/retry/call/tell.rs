@@ -25,8 +25,8 @@ impl<S, B> Call<S, B> {
         if let Some(observed) = self.observed.take() {
             self.tell_finished(&observed, result);
         }
-        if let Some(holdings) = self.holdings_mut() {
-            holdings.finish(result);
+        if let Some(pass) = self.pass_mut() {
+            pass.finish(result);
         }
     }
 

@@ -24,7 +24,7 @@ use flat::HeadCopy;
 /// A request's head, kept for later attempts: its extensions as [`Extras`], and the
 /// rest as flat bytes in place (or, rarely, in a buffer of their own or a clone).
 /// It lives on the heap beside the service for later attempts (see
-/// [`Kept`](super::call::Kept)), so the future that every layer above moves stays
+/// [`Carry`](super::call::Carry)), so the future that every layer above moves stays
 /// small, and the usual head costs the call one allocation in all.
 #[derive(Clone)]
 pub(super) struct Head {
@@ -36,7 +36,7 @@ pub(super) struct Head {
 /// the call's context alone when that is all they hold (the usual backstop stack: a
 /// few reference counts instead of a cloned map), else a clone of them all. It is
 /// kept on the heap with the rest of what later attempts need (see
-/// [`Kept`](super::call::Kept)), so the context is not boxed on its own.
+/// [`Carry`](super::call::Carry)), so the context is not boxed on its own.
 #[derive(Clone)]
 pub(super) enum Extras {
     None,

@@ -1,4 +1,5 @@
-//! What an admitted call holds until it ends, and what it records then.
+//! The pass of an admitted call: what it holds until it ends, and what it records
+//! then.
 
 use std::sync::Arc;
 
@@ -12,15 +13,15 @@ use crate::error::Error;
 use crate::observe::Observed;
 use crate::policy::{pause_told, pause_until, BudgetAccount, BudgetHandle, CallContext};
 
-/// What an admitted call holds until its state is dropped: its breaker permit
+/// An admitted call's pass, held until its state is dropped: its breaker permit
 /// (which records the call's outcome once, when it ends) and its budget account.
 /// Empty for a call admitted holding nothing, which is then one word to check where
 /// it drops.
 #[derive(Default)]
-pub(crate) struct Holdings(Option<Holding>);
+pub(crate) struct Pass(Option<Passed>);
 
 /// What a call holds, when it holds anything.
-struct Holding {
+struct Passed {
     /// The breaker's permit, through the entry that keeps the breaker (and the
     /// account too, when one registry keeps both).
     permit: Option<Permit<Origin>>,
@@ -31,7 +32,7 @@ struct Holding {
     observed: Option<Arc<Observed>>,
 }
 
-impl Holdings {
+impl Pass {
     /// What a call holds of these; empty when it holds none.
     pub(super) fn new(
         permit: Option<Permit<Origin>>,
@@ -39,9 +40,9 @@ impl Holdings {
         observed: Option<Arc<Observed>>,
     ) -> Self {
         if permit.is_none() && budget.is_none() && observed.is_none() {
-            return Holdings(None);
+            return Pass(None);
         }
-        Holdings(Some(Holding {
+        Pass(Some(Passed {
             permit,
             budget,
             observed,
@@ -134,7 +135,7 @@ impl Holdings {
         self.0.as_ref()?.observed.as_ref()
     }
 
-    /// The call ended with a plain first answer (see [`Holdings::finish`]).
+    /// The call ended with a plain first answer (see [`Pass::finish`]).
     #[inline]
     pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
         if self.holds_handles() {
