@@ -133,8 +133,7 @@ pin_project! {
         // admission refused it.
         Refused { error: Option<Error> },
         // The call has ended; polling again is a caller's mistake, answered with an
-        // error rather than a future that never completes. (A call that ended with a
-        // plain first answer stays in `Attempt`, marked `answered`: see `poll`.)
+        // error rather than a future that never completes.
         Done,
     }
 }
@@ -234,10 +233,6 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        // The success path returns without leaving the attempt's state.
-        if this.call.answered {
-            return Poll::Ready(Err(Error::polled_after_completion("retry")));
-        }
         // A held call starts (or is refused) once its hold is over.
         // (The variant is read first: projecting the state reads every variant.)
         if matches!(*this.state, State::Held { .. }) {
@@ -270,13 +265,7 @@ where
                                 if let Some(pass) = call.pass_mut() {
                                     pass.answered(&res);
                                 }
-                                // The attempt's state is dropped with the future (a
-                                // finished inner future holds little, and its timer,
-                                // if any, goes now); the mark says the call has ended.
-                                if timeout.is_some() {
-                                    *timeout = None;
-                                }
-                                call.answered = true;
+                                this.state.set(State::Done);
                                 return Poll::Ready(Ok(res));
                             }
                             Ok(res)

@@ -47,9 +47,6 @@ pub(super) struct Call<S, B> {
     /// The current attempt's record, kept when its write safety depends on it.
     log: Option<AttemptLog>,
     pub(super) attempt: u32,
-    /// The call ended with a plain first answer, returned without leaving the
-    /// attempt's state (see the future's success path).
-    pub(super) answered: bool,
     /// The name of the route the call matched, for its history.
     route: Option<Arc<str>>,
     /// When the call started; `None` until something needs it (see `start`).
