@@ -26,10 +26,14 @@ use crate::observe::Observer;
 /// the whole stack, and the retry layer copies this one value into each attempt
 /// instead of cloning every extension.
 ///
-/// Code of your own can fill it in too (a per-call budget, say). The handle types
-/// inserted into the extensions directly ([`BudgetHandle`], [`BreakerHandle`],
-/// [`Keyed`], [`Deadline`], [`AttemptLog`]) keep working: a layer reads the
-/// context first and then those.
+/// It is the one channel by which a handle reaches a layer: a [`BudgetHandle`],
+/// [`BreakerHandle`] or [`AttemptLog`] inserted into the extensions on its own is
+/// not read. Code of your own can fill in the handles (a per-call budget of your
+/// own [`BudgetAccount`](super::BudgetAccount), say) and the per-call choices
+/// (deadline, hedging, observer); the per-attempt record and the route's name are
+/// the retry layer's to set. Per-call settings a caller states ([`Deadline`],
+/// [`Keyed`], a [`RetryPolicy`](crate::RetryPolicy), [`OneShot`](crate::OneShot))
+/// may still be inserted into the extensions directly.
 ///
 /// # Examples
 ///
@@ -150,9 +154,10 @@ impl CallContext {
         self.route.as_deref()
     }
 
-    /// Names the route the call matched (for the history and tracing).
+    /// Names the route the call matched (for the history and tracing): the route
+    /// table's to set.
     #[inline]
-    pub fn set_route(&mut self, name: Arc<str>) {
+    pub(crate) fn set_route(&mut self, name: Arc<str>) {
         self.route = Some(name);
     }
 
@@ -180,9 +185,9 @@ impl CallContext {
         self.attempt.as_ref()
     }
 
-    /// Sets (or clears) the current attempt's record.
+    /// Sets (or clears) the current attempt's record: the retry layer's to set.
     #[inline]
-    pub fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
+    pub(crate) fn set_attempt(&mut self, attempt: Option<AttemptLog>) {
         self.attempt = attempt;
     }
 
@@ -284,16 +289,12 @@ impl<'a> Given<'a> {
 
     #[inline]
     pub(crate) fn budget(&self) -> Option<&'a BudgetHandle> {
-        self.context
-            .and_then(CallContext::budget)
-            .or_else(|| self.get::<BudgetHandle>())
+        self.context.and_then(CallContext::budget)
     }
 
     #[inline]
     pub(crate) fn breaker(&self) -> Option<&'a BreakerHandle> {
-        self.context
-            .and_then(CallContext::breaker)
-            .or_else(|| self.get::<BreakerHandle>())
+        self.context.and_then(CallContext::breaker)
     }
 
     #[inline]
@@ -336,9 +337,7 @@ impl<'a> Given<'a> {
 
     #[inline]
     pub(crate) fn attempt(&self) -> Option<&'a AttemptLog> {
-        self.context
-            .and_then(CallContext::attempt)
-            .or_else(|| self.get::<AttemptLog>())
+        self.context.and_then(CallContext::attempt)
     }
 }
 
@@ -347,14 +346,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_inserted_directly_are_still_read() {
+    fn the_context_is_the_one_channel_for_handles() {
         let mut ext = Extensions::new();
+        // A caller's per-call setting, stated in the extensions, is read.
         ext.insert(Keyed);
+        // A handle inserted on its own is not: only the context carries handles.
         ext.insert(AttemptLog::new());
         let given = Given::new(&ext);
         assert!(given.keyed());
-        assert!(given.attempt().is_some());
-        assert!(given.budget().is_none());
+        assert!(given.attempt().is_none());
+        let log = AttemptLog::new();
+        CallContext::of_mut(&mut ext).set_attempt(Some(log));
+        assert!(Given::new(&ext).attempt().is_some());
     }
 
     #[tokio::test(start_paused = true)]

@@ -107,7 +107,7 @@ pub(crate) fn paused_told(
     pause
 }
 
-/// The budget account of a call, found in its request extensions.
+/// The budget account of a call, found in its [`CallContext`](super::CallContext).
 ///
 /// # Examples
 ///
@@ -125,7 +125,8 @@ pub(crate) fn paused_told(
 ///
 /// let handle = BudgetHandle::new(Arc::new(Tokens(AtomicU32::new(1))));
 /// let mut req = http::Request::get("http://example.com/").body(()).unwrap();
-/// req.extensions_mut().insert(handle.clone());
+/// // The call's context is how a handle reaches the layers.
+/// backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(handle.clone());
 /// assert!(handle.try_withdraw());
 /// assert!(!handle.try_withdraw());
 /// ```
@@ -209,7 +210,7 @@ pub trait BreakerGate: Send + Sync + 'static {
     fn allows_retry(&self) -> bool;
 }
 
-/// The circuit breaker of a call's origin, found in its request extensions.
+/// The circuit breaker of a call's origin, found in its [`CallContext`](super::CallContext).
 ///
 /// # Examples
 ///

@@ -254,7 +254,7 @@ async fn an_exhausted_budget_prevents_the_hedge() {
     let script = Script::new([slow(ms(300), 200)]);
     let (budget, tokens) = Tokens::handle(0);
     let mut req = get();
-    req.extensions_mut().insert(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
     let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
@@ -271,7 +271,7 @@ async fn each_hedge_spends_the_budget() {
     let script = Script::new([Step::Hang, Step::Hang, slow(ms(500), 200)]);
     let (budget, tokens) = Tokens::handle(1);
     let mut req = get();
-    req.extensions_mut().insert(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
     let hedge = HedgePolicy::builder()
         .after(ms(100))
         .max_extra(3)
@@ -290,8 +290,9 @@ async fn an_open_breaker_prevents_the_hedge() {
     let script = Script::new([slow(ms(300), 200)]);
     let (budget, tokens) = Tokens::handle(10);
     let mut req = get();
-    req.extensions_mut().insert(budget);
-    req.extensions_mut().insert(Switch::open().handle());
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut())
+        .set_breaker(Switch::open().handle());
     let res = send_alone(&script, HedgePolicy::after(ms(100)), req)
         .await
         .unwrap();
@@ -352,8 +353,8 @@ async fn the_gates_are_asked_again_once_the_copy_could_go() {
     let (budget, tokens) = Tokens::handle(10);
     let switch = Switch::closed();
     let mut req = get();
-    req.extensions_mut().insert(budget);
-    req.extensions_mut().insert(switch.handle());
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_breaker(switch.handle());
     let t0 = Instant::now();
     let inner = ReadyAt {
         inner: script.clone(),
@@ -387,7 +388,7 @@ async fn a_copy_the_budget_refuses_lets_go_of_the_readiness_it_reserved() {
     let limited = tower::limit::ConcurrencyLimitLayer::new(2).layer(script.clone());
     let (budget, tokens) = Tokens::handle(0);
     let mut req = get();
-    req.extensions_mut().insert(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
     let call = HedgeLayer::new(HedgePolicy::after(ms(100)))
         .layer(limited.clone())
         .oneshot(req);

@@ -460,7 +460,7 @@ async fn routes_pick_the_policy() {
 async fn a_spent_budget_stops_with_the_last_outcome() {
     let mock = Script::new([status(503), status(503), status(200)]);
     let mut req = get();
-    req.extensions_mut().insert(Tokens::handle(1).0);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(Tokens::handle(1).0);
     let res = send(&mock, fast(), req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 2, "one retry from a budget of one");
@@ -471,7 +471,8 @@ async fn a_spent_budget_stops_with_the_last_outcome() {
 async fn an_open_breaker_stops_before_the_retry() {
     let mock = Script::new([io_error(io::ErrorKind::ConnectionReset), status(200)]);
     let mut req = get();
-    req.extensions_mut().insert(Switch::open().handle());
+    backstop::policy::CallContext::of_mut(req.extensions_mut())
+        .set_breaker(Switch::open().handle());
     let err = send(&mock, fast(), req).await.unwrap_err();
     assert_eq!(mock.calls(), 1);
     assert!(err.is_circuit_open());
@@ -483,7 +484,7 @@ async fn a_breaker_that_opens_during_the_wait_stops_after_it() {
     let switch = Switch::closed();
     let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
-    req.extensions_mut().insert(switch.handle());
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_breaker(switch.handle());
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
     let call = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
         .await
@@ -778,8 +779,8 @@ async fn a_retry_refused_after_the_wait_gives_its_budget_back() {
     let (budget, tokens) = Tokens::handle(1);
     let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(200)]);
     let mut req = get();
-    req.extensions_mut().insert(switch.handle());
-    req.extensions_mut().insert(budget);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_breaker(switch.handle());
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(budget);
     let mut svc = RetryLayer::new(fast()).layer(mock.clone());
     let call = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
         .await

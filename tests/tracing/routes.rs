@@ -43,7 +43,7 @@ async fn the_route_name_is_on_the_retry_span_and_the_hedge_events() {
     let mut req = Request::get("http://upstream.test/catalog/43")
         .body(Full::<Bytes>::default())
         .unwrap();
-    req.extensions_mut().insert(Tokens::handle(0).0);
+    backstop::policy::CallContext::of_mut(req.extensions_mut()).set_budget(Tokens::handle(0).0);
     let res = stack.oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.calls(), 3);
