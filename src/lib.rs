@@ -244,10 +244,9 @@ pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use observe::ObserveLayer;
 pub use origin::Partition;
-pub use policy::RetryPolicy;
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;
-pub use retry::{Retry, RetryLayer};
+pub use retry::{Retry, RetryLayer, RetryPolicy};
 pub use stack::{Backstop, BackstopLayer};
 
 #[cfg(feature = "test-util")]

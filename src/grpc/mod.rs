@@ -384,8 +384,9 @@ fn encode_timeout(d: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{classify, Classification, Outcome, RequestFacts, RetryPolicy};
+    use crate::policy::{classify, Classification, Outcome, RequestFacts};
     use crate::policy::{NoRetry, RetryReason};
+    use crate::RetryPolicy;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

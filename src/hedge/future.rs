@@ -12,13 +12,14 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 
 use super::HedgeBody;
+use super::{Estimator, Judging};
 use crate::error::{BoxError, Error};
 use crate::observe::{Event, HedgeSent, HedgeWon, LoserCancelled, Observed};
 use crate::policy::{
     classify_error, ladder, later, pause_hint, AttemptLog, AttemptOutcome, Classification,
     ErrorKind, Given, Hedged, HintTaken, NotHedged, Outcome, Sent,
 };
-use crate::policy::{pause_told, paused_told, Estimator, Judging};
+use crate::policy::{pause_told, paused_told};
 
 pin_project! {
     /// Response future of [`Hedge`](super::Hedge).

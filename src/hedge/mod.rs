@@ -171,8 +171,10 @@
 //! with the time driver enabled.
 
 mod body;
+mod estimate;
 mod future;
 mod layer;
+mod policy;
 
 use std::task::{Context, Poll};
 
@@ -180,14 +182,15 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
 
-pub use crate::policy::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use crate::policy::{Hedged, NotHedged, Sent};
 pub use body::HedgeBody;
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
+pub use policy::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 
-use crate::policy::Delay;
+use estimate::Estimator;
 use future::Plan;
+use policy::{Delay, Judging};
 
 use crate::body::OneShot;
 use crate::error::{BoxError, Error};

@@ -15,10 +15,10 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::call::{Call, CallResult, Rare, Step};
+use super::RetryPolicy;
 use crate::admit::{Admitted, Holdings, Paused};
 use crate::body::ReplayBody;
 use crate::error::{BoxError, Error};
-use crate::policy::RetryPolicy;
 use crate::policy::{CallContext, StopReason};
 use std::mem;
 use std::sync::Arc;

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use http::{Extensions, Method, Request};
 
-use crate::policy::{CallContext, InvalidConfig, RetryPolicy, Rules};
-use crate::policy::{HedgeChoice, HedgePolicy};
+use super::RetryPolicy;
+use crate::hedge::{HedgeChoice, HedgePolicy};
+use crate::policy::{CallContext, InvalidConfig, Rules};
 
 /// Which requests a route covers: a path prefix, a method and a host, each
 /// optional; a request matches when it matches every part that is set.

@@ -44,7 +44,7 @@ pub enum Verdict {
 impl Verdict {
     /// The verdict with a wait hint: the next attempt waits exactly `wait` instead
     /// of the backoff, as for `Retry-After` (a hint over the policy's
-    /// [`max_retry_after`](super::RetryPolicy::max_retry_after) ends the call, and
+    /// [`max_retry_after`](crate::RetryPolicy::max_retry_after) ends the call, and
     /// so does one the deadline leaves no time for).
     pub fn after(self, wait: Duration) -> Decision {
         Decision {
@@ -278,7 +278,7 @@ impl fmt::Debug for StatusSet {
 /// [`Classifier`] consulted before all of them.
 ///
 /// Limits and timing (attempts, backoff, timeouts) are the
-/// [`RetryPolicy`](super::RetryPolicy)'s; the rules are apart so that the hedge
+/// [`RetryPolicy`](crate::RetryPolicy)'s; the rules are apart so that the hedge
 /// layer and the circuit breaker take the same rules without a retry policy
 /// ([`HedgePolicyBuilder::rules`](crate::hedge::HedgePolicyBuilder::rules),
 /// [`CircuitBreakerPolicyBuilder::rules`](crate::circuit_breaker::CircuitBreakerPolicyBuilder::rules)).
@@ -432,6 +432,12 @@ impl Rules {
         }
         #[cfg(not(feature = "grpc"))]
         let _ = time_left;
+    }
+}
+
+impl AsRef<Rules> for Rules {
+    fn as_ref(&self) -> &Rules {
+        self
     }
 }
 

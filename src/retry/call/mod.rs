@@ -29,8 +29,9 @@ use crate::policy::{
     call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_told, pause_until,
     paused_told, AttemptLog, AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle,
     CallContext, Classification, ErrorKind, Hedged, History, NoRetry, Outcome, Progress,
-    RetryPolicy, RetryReason, StopReason,
+    RetryReason, StopReason,
 };
+use crate::retry::RetryPolicy;
 
 /// Everything a call keeps between attempts.
 pub(super) struct Call<S, B> {
