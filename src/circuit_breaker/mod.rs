@@ -129,7 +129,7 @@ pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 
 use crate::admit::{Admission, NeverHeld};
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).

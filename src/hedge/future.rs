@@ -13,13 +13,14 @@ use tower_service::Service;
 
 use super::HedgeBody;
 use super::{Estimator, Judging};
-use crate::error::{BoxError, Error};
-use crate::observe::{Event, HedgeSent, HedgeWon, LoserCancelled, Observed};
+use crate::observe::{
+    pause_told, paused_told, Event, HedgeSent, HedgeWon, LoserCancelled, Observed,
+};
+use crate::policy::error::{BoxError, Error};
 use crate::policy::{
     classify_error, ladder, later, pause_hint, AttemptLog, AttemptOutcome, Classification,
     ErrorKind, Given, Hedged, HintTaken, NotHedged, Outcome, Sent,
 };
-use crate::policy::{pause_told, paused_told};
 
 pin_project! {
     /// Response future of [`Hedge`](super::Hedge).

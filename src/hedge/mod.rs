@@ -193,7 +193,7 @@ use future::Plan;
 use policy::{Delay, Judging};
 
 use crate::body::OneShot;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 use crate::policy::Given;
 
 /// Sends extra copies of a slow idempotent request and returns the first

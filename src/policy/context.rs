@@ -7,8 +7,8 @@ use std::sync::Arc;
 use http::Extensions;
 use tokio::time::Instant;
 
+use super::event::Observer;
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
-use crate::observe::Observer;
 
 /// What the context keeps of a call's hedging: the hedge layer's
 /// [`HedgeChoice`](crate::hedge::HedgeChoice), held without naming it, since this

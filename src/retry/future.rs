@@ -18,7 +18,7 @@ use super::call::{Call, CallResult, Rare, Step};
 use super::RetryPolicy;
 use crate::admit::{Admitted, Holdings, Paused};
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 use crate::policy::{CallContext, StopReason};
 use std::mem;
 use std::sync::Arc;

@@ -100,7 +100,7 @@ pub use route::{Route, RoutePolicy, Routes};
 
 use crate::admit::{Admission, Admitted, Entered};
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
 /// docs](self).

@@ -92,10 +92,10 @@ pub use builder::{BackstopBuilder, BackstopLayer};
 use crate::admit::budget::OriginAccount;
 use crate::admit::Admission;
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
 use crate::hedge::Hedge;
 use crate::observe::Observer;
 use crate::policy::circuit::State;
+use crate::policy::error::{BoxError, Error};
 use crate::policy::CallContext;
 use crate::retry::Retry;
 

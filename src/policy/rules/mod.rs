@@ -323,9 +323,15 @@ pub struct Rules {
     idempotency_header: HeaderName,
     classifier: Option<Arc<dyn Classifier>>,
     attempt_header: Option<HeaderName>,
-    /// gRPC's per-attempt headers (`grpc-timeout`, `grpc-previous-rpc-attempts`).
-    pub(crate) grpc: bool,
+    /// A protocol's own per-attempt headers, stamped by the function its rules
+    /// installed (gRPC's `grpc-timeout` and `grpc-previous-rpc-attempts`).
+    stamp_with: Option<Stamp>,
 }
+
+/// Stamps a protocol's own headers on one attempt: the headers, the attempt's
+/// number (from 1) and the time it has. A protocol's rules install one
+/// ([`RulesBuilder::stamp_with`]), so the ladder names no protocol.
+pub(crate) type Stamp = fn(&mut HeaderMap, u32, Option<Duration>);
 
 impl Default for Rules {
     fn default() -> Self {
@@ -336,7 +342,7 @@ impl Default for Rules {
             idempotency_header: IDEMPOTENCY_KEY_HEADER,
             classifier: None,
             attempt_header: None,
-            grpc: false,
+            stamp_with: None,
         }
     }
 }
@@ -414,24 +420,21 @@ impl Rules {
         self.classifier.as_deref()
     }
 
-    /// Whether each attempt's headers are stamped (an attempt header, gRPC's).
+    /// Whether each attempt's headers are stamped (an attempt header, a protocol's).
     #[inline]
     pub(crate) fn stamps(&self) -> bool {
-        self.attempt_header.is_some() || self.grpc
+        self.attempt_header.is_some() || self.stamp_with.is_some()
     }
 
-    /// Stamps an attempt's headers: the attempt header, and gRPC's
-    /// `grpc-previous-rpc-attempts` and `grpc-timeout` (cut to `time_left`).
+    /// Stamps an attempt's headers: the attempt header, and the protocol's own
+    /// (gRPC's `grpc-previous-rpc-attempts` and `grpc-timeout`, cut to `time_left`).
     pub(crate) fn stamp(&self, headers: &mut HeaderMap, attempt: u32, time_left: Option<Duration>) {
         if let Some(name) = &self.attempt_header {
             headers.insert(name.clone(), HeaderValue::from(attempt));
         }
-        #[cfg(feature = "grpc")]
-        if self.grpc {
-            crate::grpc::stamp(headers, attempt, time_left);
+        if let Some(stamp) = self.stamp_with {
+            stamp(headers, attempt, time_left);
         }
-        #[cfg(not(feature = "grpc"))]
-        let _ = time_left;
     }
 }
 
@@ -450,7 +453,7 @@ impl fmt::Debug for Rules {
             .field("idempotency_header", &self.idempotency_header)
             .field("classifier", &self.classifier.is_some())
             .field("attempt_header", &self.attempt_header)
-            .field("grpc", &self.grpc)
+            .field("stamp_with", &self.stamp_with.is_some())
             .finish()
     }
 }
@@ -567,9 +570,11 @@ impl RulesBuilder {
         self
     }
 
+    /// Stamps each attempt's headers with `stamp` too: a protocol's rules (gRPC's)
+    /// install their per-attempt headers here.
     #[cfg(feature = "grpc")]
-    pub(crate) fn grpc(mut self) -> Self {
-        self.rules.grpc = true;
+    pub(crate) fn stamp_with(mut self, stamp: Stamp) -> Self {
+        self.rules.stamp_with = Some(stamp);
         self
     }
 
