@@ -218,7 +218,6 @@ mod admit;
 pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
-mod error;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
@@ -239,15 +238,14 @@ pub mod stack;
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy};
 pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-pub use error::{BoxError, Error, OriginPaused, TimedOut};
 pub use hedge::{HedgeLayer, HedgePolicy};
 pub use idempotency_key::IdempotencyKeyLayer;
 pub use observe::ObserveLayer;
 pub use origin::Partition;
-pub use policy::RetryPolicy;
+pub use policy::error::{BoxError, Error, OriginPaused, TimedOut};
 #[cfg(feature = "hyper")]
 pub use progress::ProgressTrackingLayer;
-pub use retry::{Retry, RetryLayer};
+pub use retry::{Retry, RetryLayer, RetryPolicy};
 pub use stack::{Backstop, BackstopLayer};
 
 /// The old name of [`BudgetPolicy`].

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::{Admission, Entered, Pass, Paused};
-use crate::error::{BoxError, Error};
 use crate::observe::Observed;
+use crate::policy::error::{BoxError, Error};
 
 /// How a held call starts once its hold is over: the inner service's future, or
 /// the error that refuses the call.

@@ -33,10 +33,10 @@ use http::request::Parts;
 use http::Request;
 use tokio::time::Instant;
 
-use crate::error::Error;
 use crate::observe::Observed;
 use crate::origin::{Partition, Registry};
 use crate::policy::circuit::State;
+use crate::policy::error::Error;
 use crate::policy::{call_deadline, CallContext, Given};
 use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
 use budget::{Account, BudgetPolicy, Hold, OriginAccount};

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use super::breaker::Permit;
 use super::budget::Account;
 use super::origin::{account_of, Origin};
-use crate::error::Error;
-use crate::observe::Observed;
-use crate::policy::{pause_told, pause_until, BudgetAccount, BudgetHandle, CallContext};
+use crate::observe::{pause_told, Observed};
+use crate::policy::error::Error;
+use crate::policy::{pause_until, BudgetAccount, BudgetHandle, CallContext};
 
 /// An admitted call's pass, held until its state is dropped: its breaker permit
 /// (which records the call's outcome once, when it ends) and its budget account.

@@ -44,7 +44,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::error::BoxError;
+use crate::policy::error::BoxError;
 use crate::policy::{AttemptLog, NotReplayable};
 
 mod direct;

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::sync::mpsc;
 
 use super::ReplayBody;
-use crate::error::BoxError;
+use crate::policy::error::BoxError;
 use crate::policy::{AttemptLog, NotReplayable};
 
 // ---------------------------------------------------------------------------

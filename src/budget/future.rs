@@ -8,7 +8,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::admit::Held;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 pin_project! {
     /// Response future of [`Budget`](super::Budget).

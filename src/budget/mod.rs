@@ -173,7 +173,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 pub use crate::admit::budget::{BudgetPolicy, BudgetPolicyBuilder, OriginAccount, PauseMode};
-pub use crate::error::OriginPaused;
+pub use crate::policy::error::OriginPaused;
 pub use future::ResponseFuture;
 pub use layer::BudgetLayer;
 

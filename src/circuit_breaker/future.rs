@@ -7,7 +7,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use crate::admit::NeverHeld;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker).

@@ -137,7 +137,7 @@ pub type CircuitBreakerBuilder = CircuitBreakerPolicyBuilder;
 pub type CircuitBreakerService<S> = CircuitBreaker<S>;
 
 use crate::admit::{Admission, NeverHeld};
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).

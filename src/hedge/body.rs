@@ -3,7 +3,7 @@ use http_body::Body;
 use http_body_util::{Empty, Full};
 
 use crate::body::ReplayBody;
-use crate::error::BoxError;
+use crate::policy::error::BoxError;
 
 /// A request body the hedge layer can send more than once at the same time.
 ///

@@ -171,8 +171,10 @@
 //! with the time driver enabled.
 
 mod body;
+mod estimate;
 mod future;
 mod layer;
+mod policy;
 
 use std::task::{Context, Poll};
 
@@ -180,11 +182,11 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
 
-pub use crate::policy::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use crate::policy::{Hedged, NotHedged, Sent};
 pub use body::HedgeBody;
 pub use future::ResponseFuture;
 pub use layer::HedgeLayer;
+pub use policy::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 
 /// The old name of [`HedgePolicyBuilder`].
 #[deprecated(since = "0.1.0", note = "renamed `HedgePolicyBuilder`")]
@@ -194,11 +196,12 @@ pub type HedgeBuilder = HedgePolicyBuilder;
 #[deprecated(since = "0.1.0", note = "renamed `Hedge`")]
 pub type Hedging<S> = Hedge<S>;
 
-use crate::policy::Delay;
+use estimate::Estimator;
 use future::Plan;
+use policy::{Delay, Judging};
 
 use crate::body::OneShot;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 use crate::policy::Given;
 
 /// Sends extra copies of a slow idempotent request and returns the first

@@ -98,7 +98,6 @@
 //! overhead -- added`). With one, each event is a call through a `dyn Observer`
 //! with borrowed data: an observer that must do slow work should hand it off.
 
-mod event;
 #[cfg(feature = "metrics")]
 mod metrics;
 
@@ -110,10 +109,13 @@ use http::Request;
 use tower_layer::Layer;
 use tower_service::Service;
 
-pub use event::{
+// The observer and its events are the shared vocabulary's (the call's context
+// carries the observer); this is their public home.
+pub use crate::policy::event::{
     outcome_label, reason_label, AttemptFinished, BreakerStateChanged, BudgetRanDry, CallFinished,
-    CallInfo, CallRefused, CallWaited, Event, HedgeSent, HedgeWon, LoserCancelled, Origin,
-    OriginPauseExtended, OriginPaused, OriginResumed, Refusal, RetryScheduled, RetrySkipped,
+    CallInfo, CallRefused, CallWaited, Event, HedgeSent, HedgeWon, LoserCancelled, Observer,
+    Origin, OriginPauseExtended, OriginPaused, OriginResumed, Refusal, RetryScheduled,
+    RetrySkipped,
 };
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -121,25 +123,9 @@ pub use metrics::MetricsObserver;
 
 use std::time::Duration;
 
-use crate::policy::{AttemptOutcome, BudgetAccount, CallContext, PauseChange, Progress};
+use tokio::time::Instant;
 
-/// Sees what the layers of a stack decide. See the [module docs](self).
-///
-/// It runs on the request path, inside the layers' futures: it must be cheap and
-/// must not block. A closure `Fn(&Event<'_>)` is an observer too.
-pub trait Observer: Send + Sync + 'static {
-    /// Tells the observer of one event.
-    fn on_event(&self, event: &Event<'_>);
-}
-
-impl<F> Observer for F
-where
-    F: Fn(&Event<'_>) + Send + Sync + 'static,
-{
-    fn on_event(&self, event: &Event<'_>) {
-        self(event)
-    }
-}
+use crate::policy::{AttemptOutcome, BudgetAccount, CallContext, Pause, PauseChange, Progress};
 
 /// Applies [`Observe`] to a service: leaves the observer in each call's
 /// [`CallContext`] for the backstop layers inside. Put it outermost.
@@ -307,4 +293,30 @@ impl Observed {
             self.tell(|call| Event::BudgetRanDry(BudgetRanDry { call }));
         }
     }
+}
+
+/// Pauses `budget`'s origin until `until`, telling the call's observer what
+/// changed.
+pub(crate) fn pause_told(
+    budget: &(impl BudgetAccount + ?Sized),
+    until: Instant,
+    observed: Option<&Observed>,
+) {
+    if let (Some(change), Some(observed)) = (budget.pause_reporting(until), observed) {
+        observed.pause_changed(change);
+    }
+}
+
+/// `budget`'s pause at `now`, telling the call's observer when this look resumed
+/// it.
+pub(crate) fn paused_told(
+    budget: &(impl BudgetAccount + ?Sized),
+    now: Instant,
+    observed: Option<&Observed>,
+) -> Option<Pause> {
+    let (pause, change) = budget.paused_reporting(now);
+    if let (Some(change), Some(observed)) = (change, observed) {
+        observed.pause_changed(change);
+    }
+    pause
 }

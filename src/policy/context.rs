@@ -1,14 +1,22 @@
 //! The per-call context: what the outer layers of a stack give the inner ones.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 use http::Extensions;
 use tokio::time::Instant;
 
-use super::HedgeChoice;
+use super::event::Observer;
 use super::{AttemptLog, BreakerHandle, BudgetHandle, Deadline, Keyed};
-use crate::observe::Observer;
+
+/// What the context keeps of a call's hedging: the hedge layer's
+/// [`HedgeChoice`](crate::hedge::HedgeChoice), held without naming it, since this
+/// vocabulary sits below every layer. The hedge module reads it back (it writes
+/// [`CallContext::hedge`] and [`CallContext::set_hedge`]).
+pub(crate) trait HedgeSlot: Any + fmt::Debug + Send + Sync {}
+
+impl<T: Any + fmt::Debug + Send + Sync> HedgeSlot for T {}
 
 /// What the outer layers of a stack give the inner ones for one call, carried in
 /// the request's extensions as one value.
@@ -60,7 +68,7 @@ pub struct CallContext {
     deadline: Option<Instant>,
     route: Option<Arc<str>>,
     /// Shared with the route table that chose it, so a call copies one pointer.
-    hedge: Option<Arc<HedgeChoice>>,
+    hedge: Option<Arc<dyn HedgeSlot>>,
     attempt: Option<AttemptLog>,
     observer: Option<Arc<dyn Observer>>,
     /// When the call entered the stack, read once by the first layer that dates
@@ -161,21 +169,18 @@ impl CallContext {
         self.route = Some(name);
     }
 
-    /// Whether and how the call is hedged, when a route (or the caller) chose; a hedge
-    /// layer beneath follows it instead of its own policy.
+    // `hedge`, `set_hedge` and `share_hedge` are written beside `HedgeChoice`, in
+    // the hedge module, over these two.
+
+    /// The call's hedging, as the hedge module reads it.
     #[inline]
-    pub fn hedge(&self) -> Option<&HedgeChoice> {
+    pub(crate) fn hedge_slot(&self) -> Option<&dyn HedgeSlot> {
         self.hedge.as_deref()
     }
 
-    /// Chooses whether and how the call is hedged (see [`HedgeChoice`]).
-    pub fn set_hedge(&mut self, choice: HedgeChoice) {
-        self.hedge = Some(Arc::new(choice));
-    }
-
-    /// Chooses the hedging a route table keeps for its calls.
+    /// Sets the call's hedging, as the hedge module writes it.
     #[inline]
-    pub(crate) fn share_hedge(&mut self, choice: Arc<HedgeChoice>) {
+    pub(crate) fn set_hedge_slot(&mut self, choice: Arc<dyn HedgeSlot>) {
         self.hedge = Some(choice);
     }
 
@@ -318,10 +323,10 @@ impl<'a> Given<'a> {
         self.context.and_then(|c| c.route.as_ref())
     }
 
-    /// The hedging a route or the caller chose.
+    /// The hedging a route or the caller chose, as the hedge module reads it.
     #[inline]
-    pub(crate) fn hedge(&self) -> Option<&'a HedgeChoice> {
-        self.context.and_then(CallContext::hedge)
+    pub(crate) fn hedge_slot(&self) -> Option<&'a dyn HedgeSlot> {
+        self.context.and_then(CallContext::hedge_slot)
     }
 
     #[inline]

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The least time worth starting an attempt (or a wait) with, unless a policy
+/// says otherwise: the retry and hedge policies' default.
+pub(crate) const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(10);
+
 /// The instant by which a whole call (every attempt and every wait) must end.
 ///
 /// Put it in a request's extensions to give that call a deadline; it overrides the

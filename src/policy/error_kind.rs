@@ -139,7 +139,7 @@ fn chain_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
 }
 
 fn kind_of(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    if let Some(kind) = crate::error::recognise(e) {
+    if let Some(kind) = super::error::recognise(e) {
         return Some(kind);
     }
     if e.is::<tokio::time::error::Elapsed>() {

@@ -81,32 +81,6 @@ pub trait BudgetAccount: Send + Sync + 'static {
     }
 }
 
-/// Pauses `budget`'s origin until `until`, telling the call's observer what
-/// changed.
-pub(crate) fn pause_told(
-    budget: &(impl BudgetAccount + ?Sized),
-    until: Instant,
-    observed: Option<&crate::observe::Observed>,
-) {
-    if let (Some(change), Some(observed)) = (budget.pause_reporting(until), observed) {
-        observed.pause_changed(change);
-    }
-}
-
-/// `budget`'s pause at `now`, telling the call's observer when this look resumed
-/// it.
-pub(crate) fn paused_told(
-    budget: &(impl BudgetAccount + ?Sized),
-    now: Instant,
-    observed: Option<&crate::observe::Observed>,
-) -> Option<Pause> {
-    let (pause, change) = budget.paused_reporting(now);
-    if let (Some(change), Some(observed)) = (change, observed) {
-        observed.pause_changed(change);
-    }
-    pause
-}
-
 /// The budget account of a call, found in its [`CallContext`](super::CallContext).
 ///
 /// # Examples

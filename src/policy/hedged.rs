@@ -132,7 +132,7 @@ impl Hedged {
     /// The `Hedged` record of a backstop [`Error`](crate::Error) in `err`'s source
     /// chain, when a hedge layer returned the error after a hedge was due.
     pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Hedged> {
-        crate::Error::find(err)?.attempt_log()?.hedged()
+        super::error::Error::find(err)?.attempt_log()?.hedged()
     }
 
     /// The `Hedged` record on a response, when a hedge was due for it.

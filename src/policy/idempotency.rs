@@ -3,7 +3,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use http::header::HeaderName;
 use http::Method;
+
+use super::{Given, Rules};
+
+/// The header an idempotency key travels in by default.
+pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Whether RFC 9110 calls `method` idempotent: GET, HEAD, OPTIONS, TRACE, PUT and
 /// DELETE. Repeating such a request has the same effect on the server as sending it
@@ -45,6 +51,17 @@ pub fn is_idempotent(method: &Method) -> bool {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Keyed;
+
+/// Whether a request carries the [`Keyed`] marker or the rules'
+/// idempotency-key header, whatever its method.
+#[inline]
+pub(crate) fn carries_key(
+    rules: &Rules,
+    headers: &http::HeaderMap,
+    extensions: &http::Extensions,
+) -> bool {
+    Given::new(extensions).keyed() || headers.contains_key(rules.idempotency_header())
+}
 
 /// A set of methods, asked on every call: a standard method is one bit, found
 /// without comparing methods; an extension method is looked for in a list.

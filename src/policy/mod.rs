@@ -14,10 +14,13 @@ mod classify;
 mod config;
 mod context;
 mod deadline;
+pub(crate) mod error;
 mod error_kind;
+pub(crate) mod event;
+#[cfg(feature = "grpc")]
+pub(crate) mod grpc_status;
 mod handles;
 mod hedged;
-mod hedging;
 mod history;
 mod idempotency;
 mod pause;
@@ -32,22 +35,20 @@ pub use error_kind::{classify_error, ErrorKind};
 pub use backoff::Backoff;
 pub(crate) use classify::{is_answer_under, ladder};
 pub(crate) use config::FirstError;
-pub(crate) use config::{carries_key, IDEMPOTENCY_KEY_HEADER};
-pub use config::{InvalidConfig, RetryPolicy, RetryPolicyBuilder};
+pub use config::InvalidConfig;
 pub use context::CallContext;
 pub(crate) use context::Given;
 pub use deadline::Deadline;
-pub(crate) use deadline::{call_deadline, later};
+pub(crate) use deadline::{call_deadline, later, MIN_ATTEMPT_TIME};
 pub(crate) use error_kind::chain;
-pub(crate) use handles::{pause_told, paused_told};
 pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 pub use hedged::{Hedged, NotHedged, Sent};
-pub(crate) use hedging::{Delay, Estimator, Judging};
-pub use hedging::{HedgeChoice, HedgePolicy, HedgePolicyBuilder};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};
 
+pub(crate) use idempotency::{
+    carries_key, standard_index, MethodSet, IDEMPOTENCY_KEY_HEADER, STANDARD_METHODS,
+};
 pub use idempotency::{is_idempotent, Keyed};
-pub(crate) use idempotency::{standard_index, MethodSet, STANDARD_METHODS};
 pub(crate) use pause::{meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};

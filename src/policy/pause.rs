@@ -129,7 +129,7 @@ pub enum PauseChange {
 /// Many Requests) or a 503 (Service Unavailable), read as the retry layer reads it
 /// (`retry-after-ms`, then `Retry-After` as seconds or an HTTP-date); with feature
 /// `grpc`, the `grpc-retry-pushback-ms` of a gRPC `UNAVAILABLE` or
-/// `RESOURCE_EXHAUSTED` (`grpc::pushback_pause`).
+/// `RESOURCE_EXHAUSTED` (`grpc_status::pushback_pause`).
 ///
 /// This is the one place where a hint that pauses an origin is read: every layer
 /// that pauses an origin (the retry layer on an answer it retries after, the
@@ -146,7 +146,7 @@ pub(crate) fn pause_hint(
             super::parse_retry_after(headers, now()).filter(|h| !h.is_zero())
         }
         #[cfg(feature = "grpc")]
-        StatusCode::OK => crate::grpc::pushback_pause(headers),
+        StatusCode::OK => super::grpc_status::pushback_pause(headers),
         _ => None,
     }
 }

@@ -5,8 +5,8 @@ use std::error::Error as StdError;
 
 use http::Response;
 
+use super::error::{BoxError, Error};
 use super::{History, StopReason};
-use crate::error::{BoxError, Error};
 
 /// An error a call's result may hold: backstop's [`Error`], or a [`BoxError`] (what a
 /// tower stack of several layers returns) with one along its source chain.

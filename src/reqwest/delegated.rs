@@ -3,7 +3,8 @@
 
 use http::{HeaderMap, StatusCode};
 
-use crate::policy::{classify_error, ladder, Outcome, RetryPolicy};
+use crate::policy::{classify_error, ladder, Outcome};
+use crate::retry::RetryPolicy;
 
 /// reqwest's native retry for requests to `host`, judged by backstop's decision
 /// ladder: give it to `reqwest::ClientBuilder::retry`.

@@ -15,7 +15,8 @@ use crate::budget::{BudgetLayer, BudgetPolicy};
 use crate::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use crate::hedge::{HedgeLayer, HedgePolicy};
 use crate::idempotency_key::IdempotencyKeyLayer;
-use crate::policy::{Deadline, Keyed, RetryPolicy};
+use crate::policy::{Deadline, Keyed};
+use crate::retry::RetryPolicy;
 use crate::retry::Settings;
 use crate::retry::{Retry, Routes};
 

@@ -13,7 +13,7 @@ use reqwest_middleware::Next;
 use tower_service::Service;
 
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
+use crate::policy::error::{BoxError, Error};
 
 /// One attempt's request, as the stack hands it down.
 pub(super) type AttemptRequest = http::Request<ReplayBody<reqwest::Body>>;

@@ -15,10 +15,10 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::call::{Call, CallResult, Lazy, Next};
+use super::RetryPolicy;
 use crate::admit::{Admitted, Pass, Paused};
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
-use crate::policy::RetryPolicy;
+use crate::policy::error::{BoxError, Error};
 use crate::policy::{CallContext, StopReason};
 use std::mem;
 use std::sync::Arc;

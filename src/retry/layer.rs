@@ -2,9 +2,9 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use super::RetryPolicy;
 use super::{Retry, Routes, Settings};
 use crate::admit::Admission;
-use crate::policy::RetryPolicy;
 
 /// Applies [`Retry`] to a service: re-sends a request when that is safe and
 /// worthwhile.

@@ -82,6 +82,7 @@ mod call;
 mod future;
 mod head;
 mod layer;
+mod policy;
 mod route;
 
 use std::sync::Arc;
@@ -94,12 +95,12 @@ use tower_service::Service;
 
 pub use future::ResponseFuture;
 pub use layer::RetryLayer;
+pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use route::{Route, RoutePolicy, Routes};
 
 use crate::admit::{Admission, Admitted, Entered};
 use crate::body::ReplayBody;
-use crate::error::{BoxError, Error};
-use crate::policy::RetryPolicy;
+use crate::policy::error::{BoxError, Error};
 
 /// Re-sends a request when that is safe and worthwhile. See the [module
 /// docs](self).

@@ -15,7 +15,8 @@ use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observer;
 use crate::policy::circuit::State;
-use crate::policy::{InvalidConfig, RetryPolicy, Rules};
+use crate::policy::{InvalidConfig, Rules};
+use crate::retry::RetryPolicy;
 use crate::retry::{RetryLayer, Routes};
 
 /// Builds a [`BackstopLayer`]: every policy of the stack, given once. See

@@ -32,7 +32,7 @@
 //!   breaker and account in its [`CallContext`] for the
 //!   hedge layer; no setting turns that off.
 //! - **A held call is bounded** by its deadline and by its retry policy's total
-//!   [`timeout`](crate::policy::RetryPolicyBuilder::timeout), which counts the hold.
+//!   [`timeout`](crate::retry::RetryPolicyBuilder::timeout), which counts the hold.
 //! - **The builder's result does not depend on the order of its calls**: each
 //!   setter sets one thing, and the combination is checked in
 //!   [`build`](BackstopBuilder::build).
@@ -89,9 +89,9 @@ pub use hedging::{HedgeMode, NoHedge, WithHedge};
 
 use crate::admit::budget::OriginAccount;
 use crate::admit::Admission;
-use crate::error::Error;
 use crate::observe::Observer;
 use crate::policy::circuit::State;
+use crate::policy::error::Error;
 use crate::policy::CallContext;
 use crate::retry::Retry;
 

@@ -26,7 +26,7 @@ async fn get(policy: RetryPolicy, uri: String) -> Result<Response<Incoming>, bac
 
 /// Three attempts, a backoff of a few milliseconds, and whatever `f` adds.
 fn policy(
-    f: impl FnOnce(backstop::policy::RetryPolicyBuilder) -> backstop::policy::RetryPolicyBuilder,
+    f: impl FnOnce(backstop::retry::RetryPolicyBuilder) -> backstop::retry::RetryPolicyBuilder,
 ) -> RetryPolicy {
     f(RetryPolicy::builder().backoff(Duration::from_millis(1), Duration::from_millis(5)))
         .build()

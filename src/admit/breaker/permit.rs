@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::error::CircuitOpen;
 use super::state::{Change, Core, Ticket};
-use crate::error::Error;
 use crate::observe::{BreakerStateChanged, CallRefused, Event, Observed, Refusal};
+use crate::policy::error::Error;
 use crate::policy::{BreakerGate, BreakerHandle, Outcome, StopReason};
 
 /// What a permit reaches its breaker through: the breaker itself, or an origin's

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use super::config::{PauseMode, PauseSettings};
 use super::events::{emit, PauseEvent};
 use super::BudgetPolicy;
-use crate::observe::Observed;
+use crate::observe::{paused_told, Observed};
 use crate::origin::{Entry, Ring};
-use crate::policy::{later, paused_told, BudgetAccount, BudgetHandle, Pause, PauseChange};
+use crate::policy::{later, BudgetAccount, BudgetHandle, Pause, PauseChange};
 
 /// Units of one retry: a first attempt deposits `ratio · UNIT` units (the ratio
 /// rounded to a millionth), a retry withdraws `UNIT`.

@@ -9,9 +9,9 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::account::Account;
 use super::events::{emit, PauseEvent};
-use crate::error::Error;
-use crate::observe::{CallRefused, CallWaited, Event, Observed, Refusal};
-use crate::policy::{meet, paused_told, Pause};
+use crate::observe::{paused_told, CallRefused, CallWaited, Event, Observed, Refusal};
+use crate::policy::error::Error;
+use crate::policy::{meet, Pause};
 
 /// A call's first attempt held until its share of the end of its origin's pause.
 pub(crate) struct Hold {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use super::{ErrorKind, NoRetry, Observed, Progress, RetryPolicy, Rules, Verdict};
+use super::{ErrorKind, NoRetry, Observed, Progress, Rules, Verdict};
 
 /// The header a server uses to say whether a request should be retried.
 pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
@@ -83,8 +83,9 @@ pub struct RequestFacts<'a> {
     pub keyed: bool,
 }
 
-/// Runs the decision ladder on one attempt's outcome; the first rung that matches
-/// decides:
+/// Runs the decision ladder on one attempt's outcome, by the rules of `policy` (a
+/// [`RetryPolicy`](crate::RetryPolicy), or the [`Rules`] themselves); the first
+/// rung that matches decides:
 ///
 /// 0. the rules' [`Classifier`](super::Classifier), when there is one and it has an
 ///    opinion, decides in the ladder's own words ([`Verdict`]); a verdict that a
@@ -114,7 +115,8 @@ pub struct RequestFacts<'a> {
 /// # Examples
 ///
 /// ```
-/// use backstop::policy::{classify, Classification, Outcome, RequestFacts, RetryPolicy, RetryReason};
+/// use backstop::policy::{classify, Classification, Outcome, RequestFacts, RetryReason};
+/// use backstop::RetryPolicy;
 /// use http::{HeaderMap, HeaderName, Method, StatusCode};
 ///
 /// let policy = RetryPolicy::default();
@@ -127,12 +129,12 @@ pub struct RequestFacts<'a> {
 /// assert!(!classify(&policy, post, unavailable, None).is_retryable());
 /// ```
 pub fn classify(
-    policy: &RetryPolicy,
+    policy: &(impl AsRef<Rules> + ?Sized),
     request: RequestFacts<'_>,
     outcome: Outcome<'_>,
     progress: Option<Progress>,
 ) -> Classification {
-    let rules = policy.rules();
+    let rules = policy.as_ref();
     let idempotent = rules.is_idempotent_method(request.method);
     ladder(rules, idempotent, request.keyed, outcome, None, progress).0
 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::policy::classify_error;
-use crate::policy::RetryPolicy;
+use crate::RetryPolicy;
 use http::HeaderValue;
 use std::error::Error as StdError;
 use std::io;

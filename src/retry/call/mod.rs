@@ -23,14 +23,14 @@ use super::future::{ResponseFuture, State};
 use super::head::Head;
 use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};
-use crate::error::{BoxError, Error, TimedOut};
-use crate::observe::{self, Event, Observed};
+use crate::observe::{self, pause_told, paused_told, Event, Observed};
+use crate::policy::error::{BoxError, Error, TimedOut};
 use crate::policy::{
-    call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_told, pause_until,
-    paused_told, AttemptLog, AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle,
-    CallContext, Classification, ErrorKind, Hedged, History, NoRetry, Outcome, Progress,
-    RetryPolicy, RetryReason, StopReason,
+    call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_until, AttemptLog,
+    AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle, CallContext, Classification,
+    ErrorKind, Hedged, History, NoRetry, Outcome, Progress, RetryReason, StopReason,
 };
+use crate::retry::RetryPolicy;
 
 /// Everything a call keeps between attempts.
 pub(super) struct Call<S, B> {

@@ -1,14 +1,17 @@
+//! The hedge layer's policy: what to hedge and when, and the choice a call
+//! carries in its context.
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
 
-mod estimate;
+mod choice;
 
-use super::{FirstError, InvalidConfig, MethodSet, RetryPolicy, Rules};
-pub(crate) use estimate::Estimator;
-use estimate::{Adaptive, Estimators};
+use super::estimate::{Adaptive, Estimators};
+use crate::policy::{FirstError, InvalidConfig, MethodSet, Rules, MIN_ATTEMPT_TIME};
+pub use choice::HedgeChoice;
 
 /// Hedges at most this many extra copies per request.
 const MAX_EXTRA_LIMIT: u32 = 8;
@@ -24,7 +27,7 @@ const MAX_EXTRA_LIMIT: u32 = 8;
 /// | `max_extra` | 1 | one extra copy removes most of a tail whose slow requests are independent |
 /// | methods | the policy's idempotent methods (RFC 9110's: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) | a copy must be harmless to process twice; any request with an idempotency key is hedged too |
 /// | rules | [`Rules::default()`] | which failures leave the other copies running (a classifier of your own included), the idempotent methods and the idempotency-key header |
-/// | `min_attempt_time` | 10 ms, as [`RetryPolicy`]'s | the least time before the call's deadline worth starting a copy with |
+/// | `min_attempt_time` | 10 ms, as [`RetryPolicy`](crate::RetryPolicy)'s | the least time before the call's deadline worth starting a copy with |
 ///
 /// Clones share the latency estimates, so one `HedgePolicy` given to several layers or
 /// services learns from all their requests.
@@ -69,13 +72,6 @@ pub(crate) struct Judging {
 }
 
 impl Judging {
-    fn of(policy: &RetryPolicy) -> Self {
-        Judging {
-            rules: policy.rules().clone(),
-            min_attempt_time: policy.min_attempt_time(),
-        }
-    }
-
     pub(crate) fn min_attempt_time(&self) -> Duration {
         self.min_attempt_time
     }
@@ -89,59 +85,6 @@ impl Judging {
     ) -> bool {
         !self.rules.is_idempotent(req_method, uri)
             && crate::policy::carries_key(&self.rules, headers, ext)
-    }
-}
-
-/// Whether and how one call is hedged, when something above the hedge layer chose:
-/// a [route](crate::retry::RoutePolicy) of the retry layer, or the caller. It rides in
-/// the call's [`CallContext`](crate::policy::CallContext); a call with no choice there
-/// is hedged as the [`HedgeLayer`](crate::hedge::HedgeLayer)'s own policy says.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use backstop::hedge::{HedgeChoice, HedgePolicy};
-/// use backstop::policy::CallContext;
-///
-/// let mut req = http::Request::get("http://example.com/search").body(()).unwrap();
-/// // This call only: hedge after 20 ms, whatever the layer's own delay.
-/// CallContext::of_mut(req.extensions_mut())
-///     .set_hedge(HedgeChoice::With(HedgePolicy::after(Duration::from_millis(20))));
-///
-/// let mut other = http::Request::get("http://example.com/report").body(()).unwrap();
-/// // This one is never hedged.
-/// CallContext::of_mut(other.extensions_mut()).set_hedge(HedgeChoice::Off);
-/// assert!(CallContext::of(other.extensions()).unwrap().hedge().unwrap().is_off());
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum HedgeChoice {
-    /// Never hedged: the request passes straight through the hedge layer.
-    Off,
-    /// Hedged as this policy says (its delay, copies, methods and ladder) instead of
-    /// the layer's own.
-    With(HedgePolicy),
-}
-
-impl HedgeChoice {
-    /// Whether the call is never hedged.
-    pub fn is_off(&self) -> bool {
-        matches!(self, HedgeChoice::Off)
-    }
-
-    /// The policy the call is hedged with, when it is hedged.
-    pub fn policy(&self) -> Option<&HedgePolicy> {
-        match self {
-            HedgeChoice::Off => None,
-            HedgeChoice::With(policy) => Some(policy),
-        }
-    }
-}
-
-impl From<HedgePolicy> for HedgeChoice {
-    fn from(policy: HedgePolicy) -> Self {
-        HedgeChoice::With(policy)
     }
 }
 
@@ -201,7 +144,10 @@ impl HedgePolicy {
             delay: Delay::Adaptive(Arc::new(Estimators::new(default_adaptive(fallback)))),
             max_extra: 1,
             methods: None,
-            policy: Arc::new(Judging::of(&RetryPolicy::default())),
+            policy: Arc::new(Judging {
+                rules: Rules::default(),
+                min_attempt_time: MIN_ATTEMPT_TIME,
+            }),
         }
     }
 
@@ -212,7 +158,7 @@ impl HedgePolicy {
             max_extra: 1,
             methods: None,
             rules: Rules::default(),
-            min_attempt_time: RetryPolicy::default().min_attempt_time(),
+            min_attempt_time: MIN_ATTEMPT_TIME,
             min_samples_set: false,
             error: FirstError::default(),
         }
@@ -403,15 +349,6 @@ impl HedgePolicyBuilder {
         self
     }
 
-    /// Takes a retry policy's [rules](RetryPolicy::rules) and
-    /// [minimum attempt time](RetryPolicy::min_attempt_time); its attempts, backoff
-    /// and timeouts are not used here.
-    pub fn policy(mut self, policy: RetryPolicy) -> Self {
-        self.min_attempt_time = policy.min_attempt_time();
-        self.rules = policy.rules().clone();
-        self
-    }
-
     /// The configuration, or the first invalid setting.
     ///
     /// # Errors
@@ -465,83 +402,4 @@ impl HedgePolicyBuilder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bad_settings_are_refused() {
-        let cases: Vec<(HedgePolicyBuilder, &str)> = vec![
-            (HedgePolicy::builder().max_extra(0), "max_extra"),
-            (HedgePolicy::builder().max_extra(9), "max_extra"),
-            (HedgePolicy::builder().percentile(0.2), "percentile"),
-            (HedgePolicy::builder().percentile(1.0), "percentile"),
-            (HedgePolicy::builder().percentile(f64::NAN), "percentile"),
-            (HedgePolicy::builder().min_samples(0), "min_samples"),
-            (HedgePolicy::builder().window(Duration::ZERO), "window"),
-            (
-                HedgePolicy::builder()
-                    .after(Duration::from_millis(5))
-                    .percentile(0.9),
-                "percentile",
-            ),
-            (
-                HedgePolicy::builder().percentile(0.99).min_samples(50),
-                "min_samples",
-            ),
-            (HedgePolicy::builder().methods([Method::POST]), "methods"),
-            (
-                HedgePolicy::builder().methods([Method::GET, Method::PATCH]),
-                "methods",
-            ),
-            (
-                HedgePolicy::builder().methods([Method::from_bytes(b"PURGE").unwrap()]),
-                "methods",
-            ),
-        ];
-        for (builder, setting) in cases {
-            let err = builder.build().unwrap_err();
-            assert_eq!(err.setting(), setting, "{err}");
-        }
-    }
-
-    #[test]
-    fn the_methods_hedged_follow_the_policy() {
-        let reads_only = RetryPolicy::builder()
-            .idempotent_methods([Method::GET])
-            .build()
-            .unwrap();
-        let hedge = HedgePolicy::builder()
-            .policy(reads_only.clone())
-            .build()
-            .unwrap();
-        assert!(hedge.hedges_method(&Method::GET));
-        assert!(!hedge.hedges_method(&Method::PUT));
-        // A list is checked against the policy, whichever was set last.
-        let err = HedgePolicy::builder()
-            .methods([Method::PUT])
-            .policy(reads_only)
-            .build()
-            .unwrap_err();
-        assert_eq!(err.setting(), "methods");
-        assert!(HedgePolicy::builder()
-            .build()
-            .unwrap()
-            .hedges_method(&Method::PUT));
-    }
-
-    #[test]
-    fn defaults_hedge_idempotent_methods() {
-        let h = HedgePolicy::default();
-        assert_eq!(h.max_extra(), 1);
-        for m in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE] {
-            assert!(h.hedges_method(&m), "{m}");
-        }
-        assert!(!h.hedges_method(&Method::POST));
-        assert!(!h.hedges_method(&Method::PATCH));
-        let reads = HedgePolicy::builder()
-            .methods([Method::GET])
-            .build()
-            .unwrap();
-        assert!(!reads.hedges_method(&Method::PUT));
-    }
-}
+mod tests;

@@ -1,18 +1,16 @@
 //! The retry policy: limits and timing, the [`Rules`] it decides by, with a
 //! validating builder.
 
-use std::error::Error as StdError;
-use std::fmt;
 use std::time::Duration;
 
 use http::header::HeaderName;
 use http::{Method, StatusCode};
 
-use super::{Backoff, ErrorKind, Rules, RulesBuilder};
-
-/// The header an idempotency key travels in by default.
-pub(crate) const IDEMPOTENCY_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
-
+use crate::hedge::HedgePolicyBuilder;
+use crate::policy::{
+    carries_key, Backoff, ErrorKind, FirstError, InvalidConfig, Rules, RulesBuilder,
+    MIN_ATTEMPT_TIME,
+};
 /// How the retry layer paces re-sends, and the [`Rules`] it decides them by.
 ///
 /// The rules (statuses, error kinds, idempotent methods, a classifier of your own)
@@ -85,6 +83,13 @@ impl RetryPolicy {
     }
 }
 
+impl AsRef<Rules> for RetryPolicy {
+    /// The rules the policy decides by, for the [ladder](crate::policy::classify).
+    fn as_ref(&self) -> &Rules {
+        &self.rules
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
@@ -94,7 +99,7 @@ impl Default for RetryPolicy {
             max_retry_after: Duration::from_secs(10),
             attempt_timeout: None,
             timeout: None,
-            min_attempt_time: Duration::from_millis(10),
+            min_attempt_time: MIN_ATTEMPT_TIME,
             replay_cap: 64 * 1024,
             drain_limit: 64 * 1024,
             drain_timeout: Duration::from_millis(100),
@@ -197,7 +202,7 @@ impl RetryPolicy {
     }
 
     /// Whether a request counts as keyed: its method is not idempotent under this
-    /// policy, and it carries the [`Keyed`](super::Keyed) marker
+    /// policy, and it carries the [`Keyed`](crate::policy::Keyed) marker
     /// or the policy's idempotency-key header. (For an idempotent method the key
     /// changes nothing, so it is not looked for.)
     pub fn is_keyed(
@@ -209,7 +214,7 @@ impl RetryPolicy {
         !self.is_idempotent_method(method) && self.carries_key(headers, extensions)
     }
 
-    /// Whether a request carries the [`Keyed`](super::Keyed) marker
+    /// Whether a request carries the [`Keyed`](crate::policy::Keyed) marker
     /// or the policy's idempotency-key header, whatever its method.
     #[inline]
     pub(crate) fn carries_key(
@@ -225,17 +230,6 @@ impl RetryPolicy {
     pub fn is_idempotent_method(&self, method: &Method) -> bool {
         self.rules.is_idempotent_method(method)
     }
-}
-
-/// Whether a request carries the [`Keyed`](super::Keyed) marker or the rules'
-/// idempotency-key header, whatever its method.
-#[inline]
-pub(crate) fn carries_key(
-    rules: &Rules,
-    headers: &http::HeaderMap,
-    extensions: &http::Extensions,
-) -> bool {
-    super::Given::new(extensions).keyed() || headers.contains_key(rules.idempotency_header())
 }
 
 /// Builds a [`RetryPolicy`], checking every number.
@@ -415,78 +409,31 @@ impl RetryPolicyBuilder {
         let p = &self.policy;
         if let Some(total) = p.timeout {
             if p.min_attempt_time > total {
-                return Err(InvalidConfig {
-                    setting: "min_attempt_time",
-                    problem: format!(
+                return Err(InvalidConfig::new(
+                    "min_attempt_time",
+                    format!(
                         "{:?} is longer than the total timeout {total:?}",
                         p.min_attempt_time
                     ),
-                });
+                ));
             }
         }
         Ok(self.policy)
     }
 }
 
-/// A retry policy setting that was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidConfig {
-    setting: &'static str,
-    problem: String,
-}
-
-impl InvalidConfig {
-    pub(crate) fn new(setting: &'static str, problem: String) -> Self {
-        InvalidConfig { setting, problem }
-    }
-
-    /// The name of the setting.
-    pub fn setting(&self) -> &'static str {
-        self.setting
-    }
-}
-
-impl fmt::Display for InvalidConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid {}: {}", self.setting, self.problem)
-    }
-}
-
-impl StdError for InvalidConfig {}
-
-/// A builder's validation: setters record problems, the first one wins, and
-/// `build` reports it.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct FirstError(Option<InvalidConfig>);
-
-impl FirstError {
-    /// Records a problem unless an earlier setting already failed.
-    pub(crate) fn fail(&mut self, setting: &'static str, problem: String) {
-        if self.0.is_none() {
-            self.0 = Some(InvalidConfig::new(setting, problem));
-        }
-    }
-
-    /// The first problem recorded, if any.
-    pub(crate) fn check(self) -> Result<(), InvalidConfig> {
-        self.0.map_or(Ok(()), Err)
-    }
-
-    /// A count of at least 1 and at most `max`.
-    pub(crate) fn count(&mut self, setting: &'static str, n: u32, max: u32) {
-        if !(1..=max).contains(&n) {
-            self.fail(setting, format!("must be between 1 and {max}, got {n}"));
-        }
-    }
-
-    /// A time window of 10ms to 1h, the range the budget's and the breaker's
-    /// sliding windows share.
-    pub(crate) fn window(&mut self, window: Duration) {
-        const WINDOW: std::ops::RangeInclusive<Duration> =
-            Duration::from_millis(10)..=Duration::from_secs(3600);
-        if !WINDOW.contains(&window) {
-            self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
-        }
+/// The bridge from a retry policy to a hedge policy, written with the retry policy:
+/// the hedge layer names no type of the retry layer (whose routes name the hedge
+/// policy).
+impl HedgePolicyBuilder {
+    /// Takes a retry policy's [rules](RetryPolicy::rules) and
+    /// [minimum attempt time](RetryPolicy::min_attempt_time); its attempts, backoff
+    /// and timeouts are not used here.
+    pub fn policy(self, policy: RetryPolicy) -> Self {
+        // The retry policy's minimum attempt time is at most a day, as a hedge
+        // policy's: the setter finds nothing wrong with it.
+        self.min_attempt_time(policy.min_attempt_time())
+            .rules(policy.rules().clone())
     }
 }
 

@@ -1,5 +1,10 @@
-//! The error a backstop layer returns, and its predicates: the floor every other
-//! module stands on (it needs nothing but the `policy` vocabulary).
+//! The error a backstop layer returns, and its predicates.
+//!
+//! It is part of the shared vocabulary: reading a call's result needs it
+//! ([`classify_error`](super::classify_error) recognises it along a source chain,
+//! [`Report`](super::Report) and [`Hedged::find`](super::Hedged::find) read it), and
+//! it is made of the vocabulary's kinds, history and attempt record. The crate root
+//! re-exports it (`backstop::Error`); this module is its only home.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -7,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::policy::{AttemptLog, ErrorKind, History, StopReason};
+use super::{AttemptLog, ErrorKind, History, StopReason};
 
 /// A type-erased error, as tower uses.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -133,7 +138,7 @@ impl Error {
 
     /// The first backstop `Error` along `err`'s source chain.
     pub(crate) fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
-        crate::policy::chain(err).find_map(|e| e.downcast_ref::<Error>())
+        super::chain(err).find_map(|e| e.downcast_ref::<Error>())
     }
 
     /// The call ended on a gate after a failed answer whose body was already read and
@@ -146,7 +151,7 @@ impl Error {
 
     /// Wraps an inner service's error, reading its kind from its source chain.
     pub(crate) fn from_inner(err: BoxError) -> Self {
-        let kind = crate::policy::classify_error(&*err);
+        let kind = super::classify_error(&*err);
         Error::wrap(kind, err)
     }
 
@@ -308,7 +313,7 @@ impl fmt::Display for Error {
                 } else {
                     "upstream "
                 })?;
-                fmt::Display::fmt(&crate::policy::AttemptOutcome::Status(status), f)?
+                fmt::Display::fmt(&super::AttemptOutcome::Status(status), f)?
             }
             None => fmt::Display::fmt(&self.inner.kind, f)?,
         }

@@ -1,4 +1,6 @@
-//! What an observer is told: one event per decision, each naming its call.
+//! What an observer is told, one event per decision, each naming its call; and the
+//! observer itself. The call's context carries the observer, so they are part of
+//! the shared vocabulary; [`observe`](crate::observe) is their public home.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,8 +10,26 @@ use http::uri::{Authority, Scheme};
 use http::{Method, Request, Uri};
 use tokio::time::Instant;
 
-use crate::policy::circuit::State;
-use crate::policy::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
+use super::circuit::State;
+use super::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
+
+/// Sees what the layers of a stack decide. See the [module docs](crate::observe).
+///
+/// It runs on the request path, inside the layers' futures: it must be cheap and
+/// must not block. A closure `Fn(&Event<'_>)` is an observer too.
+pub trait Observer: Send + Sync + 'static {
+    /// Tells the observer of one event.
+    fn on_event(&self, event: &Event<'_>);
+}
+
+impl<F> Observer for F
+where
+    F: Fn(&Event<'_>) + Send + Sync + 'static,
+{
+    fn on_event(&self, event: &Event<'_>) {
+        self(event)
+    }
+}
 
 /// The origin of a call: its scheme, host and port, never its user information,
 /// path or query.
@@ -368,7 +388,7 @@ pub struct CallWaited<'a> {
     pub wait: Duration,
 }
 
-/// What an [`Observer`](super::Observer) is told.
+/// What an [`Observer`] is told.
 ///
 /// Every event names its [call](CallInfo); none holds a URL path, query, header
 /// value or body.

@@ -1,31 +1,6 @@
 use super::*;
 
 #[test]
-fn the_first_problem_wins_and_the_shared_checks_name_their_setting() {
-    let mut errors = FirstError::default();
-    errors.count("max_extra", 1, 8);
-    errors.count("max_extra", 8, 8);
-    errors.window(Duration::from_millis(10));
-    errors.window(Duration::from_secs(3600));
-    assert_eq!(errors.clone().check(), Ok(()));
-    errors.count("max_extra", 0, 8);
-    errors.window(Duration::from_secs(3601));
-    errors.fail("other", "later".to_owned());
-    let err = errors.check().unwrap_err();
-    assert_eq!(err.setting(), "max_extra");
-    assert_eq!(
-        err.to_string(),
-        "invalid max_extra: must be between 1 and 8, got 0"
-    );
-    let mut errors = FirstError::default();
-    errors.window(Duration::from_millis(9));
-    assert_eq!(
-        errors.check().unwrap_err().to_string(),
-        "invalid window: must be from 10ms to 1h, got 9ms"
-    );
-}
-
-#[test]
 fn defaults_retry_the_transient_statuses() {
     let p = RetryPolicy::default();
     for code in [408, 429, 502, 503, 504] {
