@@ -5,8 +5,10 @@
 //! A loopback HTTP/2 upstream answers 97 % of requests after about 1 ms and 3 %
 //! after 100 ms, decided per request by a seeded generator, so a copy of a slow
 //! request is usually fast. The same GET calls (16 at a time) go through four
-//! clients: no hedging, tower's `hedge` (p95), backstop with a fixed 10 ms delay,
-//! and backstop adaptive (the origin's p95). Each client first warms up for
+//! clients: no hedging, tower's `hedge` (p95), and backstop's stack
+//! (`Backstop::builder()` with the default retry policy and budget, over the client
+//! wrapped in `ProgressTrackingLayer`) hedging after a fixed 10 ms delay, and
+//! adaptively (after the origin's p95). Each client first warms up for
 //! 1.2 s (tower's histogram needs one full period before it hedges), then the
 //! measured calls run. The table shows latency percentiles and the extra requests
 //! the upstream received, as a share of the calls.
@@ -26,8 +28,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backstop::hedge::{HedgeLayer, HedgePolicy};
-use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::hedge::HedgePolicy;
+use backstop::progress::ProgressTracking;
+use backstop::{Backstop, BoxError, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -84,6 +87,21 @@ where
     B::Error: Into<BoxError>,
 {
     common::client(true)
+}
+
+/// backstop's stack over a client declared once for the replay body.
+type Stack = Backstop<ProgressTracking<Client<HttpConnector, ReplayBody<Full<Bytes>>>>>;
+
+/// backstop's stack hedging as `hedge` says; every hedge spends from its budget.
+fn backstop(hedge: HedgePolicy) -> Result<Stack, BoxError> {
+    let layer = Backstop::builder()
+        .retry(RetryPolicy::default())
+        .hedge(hedge)
+        .build()?;
+    Ok(ServiceBuilder::new()
+        .layer(layer)
+        .layer(ProgressTrackingLayer::new())
+        .service(client()))
 }
 
 /// tower's hedge clones the request up front; every GET here can be.
@@ -237,23 +255,11 @@ async fn main() -> Result<(), BoxError> {
     let tower = measure(tower_hedge, &up).await;
     row("tower hedge (p95)", &tower);
 
-    // backstop in its place in the stack: beneath the retry layer, over a client
-    // declared once for the replay body.
-    let fixed = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-            10,
-        ))))
-        .service(client::<ReplayBody<Full<Bytes>>>());
+    let fixed = backstop(HedgePolicy::after(Duration::from_millis(10)))?;
     let fixed = measure(fixed, &up).await;
     row("backstop fixed 10 ms", &fixed);
 
-    let adaptive = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::adaptive(
-            Duration::from_millis(10),
-        )))
-        .service(client::<ReplayBody<Full<Bytes>>>());
+    let adaptive = backstop(HedgePolicy::adaptive(Duration::from_millis(10)))?;
     let adaptive = measure(adaptive, &up).await;
     row("backstop adaptive (p95)", &adaptive);
 
