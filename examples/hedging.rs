@@ -17,8 +17,10 @@
 //! `hedging p99_none_ms=<a> p99_backstop_ms=<b> extra_load_pct=<c>` (backstop
 //! adaptive).
 //!
-//! It also writes `docs/hedging.svg`: the latency distribution (CDF) of each
-//! client from its 90th percentile up, on a log scale.
+//! Given `--chart <path>`, it also writes an SVG chart there: the latency
+//! distribution (CDF) of each client from its 90th percentile up, on a log scale.
+//! The README's is `cargo run --release --example hedging -- --chart docs/hedging.svg`;
+//! without `--chart` it writes no file.
 
 mod common;
 
@@ -223,6 +225,7 @@ fn row(name: &str, t: &Tally) {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let chart = common::chart::requested()?;
     let up = upstream().await?;
     println!(
         "hedging: {CALLS} GETs, {CONCURRENCY} at a time, to an HTTP/2 upstream on {} that",
@@ -274,6 +277,9 @@ async fn main() -> Result<(), BoxError> {
         adaptive.extra_pct()
     );
 
+    let Some(path) = chart else {
+        return Ok(());
+    };
     use common::chart::{cdf, lines, Look, Series, COLORS};
     use plotters::prelude::IntoLogRange;
     let clients = [
@@ -299,7 +305,6 @@ async fn main() -> Result<(), BoxError> {
         .filter_map(|(_, t)| t.latencies.last())
         .max()
         .map_or(1.0, |d| d.as_secs_f64() * 1e3);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hedging.svg");
     let title = format!(
         "Latency CDF, the slowest 10 % of calls ({:.0} % of requests take {} ms, not {} ms)",
         SLOW_PER_10K as f64 / 100.0,
@@ -320,6 +325,6 @@ async fn main() -> Result<(), BoxError> {
         TAIL..1.005,
         &series,
     )?;
-    println!("chart: docs/hedging.svg");
+    println!("chart: {}", path.display());
     Ok(())
 }

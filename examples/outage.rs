@@ -31,8 +31,10 @@
 //! outage naive_amplification=<x> budget_amplification=<y> probes_per_cooldown=<z>
 //! ```
 //!
-//! It also writes `docs/outage.svg`: the upstream's requests per second over time,
-//! per stack, in 100 ms buckets.
+//! Given `--chart <path>`, it also writes an SVG chart there: the upstream's
+//! requests per second over time, per stack, in 100 ms buckets. The README's is
+//! `cargo run --release --example outage -- --chart docs/outage.svg`; without
+//! `--chart` it writes no file.
 
 mod common;
 
@@ -330,6 +332,7 @@ fn most_within(times: &[Instant], span: Duration) -> usize {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let chart = common::chart::requested()?;
     println!(
         "upstream down for {:.1}s, then up for {:.1}s; {CALLERS} callers, {} calls/s in total\n",
         OUTAGE.as_secs_f64(),
@@ -408,7 +411,9 @@ async fn main() -> Result<(), BoxError> {
         "outage naive_amplification={naive:.2} budget_amplification={budget:.2} probes_per_cooldown={per_cooldown}"
     );
 
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/outage.svg");
+    let Some(path) = chart else {
+        return Ok(());
+    };
     let top = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
@@ -431,6 +436,6 @@ async fn main() -> Result<(), BoxError> {
         0.0..(top * 1.1).max(1.0),
         &series,
     )?;
-    println!("chart: docs/outage.svg");
+    println!("chart: {}", path.display());
     Ok(())
 }
