@@ -4,12 +4,14 @@
 //!
 //! The upstream answers a scripted mix: 503s with and without `Retry-After`, 429s,
 //! connections closed without an answer, and slow answers. The same calls go
-//! through a bare hyper-util client and through backstop's `RetryLayer`, and a
-//! table shows what each made of them. Then three POSTs show which writes are sent
-//! again and which are refused, with the reason; an outage shows the budget and the
-//! circuit breaker keeping retries from piling onto a dead upstream
+//! through a bare hyper-util client and through backstop's stack (`Backstop`, built
+//! with `Backstop::builder()` over the same client wrapped in
+//! `ProgressTrackingLayer`; here retries alone, without a budget), and a table shows
+//! what each made of them. Then three POSTs show which writes are sent again and
+//! which are refused, with the reason; an outage shows the budget and the circuit
+//! breaker keeping retries from piling onto a dead upstream
 //! (`cargo run --release --example outage` measures it at scale). Last, a slow
-//! tail: the same GETs with and without `HedgeLayer`, which sends a copy of a
+//! tail: the same GETs with and without a hedge policy, which sends a copy of a
 //! request still unanswered after 20 ms (`cargo run --release --example hedging`
 //! measures it at scale). It ends with a summary of its own run, counted by an
 //! observer (`backstop::observe`) that every backstop stack here shares.
@@ -19,14 +21,17 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged};
-use backstop::observe::{reason_label, Event, ObserveLayer, Observer, Refusal};
+use backstop::hedge::{HedgePolicy, Hedged};
+use backstop::observe::{reason_label, Event, Observer, Refusal};
 use backstop::policy::{classify_error, History};
+use backstop::progress::ProgressTracking;
+use backstop::stack::{BackstopBuilder, HedgeMode, NoHedge};
 use backstop::{
-    BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
+    Backstop, BackstopLayer, BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody,
+    RetryPolicy,
 };
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -35,8 +40,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-/// Counts what the backstop layers of this demo decided, by kind of event.
-#[derive(Default)]
+/// Counts what the backstop stacks of this demo decided, by kind of event.
 struct Counts(Mutex<BTreeMap<String, u64>>);
 
 impl Observer for Counts {
@@ -62,11 +66,25 @@ impl Observer for Counts {
 }
 
 /// The one observer every backstop stack of the demo shares.
-static COUNTS: LazyLock<Arc<Counts>> = LazyLock::new(Arc::default);
+static COUNTS: Counts = Counts(Mutex::new(BTreeMap::new()));
 
-/// The layer that gives each call the demo's observer; outermost in each stack.
-fn observe() -> ObserveLayer {
-    ObserveLayer::from_arc(COUNTS.clone())
+/// A stack's builder, telling the demo's observer.
+fn builder() -> BackstopBuilder {
+    Backstop::builder().observer(|event: &Event<'_>| COUNTS.on_event(event))
+}
+
+/// The demo's client: the stack `layer` builds, over a hyper-util client whose
+/// attempts `ProgressTrackingLayer` records (how far a write got decides whether
+/// it may be sent again). One nameable type, whatever the stack holds.
+/// (`Backstop<…, WithHedge>` for a stack that hedges.)
+type Stack<H = NoHedge> =
+    Backstop<ProgressTracking<Client<HttpConnector, ReplayBody<Full<Bytes>>>>, H>;
+
+fn stack<H: HedgeMode>(layer: BackstopLayer<H>) -> Stack<H> {
+    ServiceBuilder::new()
+        .layer(layer)
+        .layer(ProgressTrackingLayer::new())
+        .service(common::client(false))
 }
 
 /// What the upstream does with its n-th request: a fixed cycle of ten.
@@ -295,25 +313,24 @@ async fn main() -> Result<(), BoxError> {
     let transport: Client<HttpConnector, Full<Bytes>> = common::client(false);
     let bare = run(transport, &base, calls, &upstream.requests).await;
 
-    let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
     let policy = RetryPolicy::builder()
         .max_attempts(4)
         .backoff(Duration::from_millis(10), Duration::from_millis(100))
         .attempt_timeout(Duration::from_millis(100))
         .timeout(Duration::from_millis(290))
         .build()?;
-    let with_retry = ServiceBuilder::new()
-        .layer(observe())
-        .layer(RetryLayer::new(policy))
-        .service(transport);
-    let retried = run(with_retry, &base, calls, &upstream.requests).await;
+    // Retries alone: no budget, so no origin pause either. This upstream asks for a
+    // pause on one answer in five, and a stack with the default budget would hold
+    // (or refuse) every call to it meanwhile; the outage below shows the budget.
+    let with_backstop = stack(builder().retry(policy).no_budget().build()?);
+    let retried = run(with_backstop, &base, calls, &upstream.requests).await;
 
     println!(
         "{:<22} {:>5} {:>9} {:>5} {:>8}  {:<7} failures",
         "client", "calls", "upstream", "ok", "retries", "time"
     );
     row("bare hyper-util", &bare);
-    row("backstop RetryLayer", &retried);
+    row("backstop (no budget)", &retried);
     println!(
         "\nbackstop turned {} of {} failed calls into successes, for {} extra upstream requests.",
         retried.ok.saturating_sub(bare.ok),
@@ -339,18 +356,17 @@ fn summary() {
 /// Writes: which POSTs are safe to send again.
 async fn writes() -> Result<(), BoxError> {
     println!("\nWrites. A POST is sent again only when that cannot charge twice:");
-    let client = |keys: bool| {
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
-        let policy = RetryPolicy::builder()
-            .backoff(Duration::from_millis(5), Duration::from_millis(20))
-            .build()
-            .expect("a valid policy");
-        ServiceBuilder::new()
-            .layer(observe())
-            .option_layer(keys.then(IdempotencyKeyLayer::new))
-            .layer(RetryLayer::new(policy))
-            .layer(ProgressTrackingLayer::new())
-            .service(transport)
+    let policy = RetryPolicy::builder()
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .build()?;
+    let client = |keys: bool| -> Result<Stack, BoxError> {
+        let builder = builder().retry(policy.clone());
+        let builder = if keys {
+            builder.idempotency_key(IdempotencyKeyLayer::new())
+        } else {
+            builder
+        };
+        Ok(stack(builder.build()?))
     };
     let cases = [
         (
@@ -365,7 +381,7 @@ async fn writes() -> Result<(), BoxError> {
         let (addr, state) = payments().await?;
         let req = Request::post(format!("http://{addr}{path}"))
             .body(Full::new(Bytes::from_static(b"amount=42")))?;
-        let outcome = match client(keys).oneshot(req).await {
+        let outcome = match client(keys)?.oneshot(req).await {
             Ok(res) => {
                 let attempts = res.extensions().get::<History>().map_or(1, History::len);
                 format!("{} after {attempts} attempt(s)", res.status())
@@ -450,7 +466,7 @@ async fn slow_tail() -> Result<(), BoxError> {
     println!(
         "\nSlow tail. The first request for one item in ten is stuck for 200 ms; {calls} GETs,"
     );
-    println!("8 at a time, through the retry layer, then with a hedge after 20 ms as well:");
+    println!("8 at a time, through backstop, then with a hedge after 20 ms as well:");
     println!(
         "{:<30} {:>7} {:>8} {:>8} {:>9} {:>7}  time",
         "client", "p50", "p99", "max", "upstream", "hedges"
@@ -458,22 +474,19 @@ async fn slow_tail() -> Result<(), BoxError> {
     for hedge in [false, true] {
         let upstream = stalling().await?;
         let base = format!("http://{}", upstream.addr);
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
+        let builder = builder().retry(RetryPolicy::default());
         let (name, (latencies, hedges, took)) = if hedge {
-            let client = ServiceBuilder::new()
-                .layer(observe())
-                .layer(RetryLayer::new(RetryPolicy::default()))
-                .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-                    20,
-                ))))
-                .service(transport);
-            ("RetryLayer + HedgeLayer", timed(client, &base, calls).await)
+            let after = HedgePolicy::after(Duration::from_millis(20));
+            let client = stack(builder.hedge(after).build()?);
+            (
+                "backstop, hedge after 20 ms",
+                timed(client, &base, calls).await,
+            )
         } else {
-            let client = ServiceBuilder::new()
-                .layer(observe())
-                .layer(RetryLayer::new(RetryPolicy::default()))
-                .service(transport);
-            ("RetryLayer", timed(client, &base, calls).await)
+            (
+                "backstop",
+                timed(stack(builder.build()?), &base, calls).await,
+            )
         };
         let at = |q: f64| {
             let i = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
@@ -523,7 +536,6 @@ async fn outage() -> Result<(), BoxError> {
     for protected in [false, true] {
         let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let up = flaky(down.clone()).await?;
-        let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> = common::client(false);
         let policy = RetryPolicy::builder()
             .max_attempts(4)
             .backoff(Duration::from_millis(5), Duration::from_millis(40))
@@ -533,15 +545,15 @@ async fn outage() -> Result<(), BoxError> {
             .cooldown(Duration::from_millis(100))
             .max_cooldown(Duration::from_millis(100))
             .build()?;
-        let client = ServiceBuilder::new()
-            .layer(observe())
-            .option_layer(protected.then(|| backstop::CircuitBreakerLayer::new(breaker)))
-            .option_layer(
-                protected.then(|| backstop::BudgetLayer::new(backstop::BudgetPolicy::default())),
-            )
-            .layer(RetryLayer::new(policy))
-            .service(transport)
-            .boxed_clone();
+        let builder = builder().retry(policy);
+        let builder = if protected {
+            builder
+                .circuit_breaker(breaker)
+                .budget(backstop::BudgetPolicy::default())
+        } else {
+            builder.no_budget()
+        };
+        let client = stack(builder.build()?);
         let started = Instant::now();
         let mut callers = tokio::task::JoinSet::new();
         for _ in 0..CALLERS {

@@ -4,15 +4,18 @@
 //! `cargo run --example gateway`
 //!
 //! A faulty upstream listens on 127.0.0.1 (HTTP/2, cleartext). In front of it an
-//! axum server proxies every request through one backstop client, whose route table
-//! says:
+//! axum server proxies every request through one backstop client: a `Backstop`
+//! stack (`Backstop::builder()`: the route table, a default hedge policy,
+//! idempotency keys and the default budget) over a hyper-util client wrapped in
+//! `ProgressTrackingLayer`, kept in the router's state as its own nameable type.
+//! Its route table says:
 //!
 //! | route | retries | hedging | the upstream's faults |
 //! |---|---|---|---|
 //! | `payments` (`/payments`) | never (`RetryPolicy::none()`) | never | every 4th call a 503, every 6th answers after 150 ms |
 //! | `catalog` (`GET /catalog`) | up to 3 attempts | after 30 ms | every 5th call a 503 first, every 7th answers after 300 ms first |
 //! | `orders` (`POST /orders`, keyed) | up to 3 attempts, same key | never | every 3rd call a 503 first, every 5th applied and then its answer lost |
-//! | anything else | the defaults | the hedge layer's own (after 20 ms) | none |
+//! | anything else | the defaults | the stack's own (after 20 ms) | none |
 //!
 //! A payment GET the default route would have hedged after 20 ms (and retried
 //! after a 503) reaches the upstream exactly once; catalog reads are retried and
@@ -24,7 +27,7 @@
 //! client sends the calls to the gateway over HTTP/1.1, 8 at a time.
 //!
 //! First, for comparison, the same payments go through a gateway whose client has
-//! no route table (the default policy and the hedge layer's own delay): the
+//! no route table (the default policy and the stack's own hedge delay): the
 //! upstream then applies some payments twice.
 //!
 //! The last line is for scripts:
@@ -42,9 +45,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use backstop::hedge::{HedgeLayer, HedgePolicy};
+use backstop::hedge::HedgePolicy;
+use backstop::progress::ProgressTracking;
 use backstop::retry::{Route, RoutePolicy, Routes};
-use backstop::{BoxError, IdempotencyKeyLayer, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::stack::WithHedge;
+use backstop::{
+    Backstop, BackstopLayer, BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody,
+    RetryPolicy,
+};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use http::{Method, Request, StatusCode, Uri};
@@ -52,7 +60,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use tokio::net::TcpListener;
-use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
 const PAYMENTS: usize = 48;
@@ -176,8 +183,18 @@ fn reply(status: u16) -> http::Response<Full<Bytes>> {
 /// body around axum's body.
 type Transport = Client<HttpConnector, ReplayBody<Body>>;
 
-/// The whole client stack, boxed so the router's state names one type.
-type Upstreams = BoxCloneSyncService<Request<Body>, http::Response<Incoming>, backstop::Error>;
+/// The whole client: backstop's stack over the transport, whose attempts
+/// `ProgressTrackingLayer` records. One nameable type, whatever the stack holds, so
+/// the router's state names it without boxing.
+type Upstreams = Backstop<ProgressTracking<Transport>, WithHedge>;
+
+/// The client `layer` makes over a fresh transport.
+fn client(layer: BackstopLayer<WithHedge>, h2: bool) -> Upstreams {
+    ServiceBuilder::new()
+        .layer(layer)
+        .layer(ProgressTrackingLayer::new())
+        .service(common::client(h2))
+}
 
 fn route_table() -> Result<Routes, backstop::policy::InvalidConfig> {
     let retry = RetryPolicy::builder()
@@ -208,15 +225,14 @@ fn route_table() -> Result<Routes, backstop::policy::InvalidConfig> {
 }
 
 fn upstream_client(h2: bool) -> Result<Upstreams, backstop::policy::InvalidConfig> {
-    let transport: Transport = common::client(h2);
-    let stack = ServiceBuilder::new()
-        .layer(IdempotencyKeyLayer::new()) // one key per POST call, on every attempt
-        .layer(RetryLayer::with_routes(route_table()?))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-            20,
-        ))))
-        .service(transport);
-    Ok(BoxCloneSyncService::new(stack))
+    let layer = Backstop::builder()
+        .routes(route_table()?)
+        // For the routes that name no hedging of their own.
+        .hedge(HedgePolicy::after(Duration::from_millis(20)))
+        // One key per POST call, on every attempt.
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .build()?;
+    Ok(client(layer, h2))
 }
 
 #[derive(Clone)]
@@ -327,15 +343,13 @@ async fn main() -> Result<(), BoxError> {
     let load = common::client::<Full<Bytes>>(false);
 
     // For comparison: the same payments through a client without the route table,
-    // whose default policy retries the 503s and whose hedge layer hedges the slow.
+    // whose default policy retries the 503s and whose hedge policy hedges the slow.
     let (plain_upstream, addr) = start_upstream().await?;
-    let plain = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-            20,
-        ))))
-        .service(common::client::<ReplayBody<Body>>(true));
-    let gateway = start_gateway(addr, BoxCloneSyncService::new(plain)).await?;
+    let plain = Backstop::builder()
+        .retry(RetryPolicy::default())
+        .hedge(HedgePolicy::after(Duration::from_millis(20)))
+        .build()?;
+    let gateway = start_gateway(addr, client(plain, true)).await?;
     let before = run(&load, gateway, Method::GET, "/payments/capture", PAYMENTS).await;
     println!(
         "without routes: payments calls={} upstream={} duplicates={}",

@@ -5,8 +5,10 @@
 //! A loopback HTTP/2 upstream answers 97 % of requests after about 1 ms and 3 %
 //! after 100 ms, decided per request by a seeded generator, so a copy of a slow
 //! request is usually fast. The same GET calls (16 at a time) go through four
-//! clients: no hedging, tower's `hedge` (p95), backstop with a fixed 10 ms delay,
-//! and backstop adaptive (the origin's p95). Each client first warms up for
+//! clients: no hedging, tower's `hedge` (p95), and backstop's stack
+//! (`Backstop::builder()` with the default retry policy and budget, over the client
+//! wrapped in `ProgressTrackingLayer`) hedging after a fixed 10 ms delay, and
+//! adaptively (after the origin's p95). Each client first warms up for
 //! 1.2 s (tower's histogram needs one full period before it hedges), then the
 //! measured calls run. The table shows latency percentiles and the extra requests
 //! the upstream received, as a share of the calls.
@@ -15,8 +17,10 @@
 //! `hedging p99_none_ms=<a> p99_backstop_ms=<b> extra_load_pct=<c>` (backstop
 //! adaptive).
 //!
-//! It also writes `docs/hedging.svg`: the latency distribution (CDF) of each
-//! client from its 90th percentile up, on a log scale.
+//! Given `--chart <path>`, it also writes an SVG chart there: the latency
+//! distribution (CDF) of each client from its 90th percentile up, on a log scale.
+//! The README's is `cargo run --release --example hedging -- --chart docs/hedging.svg`;
+//! without `--chart` it writes no file.
 
 mod common;
 
@@ -26,8 +30,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backstop::hedge::{HedgeLayer, HedgePolicy};
-use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::hedge::HedgePolicy;
+use backstop::progress::ProgressTracking;
+use backstop::stack::WithHedge;
+use backstop::{Backstop, BoxError, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -84,6 +90,21 @@ where
     B::Error: Into<BoxError>,
 {
     common::client(true)
+}
+
+/// backstop's stack over a client declared once for the replay body.
+type Stack = Backstop<ProgressTracking<Client<HttpConnector, ReplayBody<Full<Bytes>>>>, WithHedge>;
+
+/// backstop's stack hedging as `hedge` says; every hedge spends from its budget.
+fn backstop(hedge: HedgePolicy) -> Result<Stack, BoxError> {
+    let layer = Backstop::builder()
+        .retry(RetryPolicy::default())
+        .hedge(hedge)
+        .build()?;
+    Ok(ServiceBuilder::new()
+        .layer(layer)
+        .layer(ProgressTrackingLayer::new())
+        .service(client()))
 }
 
 /// tower's hedge clones the request up front; every GET here can be.
@@ -205,6 +226,7 @@ fn row(name: &str, t: &Tally) {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let chart = common::chart::requested()?;
     let up = upstream().await?;
     println!(
         "hedging: {CALLS} GETs, {CONCURRENCY} at a time, to an HTTP/2 upstream on {} that",
@@ -237,23 +259,11 @@ async fn main() -> Result<(), BoxError> {
     let tower = measure(tower_hedge, &up).await;
     row("tower hedge (p95)", &tower);
 
-    // backstop in its place in the stack: beneath the retry layer, over a client
-    // declared once for the replay body.
-    let fixed = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-            10,
-        ))))
-        .service(client::<ReplayBody<Full<Bytes>>>());
+    let fixed = backstop(HedgePolicy::after(Duration::from_millis(10)))?;
     let fixed = measure(fixed, &up).await;
     row("backstop fixed 10 ms", &fixed);
 
-    let adaptive = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::default()))
-        .layer(HedgeLayer::new(HedgePolicy::adaptive(
-            Duration::from_millis(10),
-        )))
-        .service(client::<ReplayBody<Full<Bytes>>>());
+    let adaptive = backstop(HedgePolicy::adaptive(Duration::from_millis(10)))?;
     let adaptive = measure(adaptive, &up).await;
     row("backstop adaptive (p95)", &adaptive);
 
@@ -268,6 +278,9 @@ async fn main() -> Result<(), BoxError> {
         adaptive.extra_pct()
     );
 
+    let Some(path) = chart else {
+        return Ok(());
+    };
     use common::chart::{cdf, lines, Look, Series, COLORS};
     use plotters::prelude::IntoLogRange;
     let clients = [
@@ -293,7 +306,6 @@ async fn main() -> Result<(), BoxError> {
         .filter_map(|(_, t)| t.latencies.last())
         .max()
         .map_or(1.0, |d| d.as_secs_f64() * 1e3);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hedging.svg");
     let title = format!(
         "Latency CDF, the slowest 10 % of calls ({:.0} % of requests take {} ms, not {} ms)",
         SLOW_PER_10K as f64 / 100.0,
@@ -314,6 +326,6 @@ async fn main() -> Result<(), BoxError> {
         TAIL..1.005,
         &series,
     )?;
-    println!("chart: docs/hedging.svg");
+    println!("chart: {}", path.display());
     Ok(())
 }

@@ -5,16 +5,17 @@
 //! A real upstream on 127.0.0.1 answers every request with a 503 for 2.5 s, then
 //! recovers. Fifty callers send it 2,000 calls a second in total, each on a steady
 //! tick, whatever happened to their earlier calls. The same load runs four times,
-//! through four stacks over one hyper-util client:
+//! through four `Backstop` stacks (`Backstop::builder()`, each turning more on) over
+//! a hyper-util client wrapped in `ProgressTrackingLayer`:
 //!
-//! - **no retries**: `RetryPolicy::none()`;
-//! - **naive**: four attempts per call, no budget;
-//! - **budget**: the same four attempts under `BudgetLayer` with the default budget
-//!   (20 % of first attempts, plus a floor of 10 retries a second over 10 s: at this
-//!   load the floor is 100 retries per window against 5,000 first attempts in the
-//!   outage, so it adds 2 % at most);
-//! - **backstop**: `CircuitBreakerLayer` (5 failed calls in a row, 200 ms cooldown
-//!   with 20 % jitter, one probe) over the budget and the retries.
+//! - **no retries**: `RetryPolicy::none()`, no budget;
+//! - **naive**: four attempts per call, no budget (`no_budget()`);
+//! - **budget**: the same four attempts with the default budget (20 % of first
+//!   attempts, plus a floor of 10 retries a second over 10 s: at this load the floor
+//!   is 100 retries per window against 5,000 first attempts in the outage, so it
+//!   adds 2 % at most);
+//! - **backstop**: a circuit breaker as well (5 failed calls in a row, 200 ms
+//!   cooldown with 20 % jitter, one probe).
 //!
 //! Every stack uses a short backoff (10 ms doubling to 100 ms) so that the four
 //! attempts of a call fit in the outage. Each request carries the phase in which
@@ -30,8 +31,10 @@
 //! outage naive_amplification=<x> budget_amplification=<y> probes_per_cooldown=<z>
 //! ```
 //!
-//! It also writes `docs/outage.svg`: the upstream's requests per second over time,
-//! per stack, in 100 ms buckets.
+//! Given `--chart <path>`, it also writes an SVG chart there: the upstream's
+//! requests per second over time, per stack, in 100 ms buckets. The README's is
+//! `cargo run --release --example outage -- --chart docs/outage.svg`; without
+//! `--chart` it writes no file.
 
 mod common;
 
@@ -41,10 +44,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use backstop::budget::{BudgetLayer, BudgetPolicy};
-use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-use backstop::policy::CallContext;
-use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::budget::BudgetPolicy;
+use backstop::circuit_breaker::{CircuitBreakerPolicy, State};
+use backstop::{Backstop, BackstopLayer, BoxError, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -114,8 +116,7 @@ fn retries(max_attempts: u32) -> RetryPolicy {
         .expect("valid policy")
 }
 
-/// What the probe counter saw: when each call went through a breaker that was not
-/// closed.
+/// What the probe counter saw: when each probe's attempt went out.
 #[derive(Clone, Default)]
 struct Probes(Arc<Mutex<Vec<Instant>>>);
 
@@ -137,28 +138,13 @@ impl Scenario {
         }
     }
 
-    fn stack(self, probes: &Probes) -> Stack {
-        let client = transport();
-        match self {
-            Scenario::NoRetries => BoxCloneService::new(
-                ServiceBuilder::new()
-                    .layer(RetryLayer::new(RetryPolicy::none()))
-                    .service(client)
-                    .map_err(BoxError::from),
-            ),
-            Scenario::Naive => BoxCloneService::new(
-                ServiceBuilder::new()
-                    .layer(RetryLayer::new(retries(4)))
-                    .service(client)
-                    .map_err(BoxError::from),
-            ),
-            Scenario::Budget => BoxCloneService::new(
-                ServiceBuilder::new()
-                    .layer(BudgetLayer::new(BudgetPolicy::default()))
-                    .layer(RetryLayer::new(retries(4)))
-                    .service(client)
-                    .map_err(BoxError::from),
-            ),
+    /// The scenario's stack: the same builder, with more turned on.
+    fn layer(self) -> BackstopLayer {
+        let builder = Backstop::builder();
+        let builder = match self {
+            Scenario::NoRetries => builder.retry(RetryPolicy::none()).no_budget(),
+            Scenario::Naive => builder.retry(retries(4)).no_budget(),
+            Scenario::Budget => builder.retry(retries(4)).budget(BudgetPolicy::default()),
             Scenario::Backstop => {
                 let breaker = CircuitBreakerPolicy::builder()
                     .cooldown(COOLDOWN)
@@ -167,27 +153,40 @@ impl Scenario {
                     .probes(1)
                     .build()
                     .expect("valid breaker");
-                let probes = probes.clone();
-                BoxCloneService::new(
-                    ServiceBuilder::new()
-                        .layer(CircuitBreakerLayer::new(breaker))
-                        // Right inside the breaker: a call admitted while the breaker
-                        // is not closed is a probe.
-                        .map_request(move |req: Request<Full<Bytes>>| {
-                            let handle =
-                                CallContext::of(req.extensions()).and_then(CallContext::breaker);
-                            if handle.is_some_and(|h| !h.allows_retry()) {
-                                probes.0.lock().unwrap().push(Instant::now());
-                            }
-                            req
-                        })
-                        .layer(BudgetLayer::new(BudgetPolicy::default()))
-                        .layer(RetryLayer::new(retries(4)))
-                        .service(client)
-                        .map_err(BoxError::from),
-                )
+                builder
+                    .retry(retries(4))
+                    .budget(BudgetPolicy::default())
+                    .circuit_breaker(breaker)
             }
-        }
+        };
+        builder.build().expect("valid stack")
+    }
+
+    /// The scenario's client for calls to `uri`, counting probes in `probes`.
+    fn stack(self, uri: &http::Uri, probes: &Probes) -> Stack {
+        let layer = self.layer();
+        let head = Request::get(uri)
+            .body(())
+            .expect("valid request")
+            .into_parts()
+            .0;
+        let (breaker, probes) = (layer.clone(), probes.clone());
+        BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(layer)
+                // Beneath the stack, where each attempt goes out: while the breaker
+                // is half-open it lets its one probe through and refuses every other
+                // call, and every retry, so an attempt sent then is the probe's.
+                .map_request(move |req: Request<ReplayBody<Full<Bytes>>>| {
+                    if breaker.breaker_state(&head) == Some(State::HalfOpen) {
+                        probes.0.lock().unwrap().push(Instant::now());
+                    }
+                    req
+                })
+                .layer(ProgressTrackingLayer::new())
+                .service(transport())
+                .map_err(BoxError::from),
+        )
     }
 }
 
@@ -220,7 +219,7 @@ async fn run(scenario: Scenario) -> Result<Report, BoxError> {
     let addr = start_upstream(upstream.clone()).await?;
     let uri: http::Uri = format!("http://{addr}/items").parse()?;
     let probes = Probes::default();
-    let stack = scenario.stack(&probes);
+    let stack = scenario.stack(&uri, &probes);
     let calls = Arc::new(Calls {
         first_success: AtomicU64::new(u64::MAX),
         ..Calls::default()
@@ -333,6 +332,7 @@ fn most_within(times: &[Instant], span: Duration) -> usize {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let chart = common::chart::requested()?;
     println!(
         "upstream down for {:.1}s, then up for {:.1}s; {CALLERS} callers, {} calls/s in total\n",
         OUTAGE.as_secs_f64(),
@@ -411,7 +411,9 @@ async fn main() -> Result<(), BoxError> {
         "outage naive_amplification={naive:.2} budget_amplification={budget:.2} probes_per_cooldown={per_cooldown}"
     );
 
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/outage.svg");
+    let Some(path) = chart else {
+        return Ok(());
+    };
     let top = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
@@ -434,6 +436,6 @@ async fn main() -> Result<(), BoxError> {
         0.0..(top * 1.1).max(1.0),
         &series,
     )?;
-    println!("chart: docs/outage.svg");
+    println!("chart: {}", path.display());
     Ok(())
 }

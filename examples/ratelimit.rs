@@ -6,9 +6,10 @@
 //! A real upstream on 127.0.0.1 lets through `LIMIT` requests per second (fixed
 //! one-second windows) and answers everything above that with `429 Too Many
 //! Requests` and `Retry-After: 1`. Two hundred callers, each in a closed loop (a
-//! call, then the next), call it for five seconds through
-//! `BudgetLayer → RetryLayer → hyper-util`, with the default budget and retry
-//! policy (three attempts, hints up to 10 s waited) and a 3 s deadline per call.
+//! call, then the next), call it for five seconds through one `Backstop` stack
+//! (`Backstop::builder()`) over a hyper-util client wrapped in
+//! `ProgressTrackingLayer`, with the default budget and retry policy (three
+//! attempts, hints up to 10 s waited) and a 3 s deadline per call.
 //! The same load runs twice:
 //!
 //! - **without the pause** (`PauseMode::Off`): each call honours the hint it got,
@@ -39,9 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop::budget::{BudgetLayer, BudgetPolicy, PauseMode};
+use backstop::budget::{BudgetPolicy, PauseMode};
 use backstop::policy::{AttemptOutcome, Deadline, History};
-use backstop::{BoxError, ReplayBody, RetryLayer, RetryPolicy};
+use backstop::{Backstop, BoxError, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -109,17 +110,22 @@ fn stack(pause: bool, received_429s: Arc<AtomicU64>) -> Stack {
         .pause_mode(mode)
         .build()
         .expect("valid budget");
+    let layer = Backstop::builder()
+        .retry(RetryPolicy::default())
+        .budget(budget)
+        .build()
+        .expect("valid stack");
     BoxCloneService::new(
         ServiceBuilder::new()
-            .layer(BudgetLayer::new(budget))
-            .layer(RetryLayer::new(RetryPolicy::default()))
-            // Beneath the retry layer: every attempt's answer.
+            .layer(layer)
+            // Beneath the stack: every attempt's answer.
             .map_response(move |res: Response<Incoming>| {
                 if res.status() == StatusCode::TOO_MANY_REQUESTS {
                     received_429s.fetch_add(1, Ordering::Relaxed);
                 }
                 res
             })
+            .layer(ProgressTrackingLayer::new())
             .service(client)
             .map_err(BoxError::from),
     )

@@ -1,17 +1,18 @@
 //! A soak of the whole stack: what a long-running client holds on to.
 //!
-//! 100,000 calls (GETs, and POSTs that the idempotency-key layer keys) go through
-//! `IdempotencyKeyLayer`, `CircuitBreakerLayer`, `BudgetLayer`, `RetryLayer`,
-//! `HedgeLayer` and `ProgressTrackingLayer` over a hyper-util client, 64 at a time,
+//! 100,000 calls (GETs, and POSTs the stack keys) go through one `Backstop` stack
+//! (`Backstop::builder()`: idempotency keys, circuit breaker, budget, retry and
+//! hedge) with `ProgressTrackingLayer` around a hyper-util client, 64 at a time,
 //! against a loopback upstream that fails about 10 % of its requests in varied
 //! ways (503, 503 with `Retry-After: 0`, 429 with `retry-after-ms`, 502, a closed
 //! connection, a slow answer that the hedge races). Then one call to each of 10,000
 //! distinct origins (ports of 127.0.0.1 that refuse), then idle while the client's
 //! pool lets its connections go.
 //!
-//! It prints open file descriptors, live tokio tasks, registry entries (budget
-//! accounts and breakers) and resident memory before, during (the most seen) and
-//! after each phase, and ends with one line a script can read:
+//! It prints open file descriptors, live tokio tasks, registry entries (one per
+//! origin, holding its breaker and budget account) and resident memory before,
+//! during (the most seen) and after each phase, and ends with one line a script can
+//! read:
 //!
 //! ```text
 //! soak calls=<n> errors=<n> fds_before=<n> fds_after=<n> tasks_after=<n> registry_after=<n>
@@ -26,11 +27,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use backstop::budget::{BudgetLayer, BudgetPolicy};
-use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-use backstop::hedge::{HedgeLayer, HedgePolicy};
+use backstop::budget::BudgetPolicy;
+use backstop::circuit_breaker::CircuitBreakerPolicy;
+use backstop::hedge::HedgePolicy;
+use backstop::stack::WithHedge;
 use backstop::{
-    BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy,
+    Backstop, BackstopLayer, BoxError, IdempotencyKeyLayer, ProgressTrackingLayer, ReplayBody,
+    RetryPolicy,
 };
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -56,11 +59,6 @@ const POOL_IDLE: Duration = Duration::from_secs(1);
 /// The idle phase: long enough for the pool to let every connection go.
 const IDLE: Duration = Duration::from_secs(4);
 
-/// Registry entries the budget and breaker layers hold now.
-fn registry_entries(budget: &BudgetLayer, breaker: &CircuitBreakerLayer) -> usize {
-    budget.origins() + breaker.origins()
-}
-
 /// What the process holds at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sample {
@@ -71,13 +69,15 @@ struct Sample {
 }
 
 impl Sample {
-    fn take(budget: &BudgetLayer, breaker: &CircuitBreakerLayer) -> Sample {
+    /// A sample, with the registry entries `stack` (and every service it made)
+    /// holds now.
+    fn take(stack: &BackstopLayer<WithHedge>) -> Sample {
         Sample {
             fds: open_fds(),
             tasks: tokio::runtime::Handle::current()
                 .metrics()
                 .num_alive_tasks(),
-            registry: registry_entries(budget, breaker),
+            registry: stack.origins(),
             rss_kib: resident_kib(),
         }
     }
@@ -242,34 +242,31 @@ async fn main() -> Result<(), BoxError> {
 
     // Windows short enough that the idle phase outlasts them: an origin's entries
     // are forgotten once unused for longer than they still matter.
-    let budget = BudgetLayer::new(
-        BudgetPolicy::builder()
-            .window(Duration::from_secs(2))
-            .build()
-            .expect("valid budget"),
-    );
-    let breaker = CircuitBreakerLayer::new(
-        CircuitBreakerPolicy::builder()
-            .window(Duration::from_secs(2))
-            .cooldown(Duration::from_millis(500))
-            .max_cooldown(Duration::from_secs(2))
-            .build()
-            .expect("valid breaker"),
-    );
+    let budget = BudgetPolicy::builder()
+        .window(Duration::from_secs(2))
+        .build()?;
+    let breaker = CircuitBreakerPolicy::builder()
+        .window(Duration::from_secs(2))
+        .cooldown(Duration::from_millis(500))
+        .max_cooldown(Duration::from_secs(2))
+        .build()?;
     let policy = RetryPolicy::builder()
         .backoff(Duration::from_millis(1), Duration::from_millis(10))
         .attempt_timeout(Duration::from_millis(500))
         .timeout(Duration::from_secs(2))
         .build()?;
+    // The layer, and every service it makes, share the stack's breakers and
+    // accounts: the samples read them through it.
+    let stack = Backstop::builder()
+        .retry(policy)
+        .hedge(HedgePolicy::after(Duration::from_millis(15)))
+        .budget(budget)
+        .circuit_breaker(breaker)
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .build()?;
     let svc = ServiceBuilder::new()
         .map_err(Into::<BoxError>::into)
-        .layer(IdempotencyKeyLayer::new())
-        .layer(breaker.clone())
-        .layer(budget.clone())
-        .layer(RetryLayer::new(policy))
-        .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
-            15,
-        ))))
+        .layer(stack.clone())
         .layer(ProgressTrackingLayer::new())
         .service(transport());
 
@@ -277,22 +274,17 @@ async fn main() -> Result<(), BoxError> {
         "{:<28} {:>6} {:>6} {:>9} {:>10}",
         "stage", "fds", "tasks", "registry", "rss_kib"
     );
-    let before = Sample::take(&budget, &breaker);
+    let before = Sample::take(&stack);
     before.row("before");
 
     // The most each phase holds, sampled every 100 ms.
     let during = Arc::new(Mutex::new(Sample::default()));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
-        let (during, sampling, budget, breaker) = (
-            during.clone(),
-            sampling.clone(),
-            budget.clone(),
-            breaker.clone(),
-        );
+        let (during, sampling, stack) = (during.clone(), sampling.clone(), stack.clone());
         tokio::spawn(async move {
             while sampling.load(Ordering::Relaxed) {
-                let now = Sample::take(&budget, &breaker);
+                let now = Sample::take(&stack);
                 {
                     let mut max = during.lock().unwrap();
                     *max = max.max(now);
@@ -327,7 +319,7 @@ async fn main() -> Result<(), BoxError> {
     let calls_took = started.elapsed();
     let upstream_requests = served.load(Ordering::Relaxed);
     during.lock().unwrap().row("during calls (max)");
-    Sample::take(&budget, &breaker).row("after calls");
+    Sample::take(&stack).row("after calls");
 
     *during.lock().unwrap() = Sample::default();
     let origins = count("SOAK_ORIGINS", ORIGINS);
@@ -342,13 +334,13 @@ async fn main() -> Result<(), BoxError> {
     run(svc.clone(), origins, request, origins_tally.clone()).await;
     let origins_took = started.elapsed();
     during.lock().unwrap().row("during origins (max)");
-    Sample::take(&budget, &breaker).row("after origins");
+    Sample::take(&stack).row("after origins");
 
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
     drop(svc);
     tokio::time::sleep(IDLE).await;
-    let after = Sample::take(&budget, &breaker);
+    let after = Sample::take(&stack);
     after.row("after idle");
 
     let calls = tally.calls.load(Ordering::Relaxed);

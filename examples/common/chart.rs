@@ -2,11 +2,31 @@
 //! backend, line series, no system libraries).
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use backstop::BoxError;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
+
+/// Where the example was asked to write its chart: the path given with `--chart`
+/// (`cargo run --release --example outage -- --chart docs/outage.svg`), relative to
+/// the directory it runs in. Without it, `None`: the example writes no file.
+pub fn requested() -> Result<Option<PathBuf>, BoxError> {
+    let mut args = std::env::args_os().skip(1);
+    let mut path = None;
+    while let Some(arg) = args.next() {
+        match (arg.to_str(), args.next()) {
+            (Some("--chart"), Some(to)) => path = Some(PathBuf::from(to)),
+            (Some("--chart"), None) => return Err("--chart needs a path".into()),
+            _ => {
+                return Err(
+                    format!("unknown argument {arg:?}: the one argument is --chart <path>").into(),
+                )
+            }
+        }
+    }
+    Ok(path)
+}
 
 /// One line of a chart.
 pub struct Series {

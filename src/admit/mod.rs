@@ -51,8 +51,9 @@ pub(crate) struct Admission {
     breaker: Option<Arc<CircuitBreakerPolicy>>,
     budget: Option<BudgetPolicy>,
     /// Each origin's breaker and account: one registry when the two partition
-    /// calls alike (or only one is set), else one each. Shared by clones.
-    origins: Arc<[Registry<Origin>]>,
+    /// calls alike (or only one is set), else one each. Shared by clones, and with
+    /// the standalone layers whose part this admission [adopted](Admission::adopt).
+    origins: Arc<[Arc<Registry<Origin>>]>,
     /// Whether the handles (and the keyed mark) go into every call's context, for
     /// the layers beneath; without it, only into a context the call carries
     /// already. A standalone layer hands down always (that is its job); a stack
@@ -104,6 +105,28 @@ impl Admission {
         self.hand_down = hand_down;
     }
 
+    /// Takes on the breaker or the budget of `other` (a standalone layer's
+    /// admission), whichever it has: the same settings and the same entries, so
+    /// calls through either count in one breaker or spend from one account. This
+    /// admission must not have that part of its own; its entries are then found
+    /// with one lookup in each registry.
+    pub(crate) fn adopt(&mut self, other: &Admission) {
+        debug_assert!(other.breaker.is_none() || self.breaker.is_none());
+        debug_assert!(other.budget.is_none() || self.budget.is_none());
+        if other.breaker.is_some() {
+            self.breaker = other.breaker.clone();
+        }
+        if other.budget.is_some() {
+            self.budget = other.budget.clone();
+        }
+        self.origins = self
+            .origins
+            .iter()
+            .chain(other.origins.iter())
+            .cloned()
+            .collect();
+    }
+
     /// The breaker's settings, when admission has a breaker.
     pub(crate) fn breaker(&self) -> Option<&CircuitBreakerPolicy> {
         self.breaker.as_deref()
@@ -151,7 +174,7 @@ impl Admission {
 
     /// How many entries admission holds, after forgetting the idle ones.
     pub(crate) fn origins(&self) -> usize {
-        self.origins.iter().map(Registry::len).sum()
+        self.origins.iter().map(|registry| registry.len()).sum()
     }
 
     /// Runs admission on a call, part by part: the key is stamped, the breaker
@@ -248,19 +271,19 @@ impl Admission {
 fn registries(
     breaker: Option<&Arc<CircuitBreakerPolicy>>,
     budget: Option<&BudgetPolicy>,
-) -> Arc<[Registry<Origin>]> {
+) -> Arc<[Arc<Registry<Origin>>]> {
     fn registry(
         partition: &Partition,
         breaker: Option<&Arc<CircuitBreakerPolicy>>,
         budget: Option<&BudgetPolicy>,
-    ) -> Registry<Origin> {
+    ) -> Arc<Registry<Origin>> {
         let (breaker, budget) = (breaker.cloned(), budget.cloned());
-        Registry::new(partition.clone(), move |label| Origin {
+        Arc::new(Registry::new(partition.clone(), move |label| Origin {
             breaker: breaker
                 .as_ref()
                 .map(|p| Arc::new(Core::new(p.clone(), label))),
             account: budget.as_ref().map(|p| Arc::new(Account::new(p))),
-        })
+        }))
     }
     match (breaker, budget) {
         (Some(b), Some(a)) if b.partition.same_as(&a.partition) => {

@@ -1,4 +1,4 @@
-//! The middleware: builds backstop's tower stack for each call over the rest of the
+//! The middleware: runs one [`Backstop`] stack for each call over the rest of the
 //! middleware chain.
 
 use std::future::poll_fn;
@@ -6,29 +6,29 @@ use std::sync::Arc;
 
 use http::Extensions;
 use reqwest_middleware::Next;
+use tower_layer::Layer;
 use tower_service::Service;
 
 use super::send::{AnsweredExtensions, AttemptResponse, BodyKind, CallParts, SendNext};
-use super::stack::maybe;
 use crate::body::OneShot;
 use crate::budget::{BudgetLayer, BudgetPolicy};
 use crate::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
-use crate::hedge::{HedgeLayer, HedgePolicy};
+use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::policy::{Deadline, Keyed};
-use crate::retry::RetryPolicy;
-use crate::retry::Settings;
-use crate::retry::{Retry, Routes};
+use crate::retry::{RetryPolicy, Routes};
+use crate::stack::{Backstop, BackstopLayer, WithHedge};
 
 /// backstop for a [`reqwest_middleware::ClientWithMiddleware`]: the same attempt
 /// loop, budget, circuit breaker, hedging and idempotency keys as the tower layers.
 /// See the [module docs](super).
 ///
-/// Each call runs backstop's own stack (idempotency key, circuit breaker, budget,
-/// retry, hedge) over a service that sends every attempt down the rest of the
-/// middleware chain. Clones share everything, budget accounts and breaker states
-/// included; give the same [`BudgetLayer`] or [`CircuitBreakerLayer`] to several
-/// middlewares (or to a tower stack) to share those across clients.
+/// Each call runs one [`Backstop`] stack (admission: the idempotency key, the
+/// circuit breaker and the budget; then retry and hedge) over a service that sends
+/// every attempt down the rest of the middleware chain. Clones share everything,
+/// budget accounts and breaker states included; give the same [`BudgetLayer`] or
+/// [`CircuitBreakerLayer`] to several middlewares (or to a tower stack) to share
+/// those across clients.
 ///
 /// # Examples
 ///
@@ -48,16 +48,71 @@ use crate::retry::{Retry, Routes};
 /// ```
 #[derive(Clone, Debug)]
 pub struct BackstopMiddleware {
-    layers: Arc<Layers>,
+    inner: Arc<Inner>,
 }
 
 #[derive(Clone, Debug)]
-struct Layers {
+struct Inner {
+    /// What the stack is built from, kept to build it again when a setting changes.
+    config: Config,
+    /// The stack every call runs.
+    stack: Stack,
+}
+
+/// The stack, hedging or not (a stack's type says whether it hedges).
+#[derive(Clone, Debug)]
+enum Stack {
+    Plain(BackstopLayer),
+    Hedged(BackstopLayer<WithHedge>),
+}
+
+impl Stack {
+    /// The retry policy of the route `req` takes.
+    fn policy_for<B>(&self, req: &http::Request<B>) -> &RetryPolicy {
+        match self {
+            Stack::Plain(layer) => layer.policy_for(req),
+            Stack::Hedged(layer) => layer.policy_for(req),
+        }
+    }
+}
+
+/// The middleware's settings. The breakers and the accounts live in the layers, so
+/// that a stack built again (and every clone, and whatever else was given the
+/// layers) keeps them.
+#[derive(Clone, Debug)]
+struct Config {
+    routes: Routes,
+    hedge: Option<HedgePolicy>,
     key: Option<IdempotencyKeyLayer>,
     breaker: Option<CircuitBreakerLayer>,
     budget: Option<BudgetLayer>,
-    retry: Arc<Settings>,
-    hedge: Option<HedgeLayer>,
+}
+
+impl Config {
+    /// The stack these settings make.
+    fn stack(&self) -> Stack {
+        let mut builder = Backstop::builder().routes(self.routes.clone());
+        if let Some(key) = &self.key {
+            builder = builder.idempotency_key(key.clone());
+        }
+        if let Some(breaker) = &self.breaker {
+            builder = builder.circuit_breaker_of(breaker);
+        }
+        builder = match &self.budget {
+            Some(budget) => builder.budget_of(budget),
+            None => builder.no_budget(),
+        };
+        let built = match &self.hedge {
+            Some(hedge) => builder.hedge(hedge.clone()).build().map(Stack::Hedged),
+            None => builder.build().map(Stack::Plain),
+        };
+        match built {
+            Ok(stack) => stack,
+            // Routes alone (hedging only with the stack's hedge layer), one budget
+            // (or none) and a breaker without rules.
+            Err(_) => unreachable!("the middleware's settings are a valid stack"),
+        }
+    }
 }
 
 impl BackstopMiddleware {
@@ -69,19 +124,25 @@ impl BackstopMiddleware {
 
     /// Retries by route (path prefix, method, host): see [`Routes`].
     pub fn with_routes(routes: Routes) -> Self {
+        let config = Config {
+            routes,
+            hedge: None,
+            key: None,
+            breaker: None,
+            budget: None,
+        };
+        let stack = config.stack();
         BackstopMiddleware {
-            layers: Arc::new(Layers {
-                key: None,
-                breaker: None,
-                budget: None,
-                retry: Arc::new(Settings::new(routes)),
-                hedge: None,
-            }),
+            inner: Arc::new(Inner { config, stack }),
         }
     }
 
-    fn layers_mut(&mut self) -> &mut Layers {
-        Arc::make_mut(&mut self.layers)
+    /// This middleware with one setting changed, and its stack built again.
+    fn set(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        change(&mut inner.config);
+        inner.stack = inner.config.stack();
+        self
     }
 
     /// A retry budget per origin, with these numbers, for this middleware and its
@@ -92,9 +153,8 @@ impl BackstopMiddleware {
 
     /// The accounts of `layer`: every middleware and tower stack given a clone of
     /// the same layer spends from the same accounts.
-    pub fn with_budget_layer(mut self, layer: BudgetLayer) -> Self {
-        self.layers_mut().budget = Some(layer);
-        self
+    pub fn with_budget_layer(self, layer: BudgetLayer) -> Self {
+        self.set(|config| config.budget = Some(layer))
     }
 
     /// A circuit breaker per origin, with this configuration, for this middleware
@@ -105,15 +165,14 @@ impl BackstopMiddleware {
 
     /// The breakers of `layer`: every middleware and tower stack given a clone of
     /// the same layer sees the same breaker states.
-    pub fn with_circuit_breaker_layer(mut self, layer: CircuitBreakerLayer) -> Self {
-        self.layers_mut().breaker = Some(layer);
-        self
+    pub fn with_circuit_breaker_layer(self, layer: CircuitBreakerLayer) -> Self {
+        self.set(|config| config.breaker = Some(layer))
     }
 
-    /// Hedges slow idempotent (or keyed) requests as `policy` says.
-    pub fn with_hedge(mut self, policy: HedgePolicy) -> Self {
-        self.layers_mut().hedge = Some(HedgeLayer::new(policy));
-        self
+    /// Hedges slow idempotent (or keyed) requests as `policy` says. Every hedge
+    /// spends the call's budget and asks its breaker.
+    pub fn with_hedge(self, policy: HedgePolicy) -> Self {
+        self.set(|config| config.hedge = Some(policy))
     }
 
     /// Stamps an `Idempotency-Key` on each POST and PATCH call that has none, once
@@ -124,19 +183,18 @@ impl BackstopMiddleware {
 
     /// Stamps idempotency keys as `layer` is configured (header, methods, key
     /// generator).
-    pub fn with_idempotency_key_layer(mut self, layer: IdempotencyKeyLayer) -> Self {
-        self.layers_mut().key = Some(layer);
-        self
+    pub fn with_idempotency_key_layer(self, layer: IdempotencyKeyLayer) -> Self {
+        self.set(|config| config.key = Some(layer))
     }
 
     /// The budget layer, to read an origin's account.
     pub fn budget(&self) -> Option<&BudgetLayer> {
-        self.layers.budget.as_ref()
+        self.inner.config.budget.as_ref()
     }
 
     /// The circuit breaker layer, to read an origin's state.
     pub fn circuit_breaker(&self) -> Option<&CircuitBreakerLayer> {
-        self.layers.breaker.as_ref()
+        self.inner.config.breaker.as_ref()
     }
 
     /// Runs one call through the stack.
@@ -158,7 +216,6 @@ impl BackstopMiddleware {
         carry_overrides(extensions, req.extensions_mut());
         self.keep_buffered(&mut req);
 
-        let layers = &*self.layers;
         let send = SendNext::new(
             next,
             CallParts {
@@ -167,17 +224,9 @@ impl BackstopMiddleware {
                 body,
             },
         );
-        let retry = Retry::from_settings(maybe(layers.hedge.as_ref(), send), layers.retry.clone());
-        let mut stack = maybe(
-            layers.key.as_ref(),
-            maybe(
-                layers.breaker.as_ref(),
-                maybe(layers.budget.as_ref(), retry),
-            ),
-        );
-        let result = match poll_fn(|cx| stack.poll_ready(cx)).await {
-            Ok(()) => stack.call(req).await,
-            Err(e) => Err(e),
+        let result = match &self.inner.stack {
+            Stack::Plain(layer) => run(layer.layer(send), req).await,
+            Stack::Hedged(layer) => run(layer.layer(send), req).await,
         };
         match result {
             Ok(res) => Ok(answer(res, extensions)),
@@ -194,13 +243,22 @@ impl BackstopMiddleware {
         };
         let policy = match req.extensions().get::<RetryPolicy>() {
             Some(policy) => policy,
-            None => self.layers.retry.routes.policy_for(req),
+            None => self.inner.stack.policy_for(req),
         };
         if policy.max_attempts() > 1 && len > policy.replay_cap() {
             let raised = policy.with_replay_cap(len);
             req.extensions_mut().insert(raised);
         }
     }
+}
+
+/// Sends `req` through `stack`, once it is ready.
+async fn run<S>(mut stack: S, req: http::Request<reqwest::Body>) -> Result<S::Response, S::Error>
+where
+    S: Service<http::Request<reqwest::Body>>,
+{
+    poll_fn(|cx| stack.poll_ready(cx)).await?;
+    stack.call(req).await
 }
 
 /// Per-call overrides put in the middleware chain's extensions

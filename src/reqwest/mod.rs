@@ -2,11 +2,12 @@
 //! as a [`reqwest_middleware`] middleware, and reqwest's native retry configured
 //! from a backstop policy.
 //!
-//! [`BackstopMiddleware`] runs backstop's own tower stack for each call
-//! (idempotency key, circuit breaker, budget, retry, hedge) over a service that
-//! sends each attempt down the rest of the middleware chain. There is one attempt
-//! loop, one budget, one breaker and one history, configured with the same
-//! [`RetryPolicy`](crate::RetryPolicy), [`BudgetPolicy`](crate::BudgetPolicy),
+//! [`BackstopMiddleware`] runs one [`Backstop`](crate::Backstop) stack for each
+//! call (admission: the idempotency key, the circuit breaker and the budget; then
+//! retry and hedge) over a service that sends each attempt down the rest of the
+//! middleware chain. There is one attempt loop, one budget, one breaker and one
+//! history, configured with the same [`RetryPolicy`](crate::RetryPolicy),
+//! [`BudgetPolicy`](crate::BudgetPolicy),
 //! [`CircuitBreakerPolicy`](crate::CircuitBreakerPolicy),
 //! [`HedgePolicy`](crate::HedgePolicy) and
 //! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer) as a tower stack.
@@ -95,25 +96,27 @@
 //! to make them retryable.
 //!
 //! Where the recorded progress matters (a POST that failed on a pooled connection
-//! before a byte was written can then be re-sent), use backstop's tower stack over
-//! hyper-util's client, with [`ProgressTrackingLayer`](crate::ProgressTrackingLayer)
-//! innermost:
+//! before a byte was written can then be re-sent), use the same stack as a tower
+//! service over hyper-util's client, with
+//! [`ProgressTrackingLayer`](crate::ProgressTrackingLayer) around the client:
 //!
 //! ```no_run
-//! use backstop::{ProgressTrackingLayer, ReplayBody, RetryLayer, RetryPolicy};
+//! use backstop::{Backstop, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use hyper_util::client::legacy::{connect::HttpConnector, Client};
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::ServiceBuilder;
 //!
+//! # fn main() -> Result<(), backstop::policy::InvalidConfig> {
 //! let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
 //!     Client::builder(TokioExecutor::new()).build_http();
 //! let client = ServiceBuilder::new()
-//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .layer(Backstop::builder().retry(RetryPolicy::default()).build()?)
 //!     .layer(ProgressTrackingLayer::new())
 //!     .service(transport);
 //! # let _ = client;
+//! # Ok(()) }
 //! ```
 //!
 //! # Delegated mode
@@ -134,7 +137,6 @@
 mod delegated;
 mod middleware;
 mod send;
-mod stack;
 
 pub use delegated::native_retry;
 pub use middleware::BackstopMiddleware;

@@ -39,6 +39,15 @@ pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
     key: Option<IdempotencyKeyLayer>,
     rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
+    shared: Shared,
+}
+
+/// The parts of admission whose state is a standalone layer's (`circuit_breaker_of`,
+/// `budget_of`).
+#[derive(Clone, Default)]
+struct Shared {
+    breaker: Option<Arc<Admission>>,
+    budget: Option<Arc<Admission>>,
 }
 
 impl<H: HedgeMode> BackstopBuilder<H> {
@@ -71,6 +80,7 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             key: self.key,
             rules: self.rules,
             observer: self.observer,
+            shared: self.shared,
         }
     }
 
@@ -122,6 +132,28 @@ impl<H: HedgeMode> BackstopBuilder<H> {
         self
     }
 
+    #[cfg(feature = "reqwest-middleware")]
+    /// The breakers of `layer` instead of a breaker of the stack's own: calls
+    /// through the stack and through the layer (or its clones, or other stacks given
+    /// it) count in the same breakers. Its settings and rules are the layer's.
+    ///
+    /// Crate-private: it keeps the reqwest adapter's `with_circuit_breaker_layer`.
+    pub(crate) fn circuit_breaker_of(mut self, layer: &crate::CircuitBreakerLayer) -> Self {
+        self.shared.breaker = Some(layer.admission.clone());
+        self
+    }
+
+    #[cfg(feature = "reqwest-middleware")]
+    /// The accounts of `layer` instead of a budget of the stack's own: calls through
+    /// the stack and through the layer (or its clones, or other stacks given it)
+    /// spend from the same accounts.
+    ///
+    /// Crate-private: it keeps the reqwest adapter's `with_budget_layer`.
+    pub(crate) fn budget_of(mut self, layer: &crate::BudgetLayer) -> Self {
+        self.shared.budget = Some(layer.admission.clone());
+        self
+    }
+
     /// The stack's layer.
     ///
     /// # Errors
@@ -145,16 +177,33 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             (None, Some(routes)) => routes,
             (None, None) => Routes::new(RetryPolicy::default()),
         };
-        let budget = match (self.budget, self.no_budget) {
-            (Some(_), true) => {
+        let budget = match (self.budget, self.no_budget, &self.shared.budget) {
+            (Some(_), true, _) => {
                 return Err(InvalidConfig::new(
                     "budget",
                     "a budget was given and turned off; give one or the other".to_owned(),
                 ))
             }
-            (budget, true) => budget,
-            (budget, false) => Some(budget.unwrap_or_default()),
+            (Some(_), _, Some(_)) | (_, true, Some(_)) => {
+                return Err(InvalidConfig::new(
+                    "budget",
+                    "a layer's accounts were given with a budget of the stack's own, or \
+                     with no budget; give one or the other"
+                        .to_owned(),
+                ))
+            }
+            (budget, true, None) => budget,
+            (_, false, Some(_)) => None,
+            (budget, false, None) => Some(budget.unwrap_or_default()),
         };
+        if self.shared.breaker.is_some() && (self.breaker.is_some() || self.rules.is_some()) {
+            return Err(InvalidConfig::new(
+                "circuit_breaker",
+                "a layer's breakers keep their own settings and rules; give them, or a \
+                 breaker (and rules) of the stack's own"
+                    .to_owned(),
+            ));
+        }
         let (hedge, breaker) = match &self.rules {
             Some(rules) => (
                 self.hedge.with_rules(rules),
@@ -165,7 +214,13 @@ impl<H: HedgeMode> BackstopBuilder<H> {
         // The hedge layer reads the breaker and the account from the call's context:
         // admission leaves them there whenever a hedge may go.
         let key = self.key.map(|k| k.config());
-        let admission = Admission::new(key, breaker, budget, false);
+        let mut admission = Admission::new(key, breaker, budget, false);
+        for shared in [&self.shared.breaker, &self.shared.budget]
+            .into_iter()
+            .flatten()
+        {
+            admission.adopt(shared);
+        }
         let layer = BackstopLayer {
             retry: RetryLayer::default().admitting(admission),
             hedge,
@@ -188,6 +243,8 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
             .field("key", &self.key)
             .field("rules", &self.rules)
             .field("observer", &self.observer.is_some())
+            .field("shared_breaker", &self.shared.breaker.is_some())
+            .field("shared_budget", &self.shared.budget.is_some())
             .finish()
     }
 }
@@ -259,6 +316,13 @@ impl<H: HedgeMode> BackstopLayer<H> {
         Ok(self)
     }
 
+    #[cfg(feature = "reqwest-middleware")]
+    /// The retry policy of a call (its route's, or the stack's), before any policy
+    /// the call carries itself.
+    pub(crate) fn policy_for<B>(&self, req: &http::Request<B>) -> &RetryPolicy {
+        self.retry.settings.routes.policy_for(req)
+    }
+
     fn admission(&self) -> &Admission {
         match self.retry.settings.admission.as_ref() {
             Some(admission) => admission,
@@ -312,5 +376,59 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopLayer<H> {
             .field("retry", &self.retry)
             .field("hedge", &self.hedge)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, feature = "reqwest-middleware"))]
+mod tests {
+    use super::*;
+    use crate::{BudgetLayer, CircuitBreakerLayer};
+
+    fn head() -> Parts {
+        http::Request::get("http://a.test/")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[tokio::test]
+    async fn a_stack_given_layers_keeps_their_breakers_and_accounts() {
+        let budget = BudgetLayer::new(BudgetPolicy::default());
+        let breaker = CircuitBreakerLayer::new(CircuitBreakerPolicy::default());
+        let stack = Backstop::builder()
+            .budget_of(&budget)
+            .circuit_breaker_of(&breaker)
+            .build()
+            .unwrap();
+        // An account the layer made is the stack's, and a withdrawal shows in both.
+        let before = budget.account(&head()).available();
+        assert_eq!(stack.origins(), 1);
+        assert!(stack.budget_account(&head()).unwrap().try_withdraw());
+        assert_eq!(budget.account(&head()).available(), before - 1);
+        // A breaker the stack made is the layer's.
+        assert_eq!(stack.breaker_state(&head()), Some(State::Closed));
+        assert_eq!((breaker.origins(), stack.origins()), (1, 2));
+    }
+
+    #[test]
+    fn a_layer_s_part_and_the_stack_s_own_are_refused_together() {
+        let budget = BudgetLayer::new(BudgetPolicy::default());
+        let breaker = CircuitBreakerLayer::new(CircuitBreakerPolicy::default());
+        let refused = [
+            Backstop::builder()
+                .budget(BudgetPolicy::default())
+                .budget_of(&budget),
+            Backstop::builder().no_budget().budget_of(&budget),
+            Backstop::builder()
+                .circuit_breaker(CircuitBreakerPolicy::default())
+                .circuit_breaker_of(&breaker),
+            Backstop::builder()
+                .rules(Rules::default())
+                .circuit_breaker_of(&breaker),
+        ];
+        for builder in refused {
+            assert!(builder.build().is_err());
+        }
     }
 }
