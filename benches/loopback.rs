@@ -4,9 +4,8 @@
 //! `cargo bench --bench loopback`
 //!
 //! The stacks (bare client, `tower::retry`, backstop's `RetryLayer`, the whole
-//! backstop stack: key, breaker, budget, retry, progress, with the retry layer doing
-//! the key's, breaker's and budget's work itself, and `backstop_layers`, the same
-//! five as separate layers) run interleaved in rounds,
+//! `Backstop` stack: key, breaker, budget, retry over progress, admission run in the
+//! retry layer's own future, and `backstop_layers`, the same five as separate layers) run interleaved in rounds,
 //! each round in a new order, so the machine's drift falls on all of them. Each line
 //! gives a stack's throughput and its p50 and p99 latency as a ratio to the bare
 //! client's in the same rounds:
