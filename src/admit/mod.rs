@@ -4,11 +4,12 @@
 //! down to the layers beneath, and the call's outcome is recorded once when it ends.
 //!
 //! One [`Admission`] runs whichever parts it was given, in that order, with one
-//! origin lookup for the breaker and the budget together. The
-//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! origin lookup for the breaker and the budget together (two when they partition
+//! calls differently). The [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
 //! [`BudgetLayer`](crate::BudgetLayer) are each a front-end over one part (their
-//! service calls [`Admission::enter`], their future is [`ResponseFuture`]); the
+//! service calls [`Admission::enter`]; the breaker's and the budget's future is
+//! [`ResponseFuture`], the key's is its inner service's); the
 //! [`Backstop`](crate::Backstop) stack runs all parts inside its retry layer's own
 //! future. The same code serves every shape, so the shapes cannot disagree.
 //!

@@ -6,9 +6,9 @@
 //! again (the IETF httpapi draft `draft-ietf-httpapi-idempotency-key-header`, and
 //! Stripe-style APIs). [`IdempotencyKeyLayer`] stamps a fresh key on every call
 //! that needs one, **once per call**: placed outside the retry layer, every attempt
-//! (and every hedge) of the call carries the same key. It also marks the request
-//! with [`policy::Keyed`](crate::policy::Keyed), so the retry
-//! layer treats it like an idempotent request. The [`Backstop`](crate::Backstop)
+//! (and every hedge) of the call carries the same key. It also marks the call keyed
+//! in its [`CallContext`](crate::policy::CallContext), so the retry and hedge layers
+//! treat it like an idempotent request. The [`Backstop`](crate::Backstop)
 //! stack stamps keys with the same code:
 //! [`BackstopBuilder::idempotency_key`](crate::stack::BackstopBuilder::idempotency_key).
 //!

@@ -39,6 +39,8 @@ pub enum ErrorKind {
     InvalidResponse,
     /// A circuit breaker refused the call: nothing was sent. The error's
     /// [`retry_after`](crate::Error::retry_after) says when its next probe is due.
+    /// An outer retry layer treats it as it treats [`Other`](ErrorKind::Other):
+    /// sending again at once would meet the same open breaker.
     CircuitOpen,
     /// Any other failure.
     Other,
@@ -74,7 +76,6 @@ impl ErrorKind {
                 | ErrorKind::Canceled
                 | ErrorKind::RefusedStream
                 | ErrorKind::GoAway
-                | ErrorKind::CircuitOpen
         )
     }
 }

@@ -91,7 +91,16 @@ struct Config {
 impl Config {
     /// The stack these settings make.
     fn stack(&self) -> Stack {
-        let mut builder = Backstop::builder().routes(self.routes.clone());
+        // Routes that hedge without a hedge policy of the middleware's: a hedge
+        // layer that only they use (every other route is never hedged).
+        let (routes, hedge) = match &self.hedge {
+            None if self.routes.hedges() => (
+                self.routes.clone().unhedged_unless_chosen(),
+                Some(HedgePolicy::default()),
+            ),
+            _ => (self.routes.clone(), self.hedge.clone()),
+        };
+        let mut builder = Backstop::builder().routes(routes);
         if let Some(key) = &self.key {
             builder = builder.idempotency_key(key.clone());
         }
@@ -102,8 +111,8 @@ impl Config {
             Some(budget) => builder.budget_of(budget),
             None => builder.no_budget(),
         };
-        let built = match &self.hedge {
-            Some(hedge) => builder.hedge(hedge.clone()).build().map(Stack::Hedged),
+        let built = match hedge {
+            Some(hedge) => builder.hedge(hedge).build().map(Stack::Hedged),
             None => builder.build().map(Stack::Plain),
         };
         match built {

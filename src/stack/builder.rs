@@ -68,7 +68,8 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     /// Hedges slow idempotent (or keyed) calls as `policy` says; a route's own
     /// hedging (or its `no_hedging()`) wins for its calls. Every hedge spends the
     /// call's budget and asks its breaker. A stack without it has no hedge layer,
-    /// and refuses routes that hedge.
+    /// refuses routes that hedge, and hands no budget or breaker to a `HedgeLayer`
+    /// composed beneath it by hand (unless the call carries a context already).
     pub fn hedge(self, policy: HedgePolicy) -> BackstopBuilder<WithHedge> {
         BackstopBuilder {
             retry: self.retry,

@@ -17,20 +17,27 @@
 //! ```
 //!
 //! Admission runs inside the retry layer's own future, with one origin lookup for
-//! the breaker and the budget. It is the same code the separate
-//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! the breaker and the budget (two when they partition calls differently). It is the
+//! same code the separate [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
-//! [`BudgetLayer`](crate::BudgetLayer) run, so a call meets the same behaviour in
-//! either shape; the stack is simply the one to reach for first.
+//! [`BudgetLayer`](crate::BudgetLayer) run. Two things only the stack can do,
+//! because the separate layers above a retry layer cannot see its policy or its
+//! route: it holds a call for a paused origin no longer than the retry policy's
+//! total timeout allows (a `BudgetLayer` bounds the hold by the call's
+//! [`Deadline`](crate::policy::Deadline) alone), and its observer events name the
+//! route the call matched.
 //!
 //! What the stack guarantees by construction:
 //!
 //! - **Rules given once** ([`BackstopBuilder::rules`]) decide for the retry policy
-//!   (and every route's), the hedge policy and the breaker.
-//! - **A hedge always spends the call's budget and asks its breaker**: when the stack
-//!   may hedge (a hedge policy, or a route that hedges), admission leaves the call's
-//!   breaker and account in its [`CallContext`] for the
-//!   hedge layer; no setting turns that off.
+//!   (and every route's), the hedge policy and the breaker. A policy a caller puts
+//!   in one request's extensions is used as given.
+//! - **A hedge always spends the call's budget and asks its breaker**: a stack that
+//!   hedges ([`BackstopBuilder::hedge`]) leaves the call's breaker and account in
+//!   its [`CallContext`] for its hedge layer; no setting turns that off. (A
+//!   `HedgeLayer` composed by hand beneath a stack that does not hedge finds them
+//!   only in a call that carries a context already: give the stack the hedge policy
+//!   instead.)
 //! - **A held call is bounded** by its deadline and by its retry policy's total
 //!   [`timeout`](crate::retry::RetryPolicyBuilder::timeout), which counts the hold.
 //! - **The builder's result does not depend on the order of its calls**: each

@@ -712,3 +712,46 @@ async fn a_keyless_post_refused_by_http2_is_sent_again() {
     })
     .await
 }
+
+#[tokio::test]
+async fn routes_that_hedge_are_followed_without_a_hedge_policy_of_the_middlewares() {
+    use backstop::hedge::HedgePolicy;
+    use backstop::retry::{Route, RoutePolicy, Routes};
+    within_10s(async {
+        for protocol in BOTH {
+            // The original is slow; the route's copy, sent after 50 ms, is fast.
+            let up = upstream(
+                protocol,
+                vec![
+                    Reply::ok().delay(Duration::from_millis(2_000)).into(),
+                    Reply::ok().body("copy").into(),
+                ],
+            )
+            .await;
+            let routes = Routes::new(quick()).route(
+                Route::path_prefix("/search"),
+                RoutePolicy::new(quick())
+                    .hedge(HedgePolicy::after(Duration::from_millis(50)))
+                    .unwrap(),
+            );
+            // Built without `with_hedge`: the route's own hedging is followed, and
+            // building it does not fail.
+            let middleware = BackstopMiddleware::with_routes(routes);
+            let started = Instant::now();
+            let res = client(protocol, middleware)
+                .get(url(&up, "/search?q=1"))
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(res.status(), 200, "{protocol:?}");
+            // The copy answered, long before the stuck original would have.
+            assert_eq!(res.text().await.unwrap(), "copy", "{protocol:?}");
+            assert!(
+                started.elapsed() < Duration::from_millis(1_500),
+                "{protocol:?}"
+            );
+            assert_eq!(up.requests().len(), 2, "{protocol:?}");
+        }
+    })
+    .await
+}

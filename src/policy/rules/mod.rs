@@ -41,8 +41,13 @@ impl KindSet {
     }
 
     /// Whether `kind` may be sent again: a kind outside the settable ones is left to
-    /// the ladder.
+    /// the ladder. A breaker's refusal (from a stack or layer beneath) follows
+    /// [`Other`](ErrorKind::Other), what it was before it had a kind of its own.
     fn allows(self, kind: ErrorKind) -> bool {
+        let kind = match kind {
+            ErrorKind::CircuitOpen => ErrorKind::Other,
+            kind => kind,
+        };
         KindSet::bit(kind).is_none_or(|b| self.0 & b != 0)
     }
 }
@@ -335,7 +340,9 @@ impl RulesBuilder {
     /// The other kinds are not settings: an invalid request or configuration and a
     /// failed request body are never curable, and a request canceled before it
     /// started, `REFUSED_STREAM` and `GOAWAY` were not processed and are always
-    /// re-sendable. Naming one of them is refused.
+    /// re-sendable, and a circuit breaker's refusal
+    /// ([`CircuitOpen`](ErrorKind::CircuitOpen), from a layer beneath) follows
+    /// [`Other`](ErrorKind::Other). Naming one of them is refused.
     pub fn retryable_errors(mut self, kinds: impl IntoIterator<Item = ErrorKind>) -> Self {
         let mut set = KindSet(0);
         for kind in kinds {

@@ -312,6 +312,23 @@ impl Routes {
         }
     }
 
+    /// The same routes, each that chooses no hedging of its own (and the default)
+    /// never hedged: for a hedge layer that only the routes that chose it use.
+    pub(crate) fn unhedged_unless_chosen(self) -> Self {
+        let unless_chosen = |mut policy: RoutePolicy| {
+            policy.hedge.get_or_insert_with(off);
+            policy
+        };
+        Routes {
+            default: unless_chosen(self.default),
+            routes: self
+                .routes
+                .into_iter()
+                .map(|(route, policy)| (route, unless_chosen(policy)))
+                .collect(),
+        }
+    }
+
     /// Whether any route (or the default) chooses hedging of its own.
     pub(crate) fn hedges(&self) -> bool {
         std::iter::once(&self.default)
