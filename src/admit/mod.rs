@@ -184,12 +184,10 @@ impl Admission {
     #[inline]
     pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
-        let context = CallContext::of(req.extensions());
-        let hand_down = self.hand_down || context.is_some();
         if self.origins.is_empty() {
             // The key alone: nothing to look up, hold or record.
-            if keyed && hand_down {
-                CallContext::of_mut(req.extensions_mut()).mark_keyed();
+            if keyed {
+                mark_keyed(req, self.hand_down);
             }
             return Entered::Go(Admitted {
                 pass: Pass::default(),
@@ -197,22 +195,31 @@ impl Admission {
                 at: None,
             });
         }
-        let observer = context.and_then(CallContext::observer).cloned();
-        // When a layer above dated the call already.
-        let entered = context.and_then(|c| Given::context(c).entered());
-        // One record of the call for whatever tells its observer: the breaker's
-        // permit, the pause, and the retry's own events.
-        let observed = observer.map(|o| Arc::new(Observed::new(o, req)));
         // One lookup finds both (unless they partition calls differently).
         let mut found = Found::default();
         for registry in self.origins.iter() {
             registry.visit_for(req, |origin| found.take_from(origin));
         }
+        // The call's context, looked up once: read for its observer and its date
+        // (when a layer above dated the call already), written with the handles.
+        let mut context = req.extensions_mut().get_mut::<CallContext>();
+        // One record of the call for whatever tells its observer: the breaker's
+        // permit, the pause, and the retry's own events.
+        let observed = match context.as_deref().and_then(CallContext::observer) {
+            None => None,
+            Some(observer) => {
+                let observer = observer.clone();
+                let observed = Arc::new(Observed::new(observer, req));
+                context = req.extensions_mut().get_mut::<CallContext>();
+                Some(observed)
+            }
+        };
+        let entered = context.as_deref().and_then(|c| Given::context(c).entered());
         // `Found` files here only an entry that keeps a breaker.
         let permit = match found.breaker {
             Some(origin) => match origin.breaker.as_deref() {
                 Some(core) => match core.admit() {
-                    Ok(ticket) => Some(Permit::new(origin, ticket, observed.clone())),
+                    Ok(ticket) => Some(Permit::new(origin, ticket, observed.as_deref())),
                     Err(next_probe_at) => {
                         let error = refusal(req, core.label(), next_probe_at);
                         return Entered::Refused {
@@ -226,7 +233,15 @@ impl Admission {
             None => None,
         };
         let pass = Pass::new(permit, found.account, observed);
-        let dated = pass.hand_down(req, hand_down, keyed);
+        // Into the context the call carries, else into a new one when admission
+        // hands down always.
+        let dated = match context {
+            Some(context) => pass.hand_down(context, keyed),
+            None if self.hand_down && pass.hands_down(keyed) => {
+                pass.hand_down(CallContext::of_mut(req.extensions_mut()), keyed)
+            }
+            None => None,
+        };
         let Some(account) = pass.account() else {
             return Entered::Go(Admitted {
                 pass,
@@ -264,6 +279,18 @@ impl Admission {
             },
             Err(error) => Entered::Refused { pass, error },
         }
+    }
+}
+
+/// Marks a keyed call in its context: the one it carries, else a new one when
+/// admission hands down always.
+#[inline]
+fn mark_keyed<B>(req: &mut Request<B>, hand_down: bool) {
+    let extensions = req.extensions_mut();
+    match extensions.get_mut::<CallContext>() {
+        Some(context) => context.mark_keyed(),
+        None if hand_down => CallContext::of_mut(extensions).mark_keyed(),
+        None => {}
     }
 }
 

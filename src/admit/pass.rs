@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::Response;
 use tokio::time::Instant;
 
 use super::breaker::Permit;
@@ -27,13 +27,14 @@ struct Passed {
     permit: Option<Permit<Origin>>,
     /// The entry that keeps the account, when it is not the permit's.
     budget: Option<Arc<Origin>>,
-    /// The call's observer, told of the pause the call's answer sets; shared with
-    /// the permit and the call.
+    /// The call's observer, told of the pause the call's answer sets and of the
+    /// breaker's changes its outcome makes; shared with the call.
     observed: Option<Arc<Observed>>,
 }
 
 impl Pass {
     /// What a call holds of these; empty when it holds none.
+    #[inline]
     pub(super) fn new(
         permit: Option<Permit<Origin>>,
         budget: Option<Arc<Origin>>,
@@ -77,12 +78,6 @@ impl Pass {
         self.0.as_ref()?.permit.as_ref()
     }
 
-    /// The same, mutably.
-    #[inline]
-    fn permit_mut(&mut self) -> Option<&mut Permit<Origin>> {
-        self.0.as_mut()?.permit.as_mut()
-    }
-
     /// Whether the call holds a breaker permit or a budget account (and not only
     /// an observer).
     #[inline]
@@ -92,21 +87,23 @@ impl Pass {
             .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
     }
 
-    /// Leaves the handles in the call's context, for the layers beneath, when
-    /// `hand_down`, and the keyed mark when the call is keyed (a hedge layer
-    /// beneath hedges a keyed call as the mark tells it). Returns the call's date
-    /// when it left an account: read from the context (a layer above dated the
-    /// call) or now, and kept there for the layers beneath.
-    pub(super) fn hand_down<B>(
-        &self,
-        req: &mut Request<B>,
-        hand_down: bool,
-        keyed: bool,
-    ) -> Option<Instant> {
-        if !hand_down || (!self.holds_handles() && !keyed) {
+    /// Whether the call has anything to leave in a context: handles, or the
+    /// keyed mark.
+    #[inline]
+    pub(super) fn hands_down(&self, keyed: bool) -> bool {
+        keyed || self.holds_handles()
+    }
+
+    /// Leaves the handles in the call's `context`, for the layers beneath, and
+    /// the keyed mark when the call is keyed (a hedge layer beneath hedges a keyed
+    /// call as the mark tells it). Returns the call's date when it left an
+    /// account: read from the context (a layer above dated the call) or now, and
+    /// kept there for the layers beneath.
+    #[inline]
+    pub(super) fn hand_down(&self, context: &mut CallContext, keyed: bool) -> Option<Instant> {
+        if !self.hands_down(keyed) {
             return None;
         }
-        let context = CallContext::of_mut(req.extensions_mut());
         if keyed {
             context.mark_keyed();
         }
@@ -150,8 +147,10 @@ impl Pass {
         }
         // The permit is kept (it records once): the account may be reached through
         // its entry until the call ends.
-        if let Some(permit) = self.permit_mut() {
-            permit.answered(res);
+        if let Some(held) = &mut self.0 {
+            if let Some(permit) = &mut held.permit {
+                permit.answered(res, held.observed.as_deref());
+            }
         }
     }
 
@@ -162,8 +161,10 @@ impl Pass {
         match result {
             Ok(res) => self.answered(res),
             Err(_) => {
-                if let Some(permit) = self.permit_mut() {
-                    permit.finish(result);
+                if let Some(held) = &mut self.0 {
+                    if let Some(permit) = &mut held.permit {
+                        permit.finish(result, held.observed.as_deref());
+                    }
                 }
             }
         }

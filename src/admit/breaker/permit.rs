@@ -37,27 +37,39 @@ impl BreakerOwner for Core {
 /// probe's slot back if the call ends (or is dropped) without one. It may outlive
 /// the record (a call keeps it, and its entry, until the call's state is dropped);
 /// after it, nothing it does counts.
+///
+/// It is two words: the ticket is kept as its generation and probe flag (whether
+/// admitting the call half-opened the breaker is told when it is made), and the
+/// call's observer, told of the state changes its outcome makes, is the call's to
+/// give.
 pub(crate) struct Permit<O: BreakerOwner = Core> {
     owner: Arc<O>,
-    ticket: Ticket,
+    /// The generation of the state that admitted the call.
+    gen: u32,
+    /// Whether the call holds a probe slot.
+    probe: bool,
     /// An outcome was recorded, or the slot given back: the permit is spent.
     settled: bool,
-    /// The call's observer, told of the state changes its outcome makes.
-    observed: Option<Arc<Observed>>,
 }
 
 impl<O: BreakerOwner> Permit<O> {
     #[inline]
-    pub(crate) fn new(owner: Arc<O>, ticket: Ticket, observed: Option<Arc<Observed>>) -> Self {
+    pub(crate) fn new(owner: Arc<O>, ticket: Ticket, observed: Option<&Observed>) -> Self {
         if let (true, Some(core)) = (ticket.half_opened, owner.breaker()) {
-            changed(observed.as_deref(), core.state_change_to_half_open());
+            changed(observed, core.state_change_to_half_open());
         }
         Permit {
             owner,
-            ticket,
+            gen: ticket.gen(),
+            probe: ticket.probe,
             settled: false,
-            observed,
         }
+    }
+
+    /// The ticket the call was admitted with.
+    #[inline]
+    fn ticket(&self) -> Ticket {
+        Ticket::held(self.gen, self.probe)
     }
 
     /// What the permit reaches its breaker through.
@@ -72,22 +84,26 @@ impl<O: BreakerOwner> Permit<O> {
     /// probe's slot goes back, as for a dropped call. Only the first outcome
     /// counts.
     #[inline]
-    pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
+    pub(crate) fn finish<RB>(
+        &mut self,
+        result: &Result<Response<RB>, Error>,
+        observed: Option<&Observed>,
+    ) {
         match result {
-            Ok(res) => self.answered(res),
+            Ok(res) => self.answered(res, observed),
             Err(err) if err.sent_nothing() => self.release(),
-            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err)),
+            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err), observed),
         }
     }
 
     /// Records the call's final answer (unless an outcome was recorded already).
     #[inline]
-    pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
+    pub(crate) fn answered<RB>(&mut self, res: &Response<RB>, observed: Option<&Observed>) {
         let outcome = Outcome::Response {
             status: res.status(),
             headers: res.headers(),
         };
-        self.complete(outcome, None)
+        self.complete(outcome, None, observed)
     }
 
     /// Whether the breaker lets an extra attempt of this call through now.
@@ -106,14 +122,15 @@ impl<O: BreakerOwner> Permit<O> {
         &mut self,
         outcome: Outcome<'_>,
         error: Option<&(dyn std::error::Error + 'static)>,
+        observed: Option<&Observed>,
     ) {
         let Some(core) = self.owner.breaker().filter(|_| !self.settled) else {
             return;
         };
         let failed = core.config.fails(outcome, error);
         self.settled = true;
-        if let Some(change) = core.record(self.ticket, failed) {
-            changed(self.observed.as_deref(), change);
+        if let Some(change) = core.record(self.ticket(), failed) {
+            changed(observed, change);
         }
     }
 
@@ -121,7 +138,7 @@ impl<O: BreakerOwner> Permit<O> {
     /// outcome was recorded.
     fn release(&mut self) {
         if let Some(core) = self.owner.breaker().filter(|_| !self.settled) {
-            core.release(self.ticket);
+            core.release(self.ticket());
         }
         self.settled = true;
     }

@@ -97,6 +97,25 @@ pub(crate) struct Ticket {
     pub(crate) half_opened: bool,
 }
 
+impl Ticket {
+    /// The generation of the state that admitted the call.
+    #[inline]
+    pub(crate) fn gen(self) -> u32 {
+        self.gen
+    }
+
+    /// The ticket a call admitted in generation `gen` (as a probe or not) holds
+    /// once its admission is told.
+    #[inline]
+    pub(crate) fn held(gen: u32, probe: bool) -> Ticket {
+        Ticket {
+            gen,
+            probe,
+            half_opened: false,
+        }
+    }
+}
+
 /// A state change, for the call's observer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Change {
