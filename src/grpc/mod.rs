@@ -100,50 +100,43 @@ pub fn rules() -> GrpcRulesBuilder {
         codes: Code::Unavailable.bit(),
         paths: Vec::new(),
         all: false,
-        error: FirstError::default(),
     }
 }
 
 /// Builds gRPC's [`Rules`], checking every setting.
+///
+/// Each setter sets its own setting (each `idempotent` adds a path);
+/// [`build`](GrpcRulesBuilder::build) checks them in one fixed order, so the result
+/// does not depend on the order of the calls.
 #[derive(Clone, Debug)]
 pub struct GrpcRulesBuilder {
     codes: u32,
+    /// The paths given, checked by `build`.
     paths: Vec<String>,
     all: bool,
-    error: FirstError,
+}
+
+/// Whether `path` is `/package.Service/Method` or `/package.Service/`.
+fn is_path(path: &str) -> bool {
+    path.len() > 2
+        && path.starts_with('/')
+        && path[1..].find('/').is_some_and(|i| i > 0)
+        && path[1..].matches('/').count() == 1
+        && path.is_ascii()
 }
 
 impl GrpcRulesBuilder {
     /// Replaces the retryable codes (`UNAVAILABLE` by default). `OK` is refused: it
     /// is always an answer.
     pub fn retryable_codes(mut self, codes: impl IntoIterator<Item = Code>) -> Self {
-        self.codes = 0;
-        for code in codes {
-            if code == Code::Ok {
-                self.error
-                    .fail("retryable_codes", "OK is an answer, never retried".into());
-            }
-            self.codes |= code.bit();
-        }
+        self.codes = codes.into_iter().fold(0, |codes, code| codes | code.bit());
         self
     }
 
     /// Marks a method (`/package.Service/Method`) or a whole service
     /// (`/package.Service/`) idempotent: a retryable code on it is sent again.
     pub fn idempotent(mut self, path: &str) -> Self {
-        let valid = path.len() > 2
-            && path.starts_with('/')
-            && path[1..].find('/').is_some_and(|i| i > 0)
-            && path[1..].matches('/').count() == 1
-            && path.is_ascii();
-        if valid {
-            self.paths.push(path.to_owned());
-        } else {
-            self.error.fail(
-                "idempotent",
-                "must be /package.Service/Method or /package.Service/".into(),
-            );
-        }
+        self.paths.push(path.to_owned());
         self
     }
 
@@ -157,9 +150,21 @@ impl GrpcRulesBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    /// [`InvalidConfig`] names the setting and what is wrong with it: `OK` among
+    /// the retryable codes, then a path that is not a method's or a service's,
+    /// whatever the order of the calls.
     pub fn build(self) -> Result<Rules, InvalidConfig> {
-        self.error.check()?;
+        let mut error = FirstError::default();
+        if self.codes & Code::Ok.bit() != 0 {
+            error.fail("retryable_codes", "OK is an answer, never retried".into());
+        }
+        if !self.paths.iter().all(|path| is_path(path)) {
+            error.fail(
+                "idempotent",
+                "must be /package.Service/Method or /package.Service/".into(),
+            );
+        }
+        error.check()?;
         Rules::builder()
             .classifier(GrpcClassifier {
                 codes: self.codes,
@@ -279,6 +284,7 @@ fn encode_timeout(d: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::same_in_every_order;
     use crate::policy::{classify, Classification, Outcome, RequestFacts};
     use crate::policy::{NoRetry, RetryReason};
     use crate::RetryPolicy;
@@ -390,6 +396,28 @@ mod tests {
             );
         }
         assert!(super::rules().retryable_codes([Code::Ok]).build().is_err());
+    }
+
+    #[test]
+    fn the_rules_do_not_depend_on_the_order_of_the_calls() {
+        type Step = dyn Fn(GrpcRulesBuilder) -> GrpcRulesBuilder;
+        let uri = |p: &str| -> Uri { format!("http://h{p}").parse().unwrap() };
+        let built = |b: GrpcRulesBuilder| {
+            b.build().map(|r| {
+                ["/a.B/Get", "/a.B/Put", "/a.Reads/Any"]
+                    .map(|p| r.is_idempotent(&Method::POST, &uri(p)))
+            })
+        };
+        let steps: [&Step; 3] = [
+            &|b| b.idempotent("/a.B/Get"),
+            &|b| b.retryable_codes([Code::Unavailable, Code::Aborted]),
+            &|b| b.idempotent("/a.Reads/"),
+        ];
+        let seen = same_in_every_order(&rules(), &steps, built);
+        assert_eq!(seen, Ok([true, false, true]));
+        let steps: [&Step; 2] = [&|b| b.idempotent("a.B"), &|b| b.retryable_codes([Code::Ok])];
+        let err = same_in_every_order(&rules(), &steps, built).unwrap_err();
+        assert_eq!(err.setting(), "retryable_codes");
     }
 
     #[test]

@@ -30,8 +30,8 @@ impl fmt::Display for InvalidConfig {
 
 impl StdError for InvalidConfig {}
 
-/// A builder's validation: setters record problems, the first one wins, and
-/// `build` reports it.
+/// A builder's validation: `build` checks each setting in one fixed order (never
+/// the order of the setters), the first problem wins, and `build` reports it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FirstError(Option<InvalidConfig>);
 
@@ -64,6 +64,41 @@ impl FirstError {
             self.fail("window", format!("must be from 10ms to 1h, got {window:?}"));
         }
     }
+}
+
+/// Applies `steps` to `start` in every order and asserts that `finish` gives the
+/// same result for each: a builder's order test. Returns that result.
+#[cfg(test)]
+pub(crate) fn same_in_every_order<B, R>(
+    start: &B,
+    steps: &[&dyn Fn(B) -> B],
+    finish: impl Fn(B) -> R,
+) -> R
+where
+    B: Clone,
+    R: PartialEq + fmt::Debug,
+{
+    fn orders(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![Vec::new()];
+        }
+        let mut all = Vec::new();
+        for order in orders(n - 1) {
+            for at in 0..=order.len() {
+                let mut longer = order.clone();
+                longer.insert(at, n - 1);
+                all.push(longer);
+            }
+        }
+        all
+    }
+    let run = |order: &[usize]| finish(order.iter().fold(start.clone(), |b, i| steps[*i](b)));
+    let first: Vec<usize> = (0..steps.len()).collect();
+    let expected = run(&first);
+    for order in orders(steps.len()) {
+        assert_eq!(run(&order), expected, "the steps in the order {order:?}");
+    }
+    expected
 }
 
 #[cfg(test)]

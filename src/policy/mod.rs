@@ -34,6 +34,8 @@ pub use error_kind::{classify_error, ErrorKind};
 
 pub use backoff::Backoff;
 pub(crate) use classify::{is_answer_under, ladder};
+#[cfg(test)]
+pub(crate) use config::same_in_every_order;
 pub(crate) use config::FirstError;
 pub use config::InvalidConfig;
 pub use context::CallContext;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::over_shapes;
+use crate::support::orders::same_in_every_order;
 use crate::support::script::{io_error, status, Script};
 use crate::support::shape::{Shape, Stack};
 use backstop::idempotency_key::{CallKey, IdempotencyKeyLayer};
@@ -226,4 +227,20 @@ over_shapes! {
         assert_eq!(err.attempts(), 1, "{err}");
         assert_eq!(mock.calls(), 1);
     }
+}
+
+#[test]
+fn the_layer_does_not_depend_on_the_order_of_its_setters() {
+    type Step = dyn Fn(IdempotencyKeyLayer) -> IdempotencyKeyLayer;
+    let steps: [&Step; 3] = [
+        &|l| l.header(HeaderName::from_static("x-request-key")),
+        &|l| l.methods([Method::POST, Method::DELETE]),
+        &|l| l.generator(|| HeaderValue::from_static("k")),
+    ];
+    let layer = same_in_every_order(&IdempotencyKeyLayer::new(), &steps, |l| format!("{l:?}"));
+    assert!(
+        layer.contains("x-request-key") && layer.contains("DELETE"),
+        "{layer}"
+    );
+    assert!(layer.contains("custom_generator: true"), "{layer}");
 }

@@ -5,13 +5,16 @@
 
 use std::time::Duration;
 
+use crate::support::orders::same_in_every_order;
 use crate::support::requests::{call, head};
 use crate::support::script::{ms, slow, status, Reply, Script, Step};
 use backstop::hedge::{Hedged, NotHedged};
+use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::policy::{classify_fn, ErrorKind, Observed, Rules, Verdict};
+use backstop::stack::{BackstopBuilder, HedgeMode, NoHedge, WithHedge};
 use backstop::{Backstop, BudgetPolicy, CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderName, Request, Response};
 use http_body_util::Full;
 use tokio::time::Instant;
 use tower::util::BoxCloneService;
@@ -215,4 +218,33 @@ fn the_builders_result_does_not_depend_on_the_order_of_its_calls() {
         .budget(BudgetPolicy::default())
         .build()
         .is_err());
+}
+
+#[test]
+fn the_stack_does_not_depend_on_the_order_of_the_calls() {
+    type Step<H> = dyn Fn(BackstopBuilder<H>) -> BackstopBuilder<H>;
+    fn steps<H: HedgeMode>() -> [Box<Step<H>>; 5] {
+        [
+            Box::new(|b| b.retry(retries())),
+            Box::new(|b| b.budget(BudgetPolicy::builder().ratio(0.5).build().unwrap())),
+            Box::new(|b| b.circuit_breaker(one_failure_opens())),
+            Box::new(|b| {
+                b.idempotency_key(
+                    IdempotencyKeyLayer::new().header(HeaderName::from_static("x-key")),
+                )
+            }),
+            Box::new(|b| b.rules(Rules::builder().retry_on(500).build().unwrap())),
+        ]
+    }
+    let built = |b: BackstopBuilder<_>| format!("{:?}", b.build().unwrap());
+    let no_hedge = steps();
+    let no_hedge: Vec<&Step<NoHedge>> = no_hedge.iter().map(|s| &**s).collect();
+    same_in_every_order(&Backstop::builder(), &no_hedge, built);
+    let with_hedge = steps();
+    let with_hedge: Vec<&Step<WithHedge>> = with_hedge.iter().map(|s| &**s).collect();
+    let hedging = Backstop::builder().hedge(HedgePolicy::after(ms(100)));
+    let layer = same_in_every_order(&hedging, &with_hedge, |b| {
+        format!("{:?}", b.build().unwrap())
+    });
+    assert!(layer.contains("500"), "the stack's rules: {layer}");
 }

@@ -1,6 +1,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod gates;
+pub mod orders;
 pub mod policies;
 pub mod raw;
 pub mod requests;

@@ -165,7 +165,6 @@ impl BudgetPolicy {
             window: Duration::from_secs(10),
             partition: Partition::origin(),
             pause: PauseSettings::default(),
-            error: FirstError::default(),
         }
     }
 
@@ -225,8 +224,10 @@ impl BudgetPolicy {
 
 /// Builds a [`BudgetPolicy`], checking every number.
 ///
-/// Setters never fail; the first invalid value is reported by
-/// [`build`](BudgetPolicyBuilder::build).
+/// Setters never fail, and each sets its own setting only;
+/// [`build`](BudgetPolicyBuilder::build) checks them in one fixed order and reports
+/// the first invalid one, so the result does not depend on the order of the calls.
+/// A setter called twice keeps its last value.
 #[derive(Clone, Debug)]
 pub struct BudgetPolicyBuilder {
     ratio: f64,
@@ -234,19 +235,12 @@ pub struct BudgetPolicyBuilder {
     window: Duration,
     partition: Partition,
     pause: PauseSettings,
-    error: FirstError,
 }
 
 impl BudgetPolicyBuilder {
     /// Retries allowed per first attempt, from 0 to 1000 (default 0.2: one retry
     /// per five first attempts). Kept to a millionth.
     pub fn ratio(mut self, ratio: f64) -> Self {
-        if !(0.0..=MAX_RATIO).contains(&ratio) {
-            self.error.fail(
-                "ratio",
-                format!("must be a number from 0 to {MAX_RATIO}, got {ratio}"),
-            );
-        }
         self.ratio = ratio;
         self
     }
@@ -255,12 +249,6 @@ impl BudgetPolicyBuilder {
     /// `min_per_second · window` retries are allowed per window whatever the
     /// traffic. 0 means no floor.
     pub fn min_per_second(mut self, rate: f64) -> Self {
-        if !(0.0..=MAX_MIN_PER_SECOND).contains(&rate) {
-            self.error.fail(
-                "min_per_second",
-                format!("must be a number from 0 to {MAX_MIN_PER_SECOND}, got {rate}"),
-            );
-        }
         self.min_per_second = rate;
         self
     }
@@ -268,7 +256,6 @@ impl BudgetPolicyBuilder {
     /// The window over which first attempts and retries are counted, from 10 ms to
     /// one hour (default 10 s).
     pub fn window(mut self, window: Duration) -> Self {
-        self.error.window(window);
         self.window = window;
         self
     }
@@ -290,10 +277,6 @@ impl BudgetPolicyBuilder {
     /// (default 10 s, the retry layer's default `max_retry_after`). A longer hint
     /// pauses the origin for this long.
     pub fn max_pause(mut self, max: Duration) -> Self {
-        if !(Duration::from_millis(1)..=MAX_MAX_PAUSE).contains(&max) {
-            self.error
-                .fail("max_pause", format!("must be from 1ms to 1h, got {max:?}"));
-        }
         self.pause.max = max;
         self
     }
@@ -302,12 +285,6 @@ impl BudgetPolicyBuilder {
     /// from 0 to 60 s (default 200 ms): each goes at the end plus a uniform share
     /// of it.
     pub fn pause_spread(mut self, spread: Duration) -> Self {
-        if spread > MAX_PAUSE_SPREAD {
-            self.error.fail(
-                "pause_spread",
-                format!("must be from 0 to 60s, got {spread:?}"),
-            );
-        }
         self.pause.spread = spread;
         self
     }
@@ -315,23 +292,56 @@ impl BudgetPolicyBuilder {
     /// The least time a call must have left after a pause to wait for it, from 0
     /// to 60 s (default 10 ms, the retry layer's default `min_attempt_time`).
     pub fn pause_min_attempt_time(mut self, min: Duration) -> Self {
-        if min > MAX_PAUSE_SPREAD {
-            self.error.fail(
-                "pause_min_attempt_time",
-                format!("must be from 0 to 60s, got {min:?}"),
-            );
-        }
         self.pause.min_attempt_time = min;
         self
+    }
+
+    /// Each number on its own, in the order of the setters above.
+    fn check(&self) -> Result<(), InvalidConfig> {
+        let mut error = FirstError::default();
+        if !(0.0..=MAX_RATIO).contains(&self.ratio) {
+            error.fail(
+                "ratio",
+                format!("must be a number from 0 to {MAX_RATIO}, got {}", self.ratio),
+            );
+        }
+        if !(0.0..=MAX_MIN_PER_SECOND).contains(&self.min_per_second) {
+            error.fail(
+                "min_per_second",
+                format!(
+                    "must be a number from 0 to {MAX_MIN_PER_SECOND}, got {}",
+                    self.min_per_second
+                ),
+            );
+        }
+        error.window(self.window);
+        let pause = &self.pause;
+        if !(Duration::from_millis(1)..=MAX_MAX_PAUSE).contains(&pause.max) {
+            error.fail(
+                "max_pause",
+                format!("must be from 1ms to 1h, got {:?}", pause.max),
+            );
+        }
+        for (setting, d) in [
+            ("pause_spread", pause.spread),
+            ("pause_min_attempt_time", pause.min_attempt_time),
+        ] {
+            if d > MAX_PAUSE_SPREAD {
+                error.fail(setting, format!("must be from 0 to 60s, got {d:?}"));
+            }
+        }
+        error.check()
     }
 
     /// The budget, or the first invalid setting.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    /// [`InvalidConfig`] names the setting and what is wrong with it; the settings
+    /// are checked in the order of the setters above, whatever the order of the
+    /// calls.
     pub fn build(self) -> Result<BudgetPolicy, InvalidConfig> {
-        self.error.check()?;
+        self.check()?;
         // Both products are bounded (1e9 and 3.6e15 units), far inside an i64.
         let deposit_units = (self.ratio * UNIT as f64).round() as i64;
         let floor = (self.min_per_second * self.window.as_secs_f64() * UNIT as f64).round() as i64;
@@ -347,107 +357,4 @@ impl BudgetPolicyBuilder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults() {
-        let built = BudgetPolicy::builder().build().unwrap();
-        let b = BudgetPolicy::default();
-        assert_eq!(b.deposit_units, built.deposit_units);
-        assert_eq!(b.floor_units, built.floor_units);
-        assert_eq!(b.ratio(), 0.2);
-        assert_eq!(b.min_per_second(), 10.0);
-        assert_eq!(b.window(), Duration::from_secs(10));
-        assert_eq!(b.floor(), 100.0);
-        assert_eq!(b.pause_mode(), PauseMode::Wait);
-        assert_eq!(b.max_pause(), Duration::from_secs(10));
-        assert_eq!(b.pause_spread(), Duration::from_millis(200));
-        assert_eq!(b.pause_min_attempt_time(), Duration::from_millis(10));
-        assert_eq!(built.max_pause(), b.max_pause());
-        // The cap and minimum attempt time follow the retry layer's defaults.
-        let retry = crate::RetryPolicy::default();
-        assert_eq!(b.max_pause(), retry.max_retry_after());
-        assert_eq!(b.pause_min_attempt_time(), retry.min_attempt_time());
-    }
-
-    #[test]
-    fn ratios_are_kept_exactly() {
-        for (ratio, units) in [
-            (0.1, 100_000),
-            (0.3, 300_000),
-            (0.6, 600_000),
-            (0.2, 200_000),
-        ] {
-            let b = BudgetPolicy::builder().ratio(ratio).build().unwrap();
-            assert_eq!(b.deposit_units, units, "{ratio}");
-            assert_eq!(b.ratio(), ratio);
-        }
-    }
-
-    #[test]
-    fn bad_numbers_are_refused() {
-        let cases = [
-            (BudgetPolicy::builder().ratio(f64::NAN), "ratio"),
-            (BudgetPolicy::builder().ratio(-0.1), "ratio"),
-            (BudgetPolicy::builder().ratio(1000.5), "ratio"),
-            (BudgetPolicy::builder().ratio(f64::INFINITY), "ratio"),
-            (
-                BudgetPolicy::builder().min_per_second(f64::NAN),
-                "min_per_second",
-            ),
-            (
-                BudgetPolicy::builder().min_per_second(-1.0),
-                "min_per_second",
-            ),
-            (
-                BudgetPolicy::builder().min_per_second(1e300),
-                "min_per_second",
-            ),
-            (BudgetPolicy::builder().window(Duration::ZERO), "window"),
-            (
-                BudgetPolicy::builder().window(Duration::from_millis(9)),
-                "window",
-            ),
-            (BudgetPolicy::builder().window(Duration::MAX), "window"),
-            (
-                BudgetPolicy::builder().max_pause(Duration::ZERO),
-                "max_pause",
-            ),
-            (
-                BudgetPolicy::builder().max_pause(Duration::from_secs(3601)),
-                "max_pause",
-            ),
-            (
-                BudgetPolicy::builder().pause_spread(Duration::MAX),
-                "pause_spread",
-            ),
-            (
-                BudgetPolicy::builder().pause_min_attempt_time(Duration::from_secs(61)),
-                "pause_min_attempt_time",
-            ),
-        ];
-        for (builder, setting) in cases {
-            let err = builder.build().unwrap_err();
-            assert_eq!(err.setting(), setting, "{err}");
-        }
-    }
-
-    #[test]
-    fn the_extremes_are_accepted() {
-        let b = BudgetPolicy::builder()
-            .ratio(1000.0)
-            .min_per_second(1_000_000.0)
-            .window(Duration::from_secs(3600))
-            .build()
-            .unwrap();
-        assert_eq!(b.floor(), 3.6e9);
-        let b = BudgetPolicy::builder()
-            .ratio(0.0)
-            .min_per_second(0.0)
-            .window(Duration::from_millis(10))
-            .build()
-            .unwrap();
-        assert_eq!(b.floor(), 0.0);
-    }
-}
+mod tests;

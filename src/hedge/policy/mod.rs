@@ -153,15 +153,7 @@ impl HedgePolicy {
 
     /// A builder starting from the [defaults](HedgePolicy#impl-Default-for-HedgePolicy).
     pub fn builder() -> HedgePolicyBuilder {
-        HedgePolicyBuilder {
-            delay: BuilderDelay::Adaptive(default_adaptive(DEFAULT_FALLBACK)),
-            max_extra: 1,
-            methods: None,
-            rules: Rules::default(),
-            min_attempt_time: MIN_ATTEMPT_TIME,
-            min_samples_set: false,
-            error: FirstError::default(),
-        }
+        HedgePolicyBuilder::default()
     }
 
     /// The most extra copies sent per request.
@@ -210,58 +202,54 @@ impl fmt::Debug for HedgePolicy {
     }
 }
 
-#[derive(Clone, Debug)]
-enum BuilderDelay {
-    Fixed(Duration),
-    Adaptive(Adaptive),
-}
-
 /// Builds a [`HedgePolicy`], checking every setting.
 ///
-/// Setters never fail; the first invalid value is reported by
-/// [`build`](HedgePolicyBuilder::build).
-#[derive(Clone, Debug)]
+/// Setters never fail, and each sets its own setting only;
+/// [`build`](HedgePolicyBuilder::build) checks them in one fixed order and reports
+/// the first invalid one, so the result does not depend on the order of the calls.
+/// A setter called twice keeps its last value. Setters that set the same thing are
+/// refused together, whichever came first: [`after`](HedgePolicyBuilder::after)
+/// with [`adaptive`](HedgePolicyBuilder::adaptive) (the delay), `after` with an
+/// adaptive delay's [`percentile`](HedgePolicyBuilder::percentile),
+/// [`min_samples`](HedgePolicyBuilder::min_samples) or
+/// [`window`](HedgePolicyBuilder::window), and
+/// [`policy`](HedgePolicyBuilder::policy) with
+/// [`rules`](HedgePolicyBuilder::rules) or
+/// [`min_attempt_time`](HedgePolicyBuilder::min_attempt_time).
+#[derive(Clone, Debug, Default)]
 pub struct HedgePolicyBuilder {
-    delay: BuilderDelay,
-    max_extra: u32,
+    /// `after`: a fixed delay.
+    after: Option<Duration>,
+    /// `adaptive`: an adaptive delay's fallback.
+    fallback: Option<Duration>,
+    percentile: Option<f64>,
+    min_samples: Option<u32>,
+    window: Option<Duration>,
+    max_extra: Option<u32>,
     methods: Option<Vec<Method>>,
-    rules: Rules,
-    min_attempt_time: Duration,
-    /// `min_samples` was set, so it is not raised to suit the percentile.
-    min_samples_set: bool,
-    error: FirstError,
+    rules: Option<Rules>,
+    min_attempt_time: Option<Duration>,
+    /// `policy`: a retry policy's rules and minimum attempt time.
+    policy: Option<(Rules, Duration)>,
 }
 
 impl HedgePolicyBuilder {
-    fn adaptive_mut(&mut self, setting: &'static str) -> Option<&mut Adaptive> {
-        if let BuilderDelay::Fixed(_) = self.delay {
-            self.error.fail(
-                setting,
-                "applies to an adaptive delay, and the delay is fixed".to_owned(),
-            );
-        }
-        match &mut self.delay {
-            BuilderDelay::Adaptive(a) => Some(a),
-            BuilderDelay::Fixed(_) => None,
-        }
-    }
-
     /// A fixed delay: a copy is sent when the request is still unanswered after
-    /// `delay`, the next one `delay` later.
+    /// `delay`, the next one `delay` later. Giving it with
+    /// [`adaptive`](HedgePolicyBuilder::adaptive), or with a setting of an adaptive
+    /// delay ([`percentile`](HedgePolicyBuilder::percentile),
+    /// [`min_samples`](HedgePolicyBuilder::min_samples),
+    /// [`window`](HedgePolicyBuilder::window)), is refused.
     pub fn after(mut self, delay: Duration) -> Self {
-        self.delay = BuilderDelay::Fixed(delay);
+        self.after = Some(delay);
         self
     }
 
     /// An adaptive delay (the default): a latency percentile of the request's
-    /// origin, and `fallback` until the origin has enough recent samples.
+    /// origin, and `fallback` until the origin has enough recent samples (100 ms by
+    /// default). Giving it with [`after`](HedgePolicyBuilder::after) is refused.
     pub fn adaptive(mut self, fallback: Duration) -> Self {
-        match &mut self.delay {
-            BuilderDelay::Adaptive(a) => a.fallback = fallback,
-            BuilderDelay::Fixed(_) => {
-                self.delay = BuilderDelay::Adaptive(default_adaptive(fallback));
-            }
-        }
+        self.fallback = Some(fallback);
         self
     }
 
@@ -269,15 +257,7 @@ impl HedgePolicyBuilder {
     /// 0.95). A request slower than this fraction of its origin's recent requests
     /// is hedged, so about `1 - percentile` of the requests are sent again.
     pub fn percentile(mut self, percentile: f64) -> Self {
-        if !(0.5..=0.999).contains(&percentile) {
-            self.error.fail(
-                "percentile",
-                format!("must be between 0.5 and 0.999, got {percentile}"),
-            );
-        }
-        if let Some(a) = self.adaptive_mut("percentile") {
-            a.percentile = percentile;
-        }
+        self.percentile = Some(percentile);
         self
     }
 
@@ -286,42 +266,30 @@ impl HedgePolicyBuilder {
     /// samples lie above the percentile. The default is 50, or that least number
     /// when it is larger (100 for a p99).
     pub fn min_samples(mut self, n: u32) -> Self {
-        self.min_samples_set = true;
-        self.error.count("min_samples", n, 100_000);
-        if let Some(a) = self.adaptive_mut("min_samples") {
-            a.min_samples = n;
-        }
+        self.min_samples = Some(n);
         self
     }
 
     /// How long a window of samples lasts (from 100 ms to one hour; default 10 s).
     /// The percentile is read over the current window and the one before it.
     pub fn window(mut self, window: Duration) -> Self {
-        if window < Duration::from_millis(100) || window > Duration::from_secs(3600) {
-            self.error.fail(
-                "window",
-                format!("must be between 100 ms and one hour, got {window:?}"),
-            );
-        }
-        if let Some(a) = self.adaptive_mut("window") {
-            a.window = window;
-        }
+        self.window = Some(window);
         self
     }
 
     /// The most extra copies per request, 1 to 8 (default 1). Each is sent one
     /// delay after the one before.
     pub fn max_extra(mut self, n: u32) -> Self {
-        self.error.count("max_extra", n, MAX_EXTRA_LIMIT);
-        self.max_extra = n;
+        self.max_extra = Some(n);
         self
     }
 
     /// Replaces the methods hedged without an idempotency key (the
     /// [rules](HedgePolicyBuilder::rules)' idempotent methods by default, RFC 9110's
     /// unless they say otherwise), for example to hedge only reads. Every method must
-    /// be idempotent under the rules: a POST or PATCH is hedged only when it
-    /// carries an idempotency key, whatever this says.
+    /// be idempotent under the rules (given by `rules` or `policy`, before or after
+    /// this call): a POST or PATCH is hedged only when it carries an idempotency key,
+    /// whatever this says.
     pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.methods = Some(methods.into_iter().collect());
         self
@@ -330,23 +298,98 @@ impl HedgePolicyBuilder {
     /// The rules whose decision ladder classifies each copy's outcome: which
     /// failures leave the other copies running (a classifier of your own
     /// included), the idempotent methods and the idempotency-key header. Give the
-    /// retry layer the same rules.
+    /// retry layer the same rules. Giving it with
+    /// [`policy`](HedgePolicyBuilder::policy), which gives a retry policy's rules,
+    /// is refused.
     pub fn rules(mut self, rules: Rules) -> Self {
-        self.rules = rules;
+        self.rules = Some(rules);
         self
     }
 
     /// The least time before the call's deadline worth sending a copy with (at
-    /// most one day; default 10 ms).
+    /// most one day; default 10 ms). Giving it with
+    /// [`policy`](HedgePolicyBuilder::policy), which gives a retry policy's, is
+    /// refused.
     pub fn min_attempt_time(mut self, min: Duration) -> Self {
-        if min > Duration::from_secs(86_400) {
-            self.error.fail(
+        self.min_attempt_time = Some(min);
+        self
+    }
+
+    /// What [`policy`](HedgePolicyBuilder::policy) sets: a retry policy's rules
+    /// and minimum attempt time.
+    pub(crate) fn retry_policy_parts(mut self, rules: Rules, min_attempt_time: Duration) -> Self {
+        self.policy = Some((rules, min_attempt_time));
+        self
+    }
+
+    /// Each setting on its own, then the pairs that set the same thing.
+    fn check(&self) -> Result<(), InvalidConfig> {
+        let mut error = FirstError::default();
+        if let Some(p) = self.percentile.filter(|p| !(0.5..=0.999).contains(p)) {
+            error.fail(
+                "percentile",
+                format!("must be between 0.5 and 0.999, got {p}"),
+            );
+        }
+        if let Some(n) = self.min_samples {
+            error.count("min_samples", n, 100_000);
+        }
+        let windows = Duration::from_millis(100)..=Duration::from_secs(3600);
+        if let Some(w) = self.window.filter(|w| !windows.contains(w)) {
+            error.fail(
+                "window",
+                format!("must be between 100 ms and one hour, got {w:?}"),
+            );
+        }
+        if let Some(n) = self.max_extra {
+            error.count("max_extra", n, MAX_EXTRA_LIMIT);
+        }
+        if let Some(min) = self
+            .min_attempt_time
+            .filter(|m| *m > Duration::from_secs(86_400))
+        {
+            error.fail(
                 "min_attempt_time",
                 format!("must be at most one day, got {min:?}"),
             );
         }
-        self.min_attempt_time = min;
-        self
+        if self.after.is_some() {
+            if self.fallback.is_some() {
+                error.fail(
+                    "adaptive",
+                    "`after` sets a fixed delay and `adaptive` an adaptive one; give one"
+                        .to_owned(),
+                );
+            }
+            let adaptive = [
+                ("percentile", self.percentile.is_some()),
+                ("min_samples", self.min_samples.is_some()),
+                ("window", self.window.is_some()),
+            ];
+            for (setting, _) in adaptive.into_iter().filter(|(_, given)| *given) {
+                error.fail(
+                    setting,
+                    "applies to an adaptive delay, and the delay is fixed (`after`)".to_owned(),
+                );
+            }
+        }
+        if self.policy.is_some() {
+            for (setting, given) in [
+                ("rules", self.rules.is_some()),
+                ("min_attempt_time", self.min_attempt_time.is_some()),
+            ] {
+                if given {
+                    error.fail(
+                        "policy",
+                        format!(
+                            "`policy` gives the retry policy's {setting}, and `{setting}` \
+                             was given too; give one"
+                        ),
+                    );
+                }
+            }
+        }
+        error.check()
     }
 
     /// The configuration, or the first invalid setting.
@@ -354,13 +397,21 @@ impl HedgePolicyBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] names the setting and what is wrong with it: a number out
-    /// of range, a non-idempotent method in [`methods`](HedgePolicyBuilder::methods),
-    /// or too few `min_samples` for the percentile.
+    /// of range, two setters that set the same thing (see [`HedgePolicyBuilder`]),
+    /// a non-idempotent method in [`methods`](HedgePolicyBuilder::methods), or too
+    /// few `min_samples` for the percentile. They are checked in that order,
+    /// whatever the order of the calls.
     pub fn build(self) -> Result<HedgePolicy, InvalidConfig> {
-        self.error.check()?;
-        // Checked here, against the policy whichever setter came last.
+        self.check()?;
+        let (rules, min_attempt_time) = match self.policy {
+            Some(parts) => parts,
+            None => (
+                self.rules.unwrap_or_default(),
+                self.min_attempt_time.unwrap_or(MIN_ATTEMPT_TIME),
+            ),
+        };
         let mut methods = self.methods.iter().flatten();
-        if let Some(m) = methods.find(|m| !self.rules.is_idempotent_method(m)) {
+        if let Some(m) = methods.find(|m| !rules.is_idempotent_method(m)) {
             return Err(InvalidConfig::new(
                 "methods",
                 format!(
@@ -369,13 +420,15 @@ impl HedgePolicyBuilder {
                 ),
             ));
         }
-        let delay = match self.delay {
-            BuilderDelay::Fixed(d) => Delay::Fixed(d),
-            BuilderDelay::Adaptive(mut a) => {
+        let delay = match self.after {
+            Some(d) => Delay::Fixed(d),
+            None => {
+                let mut a = default_adaptive(self.fallback.unwrap_or(DEFAULT_FALLBACK));
+                a.percentile = self.percentile.unwrap_or(a.percentile);
+                a.window = self.window.unwrap_or(a.window);
                 let needed = (1.0 / (1.0 - a.percentile)).round() as u32;
-                if !self.min_samples_set {
-                    a.min_samples = a.min_samples.max(needed);
-                }
+                // Unless it was set, `min_samples` is raised to suit the percentile.
+                a.min_samples = self.min_samples.unwrap_or(a.min_samples.max(needed));
                 if a.min_samples < needed {
                     return Err(InvalidConfig::new(
                         "min_samples",
@@ -391,11 +444,11 @@ impl HedgePolicyBuilder {
         };
         Ok(HedgePolicy {
             delay,
-            max_extra: self.max_extra,
+            max_extra: self.max_extra.unwrap_or(1),
             methods: self.methods.map(MethodSet::from_iter),
             policy: Arc::new(Judging {
-                rules: self.rules,
-                min_attempt_time: self.min_attempt_time,
+                rules,
+                min_attempt_time,
             }),
         })
     }

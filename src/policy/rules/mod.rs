@@ -179,10 +179,7 @@ impl Default for Rules {
 impl Rules {
     /// A builder starting from the defaults.
     pub fn builder() -> RulesBuilder {
-        RulesBuilder {
-            rules: Rules::default(),
-            error: FirstError::default(),
-        }
+        RulesBuilder::default()
     }
 
     /// Whether a response with `status` is worth a retry (before the ladder's other
@@ -289,44 +286,60 @@ impl fmt::Debug for Rules {
 
 /// Builds [`Rules`], checking every setting.
 ///
-/// Setters never fail; the first invalid value is reported by
-/// [`build`](RulesBuilder::build).
-#[derive(Clone)]
+/// Setters never fail, and each sets its own setting only: [`build`](RulesBuilder::build)
+/// checks them and puts them together in one fixed order, so the result does not
+/// depend on the order of the calls. [`retry_on`](RulesBuilder::retry_on) adds its
+/// status to the statuses [`retryable_statuses`](RulesBuilder::retryable_statuses)
+/// gives (or to the default ones), whichever came first. A setter called twice
+/// keeps its last value (each `retry_on` adds one status). Giving both
+/// [`classifier`](RulesBuilder::classifier) and
+/// [`shared_classifier`](RulesBuilder::shared_classifier), which set the same
+/// classifier, is refused.
+#[derive(Clone, Default)]
 pub struct RulesBuilder {
-    rules: Rules,
-    error: FirstError,
+    /// `retryable_statuses`: the statuses that replace the base's.
+    statuses: Option<Vec<u16>>,
+    /// `retry_on`: statuses added to them.
+    added: Vec<u16>,
+    errors: Option<Vec<ErrorKind>>,
+    idempotent_methods: Option<MethodSet>,
+    idempotency_header: Option<HeaderName>,
+    classifier: Option<Arc<dyn Classifier>>,
+    shared_classifier: Option<Arc<dyn Classifier>>,
+    attempt_header: Option<HeaderName>,
+    stamp_with: Option<Stamp>,
 }
 
 impl fmt::Debug for RulesBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RulesBuilder")
-            .field("rules", &self.rules)
-            .field("error", &self.error)
+            .field("statuses", &self.statuses)
+            .field("added", &self.added)
+            .field("errors", &self.errors)
+            .field("idempotent_methods", &self.idempotent_methods)
+            .field("idempotency_header", &self.idempotency_header)
+            .field("classifier", &self.classifier.is_some())
+            .field("shared_classifier", &self.shared_classifier.is_some())
+            .field("attempt_header", &self.attempt_header)
+            .field("stamp_with", &self.stamp_with.is_some())
             .finish()
     }
 }
 
 impl RulesBuilder {
-    /// Also retry responses with this status (400 to 599).
+    /// Also retry responses with this status (400 to 599): added to the
+    /// [`retryable_statuses`](RulesBuilder::retryable_statuses) (or the default
+    /// ones), whether it comes before or after them.
     pub fn retry_on(mut self, status: u16) -> Self {
-        if !(400..=599).contains(&status) {
-            self.error.fail(
-                "retry_on",
-                format!("status must be 400 to 599, got {status}"),
-            );
-        } else {
-            self.rules.statuses = self.rules.statuses.with(status);
-        }
+        self.added.push(status);
         self
     }
 
     /// Replaces the retryable statuses (each 400 to 599). 425 Too Early is retried
-    /// whatever this says.
+    /// whatever this says, and each [`retry_on`](RulesBuilder::retry_on), before or
+    /// after this call, adds its status.
     pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
-        self.rules.statuses = StatusSet::EMPTY;
-        for status in statuses {
-            self = self.retry_on(status);
-        }
+        self.statuses = Some(statuses.into_iter().collect());
         self
     }
 
@@ -344,11 +357,78 @@ impl RulesBuilder {
     /// ([`CircuitOpen`](ErrorKind::CircuitOpen), from a layer beneath) follows
     /// [`Other`](ErrorKind::Other). Naming one of them is refused.
     pub fn retryable_errors(mut self, kinds: impl IntoIterator<Item = ErrorKind>) -> Self {
-        let mut set = KindSet(0);
-        for kind in kinds {
-            match KindSet::bit(kind) {
-                Some(b) => set.0 |= b,
-                None => self.error.fail(
+        self.errors = Some(kinds.into_iter().collect());
+        self
+    }
+
+    /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
+    /// POST or PATCH here means the server deduplicates every such request.
+    pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.idempotent_methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// The header whose presence marks a request as keyed (default
+    /// `idempotency-key`).
+    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
+        self.idempotency_header = Some(name);
+        self
+    }
+
+    /// A classifier of your own, consulted before the built-in rules. Giving
+    /// [`shared_classifier`](RulesBuilder::shared_classifier) too is refused.
+    pub fn classifier(mut self, classifier: impl Classifier) -> Self {
+        self.classifier = Some(Arc::new(classifier));
+        self
+    }
+
+    /// A classifier already shared. Giving [`classifier`](RulesBuilder::classifier)
+    /// too is refused.
+    pub fn shared_classifier(mut self, classifier: Arc<dyn Classifier>) -> Self {
+        self.shared_classifier = Some(classifier);
+        self
+    }
+
+    /// Sends `name: N` on every attempt, N counting from 1, so the server knows
+    /// which attempt it sees (off by default; Envoy's `x-envoy-attempt-count` is the
+    /// precedent).
+    pub fn attempt_header(mut self, name: HeaderName) -> Self {
+        self.attempt_header = Some(name);
+        self
+    }
+
+    /// Stamps each attempt's headers with `stamp` too: a protocol's rules (gRPC's)
+    /// install their per-attempt headers here.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn stamp_with(mut self, stamp: Stamp) -> Self {
+        self.stamp_with = Some(stamp);
+        self
+    }
+
+    /// The rules, or the first invalid setting.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] names the setting and what is wrong with it: a status
+    /// outside 400 to 599 (the smallest such, as `retry_on`), an error kind that is
+    /// not a setting, or both a `classifier` and a `shared_classifier`.
+    pub fn build(self) -> Result<Rules, InvalidConfig> {
+        self.build_on(Rules::default())
+    }
+
+    /// `base` with the settings given here on top of it: each replaces the base's
+    /// (the statuses `retry_on` adds to them), whatever the order of the calls.
+    pub(crate) fn build_on(self, base: Rules) -> Result<Rules, InvalidConfig> {
+        let mut error = FirstError::default();
+        let codes = self.statuses.iter().flatten().chain(&self.added);
+        if let Some(bad) = codes.copied().filter(|c| !(400..=599).contains(c)).min() {
+            error.fail("retry_on", format!("status must be 400 to 599, got {bad}"));
+        }
+        let mut kinds = KindSet(0);
+        for kind in self.errors.iter().flatten() {
+            match KindSet::bit(*kind) {
+                Some(b) => kinds.0 |= b,
+                None => error.fail(
                     "retryable_errors",
                     format!(
                         "{} is not a setting: it is always or never retried",
@@ -357,66 +437,37 @@ impl RulesBuilder {
                 ),
             }
         }
-        self.rules.errors = set;
-        self
-    }
-
-    /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
-    /// POST or PATCH here means the server deduplicates every such request.
-    pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
-        self.rules.idempotent_methods = Some(methods.into_iter().collect());
-        self
-    }
-
-    /// The header whose presence marks a request as keyed (default
-    /// `idempotency-key`).
-    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
-        self.rules.idempotency_header = name;
-        self
-    }
-
-    /// A classifier of your own, consulted before the built-in rules.
-    pub fn classifier(mut self, classifier: impl Classifier) -> Self {
-        self.rules.classifier = Some(Arc::new(classifier));
-        self
-    }
-
-    /// A classifier already shared.
-    pub fn shared_classifier(mut self, classifier: Arc<dyn Classifier>) -> Self {
-        self.rules.classifier = Some(classifier);
-        self
-    }
-
-    /// Sends `name: N` on every attempt, N counting from 1, so the server knows
-    /// which attempt it sees (off by default; Envoy's `x-envoy-attempt-count` is the
-    /// precedent).
-    pub fn attempt_header(mut self, name: HeaderName) -> Self {
-        self.rules.attempt_header = Some(name);
-        self
-    }
-
-    /// Keeps the first error, and replaces the rules.
-    pub(crate) fn replace(mut self, rules: Rules) -> Self {
-        self.rules = rules;
-        self
-    }
-
-    /// Stamps each attempt's headers with `stamp` too: a protocol's rules (gRPC's)
-    /// install their per-attempt headers here.
-    #[cfg(feature = "grpc")]
-    pub(crate) fn stamp_with(mut self, stamp: Stamp) -> Self {
-        self.rules.stamp_with = Some(stamp);
-        self
-    }
-
-    /// The rules, or the first invalid setting.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] names the setting and what is wrong with it.
-    pub fn build(self) -> Result<Rules, InvalidConfig> {
-        self.error.check()?;
-        Ok(self.rules)
+        if self.classifier.is_some() && self.shared_classifier.is_some() {
+            error.fail(
+                "classifier",
+                "`classifier` and `shared_classifier` both set the classifier; give one".to_owned(),
+            );
+        }
+        error.check()?;
+        let mut rules = base;
+        if let Some(statuses) = self.statuses {
+            rules.statuses = statuses.into_iter().fold(StatusSet::EMPTY, StatusSet::with);
+        }
+        rules.statuses = self.added.into_iter().fold(rules.statuses, StatusSet::with);
+        if self.errors.is_some() {
+            rules.errors = kinds;
+        }
+        if let Some(methods) = self.idempotent_methods {
+            rules.idempotent_methods = Some(methods);
+        }
+        if let Some(name) = self.idempotency_header {
+            rules.idempotency_header = name;
+        }
+        if let Some(classifier) = self.classifier.or(self.shared_classifier) {
+            rules.classifier = Some(classifier);
+        }
+        if let Some(name) = self.attempt_header {
+            rules.attempt_header = Some(name);
+        }
+        if let Some(stamp) = self.stamp_with {
+            rules.stamp_with = Some(stamp);
+        }
+        Ok(rules)
     }
 }
 

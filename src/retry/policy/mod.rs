@@ -17,8 +17,9 @@ use crate::policy::{
 /// are the decision ladder's inputs, kept apart so that the hedge layer and the
 /// circuit breaker can take the same rules ([`RetryPolicyBuilder::rules`]); the
 /// policy adds the limits and timing. The builder's `retry_on`,
-/// `retryable_statuses`, `idempotent_methods` and `idempotency_header` set the
-/// rules.
+/// `retryable_statuses`, `retryable_errors`, `idempotent_methods` and
+/// `idempotency_header` set the rules, on top of the ones
+/// [`rules`](RetryPolicyBuilder::rules) gives.
 ///
 /// `RetryPolicy::default()` works as it is:
 ///
@@ -112,8 +113,8 @@ impl RetryPolicy {
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder {
             policy: RetryPolicy::default(),
+            base_rules: None,
             rules: Rules::builder(),
-            error: FirstError::default(),
         }
     }
 
@@ -234,19 +235,27 @@ impl RetryPolicy {
 
 /// Builds a [`RetryPolicy`], checking every number.
 ///
-/// Setters never fail; the first invalid value is reported by
-/// [`build`](RetryPolicyBuilder::build).
+/// Setters never fail, and each sets its own setting only;
+/// [`build`](RetryPolicyBuilder::build) checks them in one fixed order and reports
+/// the first invalid one, so the result does not depend on the order of the calls.
+/// The rules are [`rules`](RetryPolicyBuilder::rules)' (or the default ones) with
+/// the builder's own rule settings (`retry_on`, `retryable_statuses`,
+/// `retryable_errors`, `idempotent_methods`, `idempotency_header`) applied on top,
+/// whichever came first. A setter called twice keeps its last value (each
+/// `retry_on` adds one status).
 #[derive(Clone, Debug)]
 pub struct RetryPolicyBuilder {
+    /// The limits and timing as given: `build` checks them.
     policy: RetryPolicy,
+    /// `rules`: the rules the rule settings apply to.
+    base_rules: Option<Rules>,
+    /// The rule settings given one by one.
     rules: RulesBuilder,
-    error: FirstError,
 }
 
 impl RetryPolicyBuilder {
     /// Attempts per call, the first included: 1 to 100.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.error.count("max_attempts", n, MAX_ATTEMPTS_LIMIT);
         self.policy.max_attempts = n;
         self
     }
@@ -254,44 +263,46 @@ impl RetryPolicyBuilder {
     /// Full-jitter backoff: `base` for the first retry, doubling up to `max`
     /// (`base <= max`).
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
-        if max > MAX_SETTING {
-            self.error.fail(
-                "backoff",
-                format!("max must be at most one day, got {max:?}"),
-            );
-        }
-        if base > max {
-            self.error.fail(
-                "backoff",
-                format!("base {base:?} is larger than max {max:?}"),
-            );
-        }
         self.policy.backoff = Backoff::new(base, max);
         self
     }
 
-    /// The rules the policy decides by (replacing the statuses, error kinds,
-    /// methods and header set so far; later setters change them).
+    /// The rules the policy decides by (default [`Rules::default()`]).
+    ///
+    /// The builder's own rule settings apply on top of them, whether they come
+    /// before or after this call: `.rules(r).retry_on(418)` and
+    /// `.retry_on(418).rules(r)` both retry `r`'s statuses and 418;
+    /// [`retryable_statuses`](RetryPolicyBuilder::retryable_statuses),
+    /// [`retryable_errors`](RetryPolicyBuilder::retryable_errors),
+    /// [`idempotent_methods`](RetryPolicyBuilder::idempotent_methods) and
+    /// [`idempotency_header`](RetryPolicyBuilder::idempotency_header) replace
+    /// `r`'s. `r`'s classifier and attempt header are kept.
     pub fn rules(mut self, rules: Rules) -> Self {
-        self.rules = self.rules.replace(rules);
+        self.base_rules = Some(rules);
         self
     }
 
-    /// Also retry responses with this status (400 to 599); see
-    /// [`RulesBuilder::retry_on`].
+    /// Also retry responses with this status (400 to 599), added to the
+    /// [rules](RetryPolicyBuilder::rules)' statuses or to
+    /// [`retryable_statuses`](RetryPolicyBuilder::retryable_statuses), before or
+    /// after them; see [`RulesBuilder::retry_on`].
     pub fn retry_on(mut self, status: u16) -> Self {
         self.rules = self.rules.retry_on(status);
         self
     }
 
-    /// Replaces the retryable statuses (each 400 to 599). 425 Too Early is retried
-    /// whatever this says.
+    /// Replaces the retryable statuses (each 400 to 599) of the
+    /// [rules](RetryPolicyBuilder::rules), whether they come before or after this
+    /// call. 425 Too Early is retried whatever this says, and each
+    /// [`retry_on`](RetryPolicyBuilder::retry_on) adds its status.
     pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
         self.rules = self.rules.retryable_statuses(statuses);
         self
     }
 
-    /// Replaces the retryable error kinds; see [`RulesBuilder::retryable_errors`].
+    /// Replaces the retryable error kinds of the [rules](RetryPolicyBuilder::rules),
+    /// whether they come before or after this call; see
+    /// [`RulesBuilder::retryable_errors`].
     pub fn retryable_errors(mut self, kinds: impl IntoIterator<Item = ErrorKind>) -> Self {
         self.rules = self.rules.retryable_errors(kinds);
         self
@@ -300,12 +311,6 @@ impl RetryPolicyBuilder {
     /// The longest `Retry-After` to wait (at most one day); a longer hint ends the
     /// call with the response, and the hint is reported to the caller.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
-        if max > MAX_SETTING {
-            self.error.fail(
-                "max_retry_after",
-                format!("must be at most one day, got {max:?}"),
-            );
-        }
         self.policy.max_retry_after = max;
         self
     }
@@ -313,12 +318,6 @@ impl RetryPolicyBuilder {
     /// The timeout of each attempt (more than zero); cut to the time left before the
     /// deadline.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        if timeout.is_zero() || timeout > MAX_SETTING {
-            self.error.fail(
-                "attempt_timeout",
-                format!("must be more than zero and at most one day, got {timeout:?}"),
-            );
-        }
         self.policy.attempt_timeout = Some(timeout);
         self
     }
@@ -334,24 +333,12 @@ impl RetryPolicyBuilder {
     /// origin's pause comes before this timeout starts, and only a
     /// [`Deadline`](crate::policy::Deadline) in the request bounds both.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        if timeout.is_zero() || timeout > MAX_SETTING {
-            self.error.fail(
-                "timeout",
-                format!("must be more than zero and at most one day, got {timeout:?}"),
-            );
-        }
         self.policy.timeout = Some(timeout);
         self
     }
 
     /// No attempt or wait starts with less time than this left before the deadline.
     pub fn min_attempt_time(mut self, min: Duration) -> Self {
-        if min > MAX_SETTING {
-            self.error.fail(
-                "min_attempt_time",
-                format!("must be at most one day, got {min:?}"),
-            );
-        }
         self.policy.min_attempt_time = min;
         self
     }
@@ -359,10 +346,6 @@ impl RetryPolicyBuilder {
     /// The most request-body bytes kept for a re-send (at most 64 MiB). A body
     /// larger than this is sent once and never again.
     pub fn replay_cap(mut self, bytes: usize) -> Self {
-        if bytes > 64 * 1024 * 1024 {
-            self.error
-                .fail("replay_cap", format!("must be at most 64 MiB, got {bytes}"));
-        }
         self.policy.replay_cap = bytes;
         self
     }
@@ -371,28 +354,23 @@ impl RetryPolicyBuilder {
     /// its HTTP/1.1 connection can be reused: at most `bytes` (up to 1 MiB) within
     /// `timeout` (up to 10 s).
     pub fn drain(mut self, bytes: usize, timeout: Duration) -> Self {
-        if bytes > 1024 * 1024 {
-            self.error
-                .fail("drain", format!("must read at most 1 MiB, got {bytes}"));
-        }
-        if timeout > Duration::from_secs(10) {
-            self.error
-                .fail("drain", format!("must take at most 10 s, got {timeout:?}"));
-        }
         self.policy.drain_limit = bytes;
         self.policy.drain_timeout = timeout;
         self
     }
 
     /// The header whose presence marks a request as keyed (default
-    /// `idempotency-key`).
+    /// `idempotency-key`), replacing the [rules](RetryPolicyBuilder::rules)' whether
+    /// they come before or after this call.
     pub fn idempotency_header(mut self, name: HeaderName) -> Self {
         self.rules = self.rules.idempotency_header(name);
         self
     }
 
-    /// Replaces the methods treated as idempotent (RFC 9110's by default). Adding
-    /// POST or PATCH here means the server deduplicates every such request.
+    /// Replaces the methods treated as idempotent (RFC 9110's by default), and the
+    /// [rules](RetryPolicyBuilder::rules)' whether they come before or after this
+    /// call. Adding POST or PATCH here means the server deduplicates every such
+    /// request.
     pub fn idempotent_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.rules = self.rules.idempotent_methods(methods);
         self
@@ -402,24 +380,90 @@ impl RetryPolicyBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] names the setting and what is wrong with it.
-    pub fn build(mut self) -> Result<RetryPolicy, InvalidConfig> {
-        self.error.check()?;
-        self.policy.rules = self.rules.build()?;
-        let p = &self.policy;
-        if let Some(total) = p.timeout {
-            if p.min_attempt_time > total {
+    /// [`InvalidConfig`] names the setting and what is wrong with it. The settings
+    /// are checked in one fixed order (limits and timing, then the rules, then a
+    /// `min_attempt_time` longer than the `timeout`), whatever the order of the
+    /// calls.
+    pub fn build(self) -> Result<RetryPolicy, InvalidConfig> {
+        let mut policy = self.policy;
+        check_numbers(&policy)?;
+        policy.rules = self.rules.build_on(self.base_rules.unwrap_or_default())?;
+        if let Some(total) = policy.timeout {
+            if policy.min_attempt_time > total {
                 return Err(InvalidConfig::new(
                     "min_attempt_time",
                     format!(
                         "{:?} is longer than the total timeout {total:?}",
-                        p.min_attempt_time
+                        policy.min_attempt_time
                     ),
                 ));
             }
         }
-        Ok(self.policy)
+        Ok(policy)
     }
+}
+
+/// The limits and timing a builder was given, each checked on its own, in the
+/// order of the fields.
+fn check_numbers(p: &RetryPolicy) -> Result<(), InvalidConfig> {
+    let mut error = FirstError::default();
+    error.count("max_attempts", p.max_attempts, MAX_ATTEMPTS_LIMIT);
+    let (base, max) = (p.backoff.base(), p.backoff.max());
+    if max > MAX_SETTING {
+        error.fail(
+            "backoff",
+            format!("max must be at most one day, got {max:?}"),
+        );
+    }
+    if base > max {
+        error.fail(
+            "backoff",
+            format!("base {base:?} is larger than max {max:?}"),
+        );
+    }
+    if p.max_retry_after > MAX_SETTING {
+        error.fail(
+            "max_retry_after",
+            format!("must be at most one day, got {:?}", p.max_retry_after),
+        );
+    }
+    for (setting, timeout) in [
+        ("attempt_timeout", p.attempt_timeout),
+        ("timeout", p.timeout),
+    ] {
+        match timeout {
+            Some(t) if t.is_zero() || t > MAX_SETTING => error.fail(
+                setting,
+                format!("must be more than zero and at most one day, got {t:?}"),
+            ),
+            _ => {}
+        }
+    }
+    if p.min_attempt_time > MAX_SETTING {
+        error.fail(
+            "min_attempt_time",
+            format!("must be at most one day, got {:?}", p.min_attempt_time),
+        );
+    }
+    if p.replay_cap > 64 * 1024 * 1024 {
+        error.fail(
+            "replay_cap",
+            format!("must be at most 64 MiB, got {}", p.replay_cap),
+        );
+    }
+    if p.drain_limit > 1024 * 1024 {
+        error.fail(
+            "drain",
+            format!("must read at most 1 MiB, got {}", p.drain_limit),
+        );
+    }
+    if p.drain_timeout > Duration::from_secs(10) {
+        error.fail(
+            "drain",
+            format!("must take at most 10 s, got {:?}", p.drain_timeout),
+        );
+    }
+    error.check()
 }
 
 /// The bridge from a retry policy to a hedge policy, written with the retry policy:
@@ -429,11 +473,14 @@ impl HedgePolicyBuilder {
     /// Takes a retry policy's [rules](RetryPolicy::rules) and
     /// [minimum attempt time](RetryPolicy::min_attempt_time); its attempts, backoff
     /// and timeouts are not used here.
+    ///
+    /// It sets the same things as [`rules`](HedgePolicyBuilder::rules) and
+    /// [`min_attempt_time`](HedgePolicyBuilder::min_attempt_time): giving it with
+    /// either is refused by [`build`](HedgePolicyBuilder::build), whatever the
+    /// order. ([`methods`](HedgePolicyBuilder::methods) goes with it: the methods
+    /// are checked against the policy's rules.)
     pub fn policy(self, policy: RetryPolicy) -> Self {
-        // The retry policy's minimum attempt time is at most a day, as a hedge
-        // policy's: the setter finds nothing wrong with it.
-        self.min_attempt_time(policy.min_attempt_time())
-            .rules(policy.rules().clone())
+        self.retry_policy_parts(policy.rules().clone(), policy.min_attempt_time())
     }
 }
 

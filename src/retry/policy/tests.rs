@@ -1,4 +1,5 @@
 use super::*;
+use crate::policy::same_in_every_order;
 
 #[test]
 fn defaults_retry_the_transient_statuses() {
@@ -98,4 +99,111 @@ fn idempotent_methods_can_be_replaced() {
         .unwrap();
     assert!(p.is_idempotent_method(&Method::GET));
     assert!(!p.is_idempotent_method(&Method::PUT));
+}
+
+type Step<'a> = dyn Fn(RetryPolicyBuilder) -> RetryPolicyBuilder + 'a;
+
+fn built(b: RetryPolicyBuilder) -> Result<String, InvalidConfig> {
+    b.build().map(|p| format!("{p:?}"))
+}
+
+/// Rules with a classifier, a status list, error kinds and methods of their own.
+fn own_rules() -> Rules {
+    Rules::builder()
+        .retryable_statuses([500])
+        .retryable_errors([ErrorKind::Connect])
+        .idempotent_methods([Method::GET, Method::POST])
+        .classifier(crate::policy::classify_fn(
+            |_: crate::policy::Observed<'_>| crate::policy::Verdict::NoOpinion,
+        ))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_rule_settings_apply_on_top_of_the_rules_whichever_came_first() {
+    // The case: `rules` no longer replaces a status set before it.
+    let a = RetryPolicy::builder().rules(own_rules()).retry_on(418);
+    let b = RetryPolicy::builder().retry_on(418).rules(own_rules());
+    assert_eq!(built(a).unwrap(), built(b).unwrap());
+    let steps: [&Step<'_>; 6] = [
+        &|b| b.rules(own_rules()),
+        &|b| b.retry_on(418),
+        &|b| b.retryable_errors([ErrorKind::Dns, ErrorKind::Timeout]),
+        &|b| b.idempotent_methods([Method::GET, Method::PUT]),
+        &|b| b.idempotency_header(HeaderName::from_static("x-key")),
+        &|b| b.max_attempts(5),
+    ];
+    same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap();
+    let p = steps
+        .iter()
+        .fold(RetryPolicy::builder(), |b, step| step(b))
+        .build()
+        .unwrap();
+    // The rules' own statuses, classifier and header are kept; the settings win.
+    assert!(p.is_retryable_status(StatusCode::INTERNAL_SERVER_ERROR));
+    assert!(p.is_retryable_status(StatusCode::IM_A_TEAPOT));
+    assert!(!p.is_retryable_status(StatusCode::SERVICE_UNAVAILABLE));
+    assert!(p.rules().has_classifier());
+    assert!(p.is_retryable_error(ErrorKind::Dns));
+    assert!(!p.is_retryable_error(ErrorKind::Connect));
+    assert!(p.is_idempotent_method(&Method::PUT));
+    assert!(!p.is_idempotent_method(&Method::POST));
+    assert_eq!(p.idempotency_header(), "x-key");
+    // `retryable_statuses` replaces the rules' list, before or after them.
+    let steps: [&Step<'_>; 3] = [
+        &|b| b.rules(own_rules()),
+        &|b| b.retryable_statuses([502]),
+        &|b| b.retry_on(418),
+    ];
+    same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap();
+}
+
+#[test]
+fn limits_and_timing_do_not_depend_on_the_order_of_the_calls() {
+    let steps: [&Step<'_>; 7] = [
+        &|b| b.max_attempts(5),
+        &|b| b.backoff(Duration::from_millis(10), Duration::from_secs(1)),
+        &|b| b.timeout(Duration::from_secs(2)),
+        &|b| b.min_attempt_time(Duration::from_millis(50)),
+        &|b| b.attempt_timeout(Duration::from_millis(500)),
+        &|b| b.replay_cap(1024),
+        &|b| b.drain(10, Duration::from_millis(50)),
+    ];
+    same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap();
+}
+
+#[test]
+fn the_first_invalid_setting_does_not_depend_on_the_order_of_the_calls() {
+    let steps: [&Step<'_>; 6] = [
+        &|b| b.min_attempt_time(Duration::from_millis(10)),
+        &|b| b.timeout(Duration::from_millis(5)),
+        &|b| b.retry_on(200),
+        &|b| b.drain(usize::MAX, Duration::ZERO),
+        &|b| b.backoff(Duration::from_secs(2), Duration::from_secs(1)),
+        &|b| b.max_attempts(0),
+    ];
+    // Limits and timing in the order of the setters, then the rules, then the
+    // minimum attempt time against the timeout: the last steps left out one by one.
+    for (from, setting) in [
+        (0, "max_attempts"),
+        (1, "backoff"),
+        (2, "drain"),
+        (3, "retry_on"),
+        (4, "min_attempt_time"),
+    ] {
+        let steps: Vec<&Step<'_>> = steps[..steps.len() - from].to_vec();
+        let err = same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap_err();
+        assert_eq!(err.setting(), setting, "{err}");
+    }
+}
+
+#[test]
+fn a_setter_given_twice_keeps_its_last_value() {
+    let p = RetryPolicy::builder()
+        .max_attempts(0)
+        .max_attempts(4)
+        .build()
+        .unwrap();
+    assert_eq!(p.max_attempts(), 4);
 }

@@ -139,8 +139,8 @@ impl CircuitBreakerPolicy {
     pub fn builder() -> CircuitBreakerPolicyBuilder {
         CircuitBreakerPolicyBuilder {
             config: CircuitBreakerPolicy::default(),
+            ratio: 0.5,
             max_set: false,
-            error: FirstError::default(),
         }
     }
 
@@ -247,38 +247,34 @@ impl fmt::Debug for CircuitBreakerPolicy {
 
 /// Builds a [`CircuitBreakerPolicy`], checking every number.
 ///
-/// Setters never fail; the first invalid value is reported by
-/// [`build`](CircuitBreakerPolicyBuilder::build).
+/// Setters never fail, and each sets its own setting only;
+/// [`build`](CircuitBreakerPolicyBuilder::build) checks them in one fixed order and
+/// reports the first invalid one, so the result does not depend on the order of
+/// the calls. A setter called twice keeps its last value.
+/// [`rules`](CircuitBreakerPolicyBuilder::rules) and
+/// [`failure_if`](CircuitBreakerPolicyBuilder::failure_if) set different things
+/// and combine: the rules' classifier is asked first, the failure rule after.
 #[derive(Clone, Debug)]
 pub struct CircuitBreakerPolicyBuilder {
+    /// The settings as given: `build` checks them.
     config: CircuitBreakerPolicy,
+    /// The failure ratio as given; `build` keeps it to a millionth.
+    ratio: f64,
     /// Whether `max_cooldown` was set, or is the default.
     max_set: bool,
-    error: FirstError,
 }
 
 impl CircuitBreakerPolicyBuilder {
     /// The share of failed calls in the window that trips the breaker: more than 0,
     /// at most 1 (default 0.5). Kept to a millionth.
     pub fn failure_ratio(mut self, ratio: f64) -> Self {
-        if !(ratio > 0.0 && ratio <= 1.0) {
-            self.error.fail(
-                "failure_ratio",
-                format!("must be more than 0 and at most 1, got {ratio}"),
-            );
-            return self;
-        }
-        self.config.ratio_ppm = ((ratio * 1e6).round() as u64).max(1);
+        self.ratio = ratio;
         self
     }
 
     /// The calls the window must hold before the ratio is judged: at least 1
     /// (default 20). A large number leaves only the consecutive-failures signal.
     pub fn min_calls(mut self, calls: u32) -> Self {
-        if calls == 0 {
-            self.error
-                .fail("min_calls", "must be at least 1".to_owned());
-        }
         self.config.min_calls = calls;
         self
     }
@@ -286,7 +282,6 @@ impl CircuitBreakerPolicyBuilder {
     /// The window over which calls are counted, from 10 ms to one hour (default
     /// 30 s). It is cut into ten slots that expire one at a time.
     pub fn window(mut self, window: Duration) -> Self {
-        self.error.window(window);
         self.config.window = window;
         self
     }
@@ -299,15 +294,10 @@ impl CircuitBreakerPolicyBuilder {
     }
 
     /// How long the breaker stays open the first time, from 1 ms to one day
-    /// (default 5 s). When `max_cooldown` is left at its default and is shorter, it
-    /// is raised to this.
+    /// (default 5 s). When `max_cooldown` is not set and its default is shorter,
+    /// it is raised to this; a `max_cooldown` set shorter is refused, whichever
+    /// came first.
     pub fn cooldown(mut self, cooldown: Duration) -> Self {
-        if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&cooldown) {
-            self.error.fail(
-                "cooldown",
-                format!("must be from 1ms to 1 day, got {cooldown:?}"),
-            );
-        }
         self.config.cooldown = cooldown;
         self
     }
@@ -315,12 +305,6 @@ impl CircuitBreakerPolicyBuilder {
     /// The longest cooldown, from 1 ms to one day (default 60 s): each failed probe
     /// doubles the cooldown up to this. Set it to the cooldown to keep it fixed.
     pub fn max_cooldown(mut self, max: Duration) -> Self {
-        if !(MIN_COOLDOWN..=MAX_COOLDOWN).contains(&max) {
-            self.error.fail(
-                "max_cooldown",
-                format!("must be from 1ms to 1 day, got {max:?}"),
-            );
-        }
         self.config.max_cooldown = max;
         self.max_set = true;
         self
@@ -329,10 +313,6 @@ impl CircuitBreakerPolicyBuilder {
     /// The random spread of each cooldown, from 0 to 0.9 (default 0.2): the
     /// cooldown is multiplied by a factor drawn from `[1 − jitter, 1 + jitter]`.
     pub fn jitter(mut self, jitter: f64) -> Self {
-        if !(0.0..=0.9).contains(&jitter) {
-            self.error
-                .fail("jitter", format!("must be from 0 to 0.9, got {jitter}"));
-        }
         self.config.jitter = jitter;
         self
     }
@@ -340,12 +320,6 @@ impl CircuitBreakerPolicyBuilder {
     /// How many calls a half-open breaker lets through, from 1 to 1000 (default 1).
     /// All must succeed for the breaker to close; one failure opens it again.
     pub fn probes(mut self, probes: u32) -> Self {
-        if !(1..=MAX_PROBES).contains(&probes) {
-            self.error.fail(
-                "probes",
-                format!("must be from 1 to {MAX_PROBES}, got {probes}"),
-            );
-        }
         self.config.probes = probes;
         self
     }
@@ -375,14 +349,48 @@ impl CircuitBreakerPolicyBuilder {
         self
     }
 
+    /// Each number on its own, in the order of the setters' documentation.
+    fn check(&self) -> Result<(), InvalidConfig> {
+        let (c, mut error) = (&self.config, FirstError::default());
+        if !(self.ratio > 0.0 && self.ratio <= 1.0) {
+            error.fail(
+                "failure_ratio",
+                format!("must be more than 0 and at most 1, got {}", self.ratio),
+            );
+        }
+        if c.min_calls == 0 {
+            error.fail("min_calls", "must be at least 1".to_owned());
+        }
+        error.window(c.window);
+        let cooldowns = MIN_COOLDOWN..=MAX_COOLDOWN;
+        for (setting, d) in [("cooldown", c.cooldown), ("max_cooldown", c.max_cooldown)] {
+            if !cooldowns.contains(&d) {
+                error.fail(setting, format!("must be from 1ms to 1 day, got {d:?}"));
+            }
+        }
+        if !(0.0..=0.9).contains(&c.jitter) {
+            error.fail("jitter", format!("must be from 0 to 0.9, got {}", c.jitter));
+        }
+        if !(1..=MAX_PROBES).contains(&c.probes) {
+            error.fail(
+                "probes",
+                format!("must be from 1 to {MAX_PROBES}, got {}", c.probes),
+            );
+        }
+        error.check()
+    }
+
     /// The breaker settings, or the first invalid one.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] names the setting and what is wrong with it.
+    /// [`InvalidConfig`] names the setting and what is wrong with it: a number out
+    /// of range (checked in the order of the setters above), then a `max_cooldown`
+    /// shorter than the `cooldown`, whatever the order of the calls.
     pub fn build(self) -> Result<CircuitBreakerPolicy, InvalidConfig> {
-        self.error.check()?;
+        self.check()?;
         let mut config = self.config;
+        config.ratio_ppm = ((self.ratio * 1e6).round() as u64).max(1);
         if config.cooldown > config.max_cooldown {
             if self.max_set {
                 return Err(InvalidConfig::new(
