@@ -66,40 +66,14 @@ impl FirstError {
     }
 }
 
-/// Applies `steps` to `start` in every order and asserts that `finish` gives the
-/// same result for each: a builder's order test. Returns that result.
+/// A builder's order test, written once for the unit tests and the integration
+/// tests (`tests/support/orders.rs`).
 #[cfg(test)]
-pub(crate) fn same_in_every_order<B, R>(
-    start: &B,
-    steps: &[&dyn Fn(B) -> B],
-    finish: impl Fn(B) -> R,
-) -> R
-where
-    B: Clone,
-    R: PartialEq + fmt::Debug,
-{
-    fn orders(n: usize) -> Vec<Vec<usize>> {
-        if n == 0 {
-            return vec![Vec::new()];
-        }
-        let mut all = Vec::new();
-        for order in orders(n - 1) {
-            for at in 0..=order.len() {
-                let mut longer = order.clone();
-                longer.insert(at, n - 1);
-                all.push(longer);
-            }
-        }
-        all
-    }
-    let run = |order: &[usize]| finish(order.iter().fold(start.clone(), |b, i| steps[*i](b)));
-    let first: Vec<usize> = (0..steps.len()).collect();
-    let expected = run(&first);
-    for order in orders(steps.len()) {
-        assert_eq!(run(&order), expected, "the steps in the order {order:?}");
-    }
-    expected
-}
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../tests/support/orders.rs"]
+mod orders;
+#[cfg(test)]
+pub(crate) use orders::same_in_every_order;
 
 #[cfg(test)]
 mod tests {
