@@ -3,18 +3,15 @@
 use std::fmt;
 use std::sync::Arc;
 
-use http::request::Parts;
-use tokio::time::Instant;
 use tower_layer::Layer;
 
 use super::{Backstop, HedgeMode, NoHedge, WithHedge};
 use crate::admit::breaker::CircuitBreakerPolicy;
-use crate::admit::budget::{BudgetPolicy, OriginAccount};
+use crate::admit::budget::BudgetPolicy;
 use crate::admit::Admission;
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observer;
-use crate::policy::circuit::State;
 use crate::policy::{InvalidConfig, Rules};
 use crate::retry::RetryPolicy;
 use crate::retry::{RetryLayer, Routes};
@@ -324,40 +321,7 @@ impl<H: HedgeMode> BackstopLayer<H> {
         self.retry.settings.routes.policy_for(req)
     }
 
-    fn admission(&self) -> &Admission {
-        match self.retry.settings.admission.as_ref() {
-            Some(admission) => admission,
-            None => unreachable!("a stack's retry layer runs its admission"),
-        }
-    }
-
-    /// The state of the breaker that a call with this request head goes through,
-    /// created if it is new; `None` without a breaker.
-    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
-        self.admission().breaker_state(head)
-    }
-
-    /// When the breaker that a call with this request head goes through lets its
-    /// next probe through: `None` while it is closed, and without a breaker.
-    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.admission().next_probe_at(head)
-    }
-
-    /// The budget account that a call with this request head spends from, created
-    /// if it is new (for metrics and tests); `None` without a budget.
-    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
-        self.admission().account(head)
-    }
-
-    /// How many origins (or keys) the stack keeps a breaker or an account for now,
-    /// after forgetting the idle ones: those used within the breaker's or the
-    /// budget's window, or that a call still holds. When the breaker and the budget
-    /// partition calls differently, the entries of both are counted. Counting
-    /// sweeps under a lock the calls share, so it suits a metrics scrape, not every
-    /// call.
-    pub fn origins(&self) -> usize {
-        self.admission().origins()
-    }
+    super::inspection!(self => self.retry.settings.admission.as_ref());
 }
 
 impl<S, H: HedgeMode> Layer<S> for BackstopLayer<H> {
@@ -383,7 +347,9 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopLayer<H> {
 #[cfg(all(test, feature = "reqwest-middleware"))]
 mod tests {
     use super::*;
+    use crate::policy::circuit::State;
     use crate::{BudgetLayer, CircuitBreakerLayer};
+    use http::request::Parts;
 
     fn head() -> Parts {
         http::Request::get("http://a.test/")

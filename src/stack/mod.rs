@@ -79,6 +79,52 @@
 //! # Ok(()) }
 //! ```
 
+/// The stack's inspection methods, on the service and on its layer alike: each
+/// reads the admission `$admission` gives (written once for both).
+macro_rules! inspection {
+    ($this:ident => $admission:expr) => {
+        /// The admission the stack runs.
+        fn admission(&$this) -> &crate::admit::Admission {
+            match $admission {
+                Some(admission) => admission,
+                None => unreachable!("a stack's retry layer runs its admission"),
+            }
+        }
+
+        /// The state of the breaker that a call with this request head goes
+        /// through, created if it is new; `None` without a breaker.
+        pub fn breaker_state(&self, head: &http::request::Parts) -> Option<crate::policy::circuit::State> {
+            self.admission().breaker_state(head)
+        }
+
+        /// When the breaker that a call with this request head goes through lets
+        /// its next probe through: `None` while it is closed, and without a breaker.
+        pub fn next_probe_at(&self, head: &http::request::Parts) -> Option<tokio::time::Instant> {
+            self.admission().next_probe_at(head)
+        }
+
+        /// The budget account that a call with this request head spends from,
+        /// created if it is new (for metrics and tests); `None` without a budget.
+        pub fn budget_account(
+            &self,
+            head: &http::request::Parts,
+        ) -> Option<crate::admit::budget::OriginAccount> {
+            self.admission().account(head)
+        }
+
+        /// How many origins (or keys) the stack keeps a breaker or an account for
+        /// now, after forgetting the idle ones: those used within the breaker's or
+        /// the budget's window, or that a call still holds. When the breaker and
+        /// the budget partition calls differently, the entries of both are counted.
+        /// Counting sweeps under a lock the calls share, so it suits a metrics
+        /// scrape, not every call.
+        pub fn origins(&self) -> usize {
+            self.admission().origins()
+        }
+    };
+}
+use inspection;
+
 mod builder;
 mod hedging;
 
@@ -86,18 +132,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::request::Parts;
 use http::Request;
-use tokio::time::Instant;
 use tower_service::Service;
 
 pub use builder::{BackstopBuilder, BackstopLayer};
 pub use hedging::{HedgeMode, NoHedge, WithHedge};
 
-use crate::admit::budget::OriginAccount;
-use crate::admit::Admission;
 use crate::observe::Observer;
-use crate::policy::circuit::State;
 use crate::policy::error::Error;
 use crate::policy::CallContext;
 use crate::retry::Retry;
@@ -125,37 +166,7 @@ impl Backstop<()> {
 }
 
 impl<S, H: HedgeMode> Backstop<S, H> {
-    /// The admission the stack runs.
-    fn admission(&self) -> &Admission {
-        match self.inner.admission() {
-            Some(admission) => admission,
-            None => unreachable!("a stack's retry layer runs its admission"),
-        }
-    }
-
-    /// The state of the breaker that a call with this request head goes through,
-    /// created if it is new; `None` without a breaker.
-    pub fn breaker_state(&self, head: &Parts) -> Option<State> {
-        self.admission().breaker_state(head)
-    }
-
-    /// When the breaker that a call with this request head goes through lets its
-    /// next probe through: `None` while it is closed, and without a breaker.
-    pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        self.admission().next_probe_at(head)
-    }
-
-    /// The budget account that a call with this request head spends from, created
-    /// if it is new (for metrics and tests); `None` without a budget.
-    pub fn budget_account(&self, head: &Parts) -> Option<OriginAccount> {
-        self.admission().account(head)
-    }
-
-    /// How many origins (or keys) the stack keeps a breaker or an account for now,
-    /// after forgetting the idle ones (see [`BackstopLayer::origins`]).
-    pub fn origins(&self) -> usize {
-        self.admission().origins()
-    }
+    inspection!(self => self.inner.admission());
 
     /// The transport.
     pub fn get_ref(&self) -> &S {
