@@ -203,11 +203,18 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        let context = CallContext::of_mut(req.extensions_mut());
-        if context.observer().is_none() {
-            context.set_observer(self.observer.clone());
-        }
+        observe(req.extensions_mut(), &self.observer);
         self.inner.call(req)
+    }
+}
+
+/// Leaves `observer` in the call's context, unless the call carries one of its own:
+/// what an [`ObserveLayer`] and a stack given an observer do to each call.
+#[inline]
+pub(crate) fn observe(extensions: &mut http::Extensions, observer: &Arc<dyn Observer>) {
+    let context = CallContext::of_mut(extensions);
+    if context.observer().is_none() {
+        context.set_observer(observer.clone());
     }
 }
 

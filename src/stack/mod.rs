@@ -34,8 +34,8 @@
 //!   in one request's extensions is used as given.
 //! - **A hedge always spends the call's budget and asks its breaker**: a stack that
 //!   hedges ([`BackstopBuilder::hedge`]) leaves the call's breaker and account in
-//!   its [`CallContext`] for its hedge layer; no setting turns that off. (A
-//!   `HedgeLayer` composed by hand beneath a stack that does not hedge finds them
+//!   its [`CallContext`](crate::policy::CallContext) for its hedge layer; no
+//!   setting turns that off. (A `HedgeLayer` composed by hand beneath a stack that does not hedge finds them
 //!   only in a call that carries a context already: give the stack the hedge policy
 //!   instead.)
 //! - **A held call is bounded** by its deadline and by its retry policy's total
@@ -140,7 +140,6 @@ pub use hedging::{HedgeMode, NoHedge, WithHedge};
 
 use crate::observe::Observer;
 use crate::policy::error::Error;
-use crate::policy::CallContext;
 use crate::retry::Retry;
 
 /// The whole stack over a transport `S`: admission, the attempt loop and, when the
@@ -226,10 +225,7 @@ where
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         if let Some(observer) = &self.observer {
-            let context = CallContext::of_mut(req.extensions_mut());
-            if context.observer().is_none() {
-                context.set_observer(observer.clone());
-            }
+            crate::observe::observe(req.extensions_mut(), observer);
         }
         self.inner.call(req)
     }
