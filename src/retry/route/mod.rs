@@ -314,6 +314,7 @@ impl Routes {
 
     /// The same routes, each that chooses no hedging of its own (and the default)
     /// never hedged: for a hedge layer that only the routes that chose it use.
+    #[cfg(feature = "reqwest-middleware")]
     pub(crate) fn unhedged_unless_chosen(self) -> Self {
         let unless_chosen = |mut policy: RoutePolicy| {
             policy.hedge.get_or_insert_with(off);
