@@ -220,6 +220,7 @@ mod admit;
 pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
+pub mod config;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;

@@ -96,7 +96,7 @@ use tower_service::Service;
 pub use future::ResponseFuture;
 pub use layer::RetryLayer;
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
-pub use route::{Route, RoutePolicy, Routes};
+pub use route::{PathMatch, Route, RoutePolicy, Routes};
 
 use crate::admit::{Admission, Admitted, Entered};
 use crate::body::ReplayBody;

@@ -2,125 +2,14 @@
 
 use std::sync::Arc;
 
-use http::{Extensions, Method, Request};
+use http::{Extensions, Request};
 
 use super::RetryPolicy;
 use crate::hedge::{HedgeChoice, HedgePolicy};
 use crate::policy::{CallContext, InvalidConfig, Rules};
 
-/// Which requests a route covers: a path prefix, a method and a host, each
-/// optional; a request matches when it matches every part that is set.
-///
-/// A path prefix matches whole segments: `/pay` covers `/pay` and `/pay/42`, not
-/// `/payments`. The host is compared without case, from the URI or else the `Host`
-/// header.
-///
-/// # Examples
-///
-/// ```
-/// use backstop::retry::Route;
-/// use http::Method;
-///
-/// let route = Route::path_prefix("/payments").method(Method::POST).named("payments");
-/// let req = http::Request::post("http://api.example.com/payments/42").body(()).unwrap();
-/// assert!(route.matches(&req));
-/// assert_eq!(route.name(), Some("payments"));
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Route {
-    path_prefix: Option<String>,
-    method: Option<Method>,
-    host: Option<String>,
-    name: Option<Arc<str>>,
-}
-
-impl Route {
-    /// A route that covers every request.
-    pub fn any() -> Self {
-        Route::default()
-    }
-
-    /// A route for paths under `prefix`.
-    pub fn path_prefix(prefix: impl Into<String>) -> Self {
-        Route::any().and_path_prefix(prefix)
-    }
-
-    /// A route for requests to `host`.
-    pub fn host(host: impl Into<String>) -> Self {
-        Route::any().and_host(host)
-    }
-
-    /// A route for requests with `method`.
-    pub fn for_method(method: Method) -> Self {
-        Route::any().method(method)
-    }
-
-    /// Also requires paths under `prefix`.
-    pub fn and_path_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let mut prefix = prefix.into();
-        while prefix.len() > 1 && prefix.ends_with('/') {
-            prefix.pop();
-        }
-        self.path_prefix = Some(prefix);
-        self
-    }
-
-    /// Also requires `method`.
-    pub fn method(mut self, method: Method) -> Self {
-        self.method = Some(method);
-        self
-    }
-
-    /// Also requires `host`.
-    pub fn and_host(mut self, host: impl Into<String>) -> Self {
-        self.host = Some(host.into().to_ascii_lowercase());
-        self
-    }
-
-    /// Names the route, for the history, tracing and the call's context.
-    ///
-    /// The name is shown quoted and escaped wherever it is written, so any text is
-    /// safe; keep it short and free of request data.
-    pub fn named(mut self, name: impl Into<Arc<str>>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// The route's name, if it was [named](Route::named).
-    pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    /// Whether `req` is covered by this route.
-    pub fn matches<B>(&self, req: &Request<B>) -> bool {
-        if let Some(m) = &self.method {
-            if req.method() != m {
-                return false;
-            }
-        }
-        if let Some(prefix) = &self.path_prefix {
-            let path = req.uri().path();
-            let under = path.strip_prefix(prefix.as_str()).is_some_and(|rest| {
-                rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/')
-            });
-            if !under {
-                return false;
-            }
-        }
-        if let Some(host) = &self.host {
-            let req_host = req.uri().host().or_else(|| {
-                req.headers()
-                    .get(http::header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name))
-            });
-            if !req_host.is_some_and(|h| h.eq_ignore_ascii_case(host)) {
-                return false;
-            }
-        }
-        true
-    }
-}
+mod matches;
+pub use matches::{PathMatch, Route};
 
 /// What a route does: its retry policy, and whether and how its calls are hedged.
 ///
@@ -355,6 +244,16 @@ impl Routes {
         self
     }
 
+    /// The policy for every request no route covers.
+    pub fn default_policy(&self) -> &RoutePolicy {
+        &self.default
+    }
+
+    /// The routes with their policies, in the order they are tried.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Route, &RoutePolicy)> {
+        self.routes.iter().map(|(route, policy)| (route, policy))
+    }
+
     /// The first route that covers `req`; `None` when the default applies.
     pub fn route_for<B>(&self, req: &Request<B>) -> Option<&Route> {
         self.pick(req).0
@@ -390,7 +289,7 @@ impl Routes {
         given: Option<RetryPolicy>,
     ) -> Arc<RetryPolicy> {
         let (route, chosen) = self.pick(req);
-        let name = route.and_then(|r| r.name.as_ref());
+        let name = route.and_then(Route::shared_name);
         let policy = given.map_or_else(|| chosen.retry.clone(), Arc::new);
         // One attempt means one send, whatever the route says of hedging.
         let hedge = match (policy.max_attempts() <= 1, &chosen.hedge) {

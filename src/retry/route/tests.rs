@@ -1,4 +1,5 @@
 use super::*;
+use http::Method;
 
 fn req(method: Method, uri: &str) -> Request<()> {
     Request::builder().method(method).uri(uri).body(()).unwrap()
@@ -96,4 +97,41 @@ fn choosing_leaves_the_name_and_hedging_in_the_context() {
         .hedge()
         .unwrap()
         .is_off());
+}
+
+#[test]
+fn an_exact_path_covers_that_path_only() {
+    let route = Route::path_exact("/helloworld.Greeter/SayHello");
+    let req = |path: &str| req(Method::POST, &format!("http://grpc.test{path}"));
+    assert!(route.matches(&req("/helloworld.Greeter/SayHello")));
+    assert!(!route.matches(&req("/helloworld.Greeter/SayHello/x")));
+    assert!(!route.matches(&req("/helloworld.Greeter/SayHelloAgain")));
+    assert!(!route.matches(&req("/helloworld.Greeter")));
+    assert_eq!(
+        route.path(),
+        Some(&PathMatch::Exact("/helloworld.Greeter/SayHello".into()))
+    );
+}
+
+#[test]
+fn a_route_with_methods_covers_any_of_them_and_a_later_path_replaces_the_first() {
+    let route = Route::path_exact("/x")
+        .and_path_prefix("/catalog/")
+        .methods([Method::GET, Method::HEAD, Method::GET]);
+    assert_eq!(route.method_list(), &[Method::GET, Method::HEAD]);
+    assert_eq!(route.path(), Some(&PathMatch::Prefix("/catalog".into())));
+    for (method, covered) in [
+        (Method::GET, true),
+        (Method::HEAD, true),
+        (Method::POST, false),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri("http://shop.test/catalog/1")
+            .body(())
+            .unwrap();
+        assert_eq!(route.matches(&req), covered);
+    }
+    // `method` sets one method, as before.
+    assert_eq!(route.method(Method::PUT).method_list(), &[Method::PUT]);
 }
