@@ -26,6 +26,9 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+mod duration;
+pub use duration::{format_duration, parse_duration};
+
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
 use crate::hedge::HedgePolicy;

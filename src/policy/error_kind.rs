@@ -47,7 +47,25 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// A short `snake_case` name, for metrics labels.
+    /// Every kind, in the order of the enum.
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::Connect,
+        ErrorKind::ConnectTimeout,
+        ErrorKind::Dns,
+        ErrorKind::Config,
+        ErrorKind::Canceled,
+        ErrorKind::RefusedStream,
+        ErrorKind::GoAway,
+        ErrorKind::Timeout,
+        ErrorKind::Closed,
+        ErrorKind::BodyWrite,
+        ErrorKind::InvalidResponse,
+        ErrorKind::CircuitOpen,
+        ErrorKind::Other,
+    ];
+
+    /// A short `snake_case` name, for metrics labels and configuration files
+    /// (read back by [`FromStr`](std::str::FromStr)).
     pub fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
@@ -99,6 +117,54 @@ impl fmt::Display for ErrorKind {
         })
     }
 }
+
+/// Reads a kind by its [name](ErrorKind::as_str), as configuration files write
+/// it: without regard to case, `_` or `-` (`refused_stream`, `REFUSED_STREAM`,
+/// `RefusedStream`, `go-away`).
+///
+/// # Examples
+///
+/// ```
+/// use backstop::policy::ErrorKind;
+///
+/// assert_eq!("REFUSED_STREAM".parse(), Ok(ErrorKind::RefusedStream));
+/// assert_eq!("ConnectTimeout".parse(), Ok(ErrorKind::ConnectTimeout));
+/// assert!("flaky".parse::<ErrorKind>().is_err());
+/// ```
+impl std::str::FromStr for ErrorKind {
+    type Err = UnknownName;
+
+    fn from_str(text: &str) -> Result<Self, UnknownName> {
+        ErrorKind::ALL
+            .into_iter()
+            .find(|kind| same_name(kind.as_str(), text))
+            .ok_or(UnknownName("error kind"))
+    }
+}
+
+/// Whether `text` is `name` without regard to ASCII case, `_` or `-`.
+pub(crate) fn same_name(name: &str, text: &str) -> bool {
+    let letters = |s: &str| {
+        s.bytes()
+            .filter(|b| *b != b'_' && *b != b'-')
+            .map(|b| b.to_ascii_lowercase())
+            .collect::<Vec<_>>()
+    };
+    text.len() <= 64 && letters(name) == letters(text)
+}
+
+/// A name that names nothing of its kind (an error kind, a gRPC code). It does not
+/// repeat the text it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownName(pub(crate) &'static str);
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {}", self.0)
+    }
+}
+
+impl StdError for UnknownName {}
 
 /// Reads the kind of an attempt's error from its type and source chain.
 ///

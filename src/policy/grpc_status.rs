@@ -90,6 +90,66 @@ impl Code {
     pub(crate) fn bit(self) -> u32 {
         1 << self as u32
     }
+
+    /// The code's name as gRPC writes it (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Ok => "OK",
+            Code::Cancelled => "CANCELLED",
+            Code::Unknown => "UNKNOWN",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Aborted => "ABORTED",
+            Code::OutOfRange => "OUT_OF_RANGE",
+            Code::Unimplemented => "UNIMPLEMENTED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reads a code by its name, as gRPC configs write it, without regard to case,
+/// `_` or `-` (`UNAVAILABLE`, `unavailable`, `ResourceExhausted`), or by its number
+/// (`14`).
+///
+/// # Examples
+///
+/// ```
+/// use backstop::grpc::Code;
+///
+/// assert_eq!("UNAVAILABLE".parse(), Ok(Code::Unavailable));
+/// assert_eq!("resource_exhausted".parse(), Ok(Code::ResourceExhausted));
+/// assert_eq!("14".parse(), Ok(Code::Unavailable));
+/// assert!("99".parse::<Code>().is_err());
+/// assert!("SLOW".parse::<Code>().is_err());
+/// ```
+impl std::str::FromStr for Code {
+    type Err = super::UnknownName;
+
+    fn from_str(text: &str) -> Result<Self, super::UnknownName> {
+        let by_number = parse_digits(text.as_bytes(), 2)
+            .and_then(|n| Code::ALL.get(usize::try_from(n).ok()?).copied());
+        by_number
+            .or_else(|| {
+                Code::ALL
+                    .into_iter()
+                    .find(|code| super::error_kind::same_name(code.as_str(), text))
+            })
+            .ok_or(super::UnknownName("gRPC status code"))
+    }
 }
 
 /// The pause a gRPC response asks of its whole origin: a trailers-only response

@@ -30,7 +30,7 @@ mod retry_after;
 mod rules;
 
 pub use classify::{classify, Classification, Outcome, RequestFacts, RetryReason};
-pub use error_kind::{classify_error, ErrorKind};
+pub use error_kind::{classify_error, ErrorKind, UnknownName};
 
 pub use backoff::Backoff;
 pub(crate) use classify::{is_answer_under, ladder};
