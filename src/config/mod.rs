@@ -27,12 +27,37 @@ use std::error::Error as StdError;
 use std::fmt;
 
 mod duration;
+#[cfg(any(feature = "json", feature = "toml", feature = "yaml"))]
+mod load;
+#[cfg(feature = "serde")]
+#[macro_use]
+mod spec;
+#[cfg(feature = "serde")]
+mod policies;
+#[cfg(feature = "serde")]
+mod registry;
+#[cfg(feature = "serde")]
+mod routes;
+#[cfg(feature = "serde")]
+mod values;
+
 pub use duration::{format_duration, parse_duration};
+#[cfg(feature = "json")]
+pub use load::from_json;
+#[cfg(feature = "yaml")]
+pub use load::from_yaml;
+#[cfg(any(feature = "json", feature = "toml", feature = "yaml"))]
+pub use load::MAX_FILE;
+#[cfg(feature = "toml")]
+pub use load::{from_toml, to_toml};
+#[cfg(feature = "serde")]
+pub use registry::Registry;
 
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
+use crate::policy::Rules;
 use crate::retry::{RetryPolicy, Routes};
 use crate::stack::{Backstop, BackstopBuilder};
 
@@ -54,6 +79,9 @@ pub struct StackConfig {
     pub circuit_breaker: Option<CircuitBreakerPolicy>,
     /// The idempotency key; `None` for no key.
     pub idempotency_key: Option<IdempotencyKeyLayer>,
+    /// Rules for every policy of the stack ([`BackstopBuilder::rules`]); `None`
+    /// for each policy's own.
+    pub rules: Option<Rules>,
 }
 
 impl Default for StackConfig {
@@ -64,6 +92,7 @@ impl Default for StackConfig {
             budget: Some(BudgetPolicy::default()),
             circuit_breaker: None,
             idempotency_key: None,
+            rules: None,
         }
     }
 }
@@ -84,6 +113,9 @@ impl StackConfig {
         }
         if let Some(key) = self.idempotency_key {
             builder = builder.idempotency_key(key);
+        }
+        if let Some(rules) = self.rules {
+            builder = builder.rules(rules);
         }
         builder
     }

@@ -260,6 +260,12 @@ impl Estimators {
         }
     }
 
+    /// The settings of the adaptive delay.
+    #[cfg(feature = "serde")]
+    pub(crate) fn settings(&self) -> Adaptive {
+        self.settings
+    }
+
     /// The estimator of `uri`'s origin.
     pub(crate) fn get(&self, uri: &Uri) -> Arc<Estimator> {
         self.origins.for_origin(uri)

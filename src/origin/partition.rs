@@ -64,6 +64,17 @@ impl Partition {
         Partition(Kind::Global)
     }
 
+    /// The partition's name in a configuration file; `None` for one made with
+    /// [`by_key`](Partition::by_key), which is code.
+    #[cfg(feature = "serde")]
+    pub(crate) fn file_name(&self) -> Option<&'static str> {
+        match self.0 {
+            Kind::Origin => Some("origin"),
+            Kind::Global => Some("global"),
+            Kind::Custom(_) => None,
+        }
+    }
+
     /// One entry per key that `key` returns for the request head.
     ///
     /// The function runs on every call, so keep it cheap; it must not block. Keys

@@ -171,6 +171,25 @@ impl HedgePolicy {
         self.policy.min_attempt_time
     }
 
+    /// The delay as a file writes it: a fixed delay, or an adaptive delay's
+    /// fallback, percentile, least samples and window.
+    #[cfg(feature = "serde")]
+    pub(crate) fn delay_setting(&self) -> Result<Duration, (Duration, f64, u32, Duration)> {
+        match &self.delay {
+            Delay::Fixed(delay) => Ok(*delay),
+            Delay::Adaptive(estimators) => {
+                let a = estimators.settings();
+                Err((a.fallback, a.percentile, a.min_samples, a.window))
+            }
+        }
+    }
+
+    /// The methods given to the builder; `None` for the rules' idempotent ones.
+    #[cfg(feature = "serde")]
+    pub(crate) fn method_setting(&self) -> Option<Vec<Method>> {
+        self.methods.as_ref().map(|m| m.iter().collect())
+    }
+
     /// Whether `method` is hedged without an idempotency key.
     pub fn hedges_method(&self, method: &Method) -> bool {
         match &self.methods {

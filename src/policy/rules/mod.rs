@@ -155,6 +155,8 @@ pub struct Rules {
     /// A protocol's own per-attempt headers, stamped by the function its rules
     /// installed (gRPC's `grpc-timeout` and `grpc-previous-rpc-attempts`).
     stamp_with: Option<Stamp>,
+    /// The name a configuration file gives these rules by ([`Rules::named`]).
+    name: Option<Arc<str>>,
 }
 
 /// Stamps a protocol's own headers on one attempt: the headers, the attempt's
@@ -172,6 +174,7 @@ impl Default for Rules {
             classifier: None,
             attempt_header: None,
             stamp_with: None,
+            name: None,
         }
     }
 }
@@ -280,6 +283,7 @@ impl fmt::Debug for Rules {
             .field("classifier", &self.classifier.is_some())
             .field("attempt_header", &self.attempt_header)
             .field("stamp_with", &self.stamp_with.is_some())
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -470,6 +474,8 @@ impl RulesBuilder {
         Ok(rules)
     }
 }
+
+mod file;
 
 #[cfg(test)]
 mod tests;

@@ -93,7 +93,8 @@ pub struct CircuitBreakerPolicy {
     pub(crate) max_cooldown: Duration,
     pub(crate) jitter: f64,
     pub(crate) probes: u32,
-    pub(crate) failure_if: Arc<FailureFn>,
+    /// `None`: the default failure rule.
+    pub(crate) failure_if: Option<Arc<FailureFn>>,
     pub(crate) rules: Option<Rules>,
     pub(crate) partition: Partition,
 }
@@ -127,7 +128,7 @@ impl Default for CircuitBreakerPolicy {
             max_cooldown: Duration::from_secs(60),
             jitter: 0.2,
             probes: 1,
-            failure_if: Arc::new(default_failure),
+            failure_if: None,
             rules: None,
             partition: Partition::origin(),
         }
@@ -216,7 +217,10 @@ impl CircuitBreakerPolicy {
                 _ => return true,
             }
         }
-        (self.failure_if)(outcome)
+        match &self.failure_if {
+            Some(failure) => failure(outcome),
+            None => default_failure(outcome),
+        }
     }
 
     /// The cooldown after `level` failed probes in a row, before jitter.
@@ -330,7 +334,7 @@ impl CircuitBreakerPolicyBuilder {
     where
         F: Fn(Outcome<'_>) -> bool + Send + Sync + 'static,
     {
-        self.config.failure_if = Arc::new(failure);
+        self.config.failure_if = Some(Arc::new(failure));
         self
     }
 
