@@ -153,7 +153,7 @@
 //!
 //! | signal | kind | re-sent |
 //! |---|---|---|
-//! | hyper-util `is_connect()` with io refused / reset / not connected / unreachable, or a TLS handshake cut off (`UnexpectedEof`) | `Connect` | any method |
+//! | hyper-util `is_connect()` with io refused / reset / not connected / unreachable, or a TLS handshake cut off (`UnexpectedEof`, also inside an `io::Error` that wraps it, as hyper-rustls does) | `Connect` | any method |
 //! | hyper-util `is_connect()` with io timed out | `ConnectTimeout` | any method |
 //! | hyper-util `is_connect()` whose cause is the connector's `dns error` | `Dns` | any method |
 //! | hyper-util `is_connect()` otherwise (a certificate, TLS configuration, invalid URL) | `Config` | never |

@@ -16,7 +16,8 @@ use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -35,7 +36,8 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 fn certificate() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
     let rcgen::CertifiedKey { cert, key_pair } =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
     (cert.der().clone(), key)
 }
@@ -147,15 +149,31 @@ struct TlsConnector(Arc<ClientConfig>);
 
 impl TlsConnector {
     fn trusting(cert: CertificateDer<'static>) -> Self {
-        let mut roots = RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        TlsConnector(Arc::new(config))
+        TlsConnector(Arc::new(client_config(cert)))
     }
+}
+
+/// A client configuration that trusts `cert` only.
+fn client_config(cert: CertificateDer<'static>) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    roots.add(cert).unwrap();
+    ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// hyper-rustls's connector trusting `cert` only, as a hyper-util client.
+fn hyper_rustls_client(
+    cert: CertificateDer<'static>,
+) -> Client<HttpsConnector<HttpConnector>, ReplayBody<Body>> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(cert))
+        .https_only()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 impl Service<Uri> for TlsConnector {
@@ -241,6 +259,61 @@ async fn a_certificate_failure_is_never_retried() {
         let transport: Client<TlsConnector, ReplayBody<Body>> =
             Client::builder(TokioExecutor::new()).build(TlsConnector::trusting(other));
         let req = Request::get(format!("http://{}/", server.addr))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let err = RetryLayer::new(policy())
+            .layer(transport)
+            .oneshot(req)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config);
+        assert_eq!(err.attempts(), 1);
+        assert_eq!(
+            err.stop_reason(),
+            Some(StopReason::NotRetryable(NoRetry::Permanent))
+        );
+        assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+        assert_eq!(server.served.load(Ordering::SeqCst), 0);
+    })
+    .await;
+}
+
+/// hyper-rustls wraps the handshake's `UnexpectedEof` in an `io::Error` of kind
+/// `Other`; the call is re-sent all the same.
+#[tokio::test]
+async fn a_handshake_cut_off_through_hyper_rustls_is_retried() {
+    within_10s(async {
+        let server = tls_server(1).await;
+        let transport = hyper_rustls_client(server.cert.clone());
+        let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = RetryLayer::new(policy())
+            .layer(transport)
+            .oneshot(req)
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let history = res.extensions().get::<backstop::policy::History>().unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!(
+            history.attempts()[0].outcome,
+            AttemptOutcome::Error(ErrorKind::Connect)
+        );
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+        assert_eq!(server.served.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}
+
+/// A certificate the client does not trust, through hyper-rustls: never re-sent.
+#[tokio::test]
+async fn a_certificate_failure_through_hyper_rustls_is_never_retried() {
+    within_10s(async {
+        let server = tls_server(0).await;
+        let (other, _) = certificate();
+        let transport = hyper_rustls_client(other);
+        let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
             .body(Full::new(Bytes::new()))
             .unwrap();
         let err = RetryLayer::new(policy())
