@@ -16,6 +16,7 @@ use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
@@ -206,6 +207,18 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
+/// Sends `req` through a retry layer over `transport`.
+async fn send<S>(transport: S, req: Request<Body>) -> Result<Response<Incoming>, backstop::Error>
+where
+    S: Service<Request<ReplayBody<Body>>, Response = Response<Incoming>> + Clone,
+    S::Error: Into<backstop::BoxError>,
+{
+    RetryLayer::new(policy())
+        .layer(transport)
+        .oneshot(req)
+        .await
+}
+
 async fn within_10s<T>(body: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), body)
         .await
@@ -230,50 +243,11 @@ async fn a_handshake_cut_off_is_retried_for_every_method() {
                 .uri(uri)
                 .body(Full::new(Bytes::from_static(b"order")))
                 .unwrap();
-            let res = RetryLayer::new(policy())
-                .layer(transport)
-                .oneshot(req)
-                .await
-                .unwrap();
+            let res = send(transport, req).await.unwrap();
             assert_eq!(res.status(), 200, "{method}");
-            let history = res.extensions().get::<backstop::policy::History>().unwrap();
-            assert_eq!(
-                history.attempts()[0].outcome,
-                AttemptOutcome::Error(ErrorKind::Connect),
-                "{method}"
-            );
-            assert_eq!(history.len(), 2);
-            assert_eq!(server.served.load(Ordering::SeqCst), 1);
+            assert_resent_after_connect_error(&res, &server);
             assert_eq!(server.connections.load(Ordering::SeqCst), 3);
         }
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn a_certificate_failure_is_never_retried() {
-    within_10s(async {
-        let server = tls_server(0).await;
-        // The client trusts another certificate.
-        let (other, _) = certificate();
-        let transport: Client<TlsConnector, ReplayBody<Body>> =
-            Client::builder(TokioExecutor::new()).build(TlsConnector::trusting(other));
-        let req = Request::get(format!("http://{}/", server.addr))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let err = RetryLayer::new(policy())
-            .layer(transport)
-            .oneshot(req)
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config);
-        assert_eq!(err.attempts(), 1);
-        assert_eq!(
-            err.stop_reason(),
-            Some(StopReason::NotRetryable(NoRetry::Permanent))
-        );
-        assert_eq!(server.connections.load(Ordering::SeqCst), 1);
-        assert_eq!(server.served.load(Ordering::SeqCst), 0);
     })
     .await;
 }
@@ -288,47 +262,56 @@ async fn a_handshake_cut_off_through_hyper_rustls_is_retried() {
         let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
             .body(Full::new(Bytes::new()))
             .unwrap();
-        let res = RetryLayer::new(policy())
-            .layer(transport)
-            .oneshot(req)
-            .await
-            .unwrap();
+        let res = send(transport, req).await.unwrap();
         assert_eq!(res.status(), 200);
-        let history = res.extensions().get::<backstop::policy::History>().unwrap();
-        assert_eq!(history.len(), 2);
-        assert_eq!(
-            history.attempts()[0].outcome,
-            AttemptOutcome::Error(ErrorKind::Connect)
-        );
+        assert_resent_after_connect_error(&res, &server);
         assert_eq!(server.connections.load(Ordering::SeqCst), 2);
-        assert_eq!(server.served.load(Ordering::SeqCst), 1);
     })
     .await;
 }
 
-/// A certificate the client does not trust, through hyper-rustls: never re-sent.
+/// The call took two attempts, the first a connect error, and was served once.
+fn assert_resent_after_connect_error(res: &Response<Incoming>, server: &TlsServer) {
+    let history = res.extensions().get::<backstop::policy::History>().unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        history.attempts()[0].outcome,
+        AttemptOutcome::Error(ErrorKind::Connect)
+    );
+    assert_eq!(server.served.load(Ordering::SeqCst), 1);
+}
+
+/// A certificate the client does not trust, with tokio-rustls and through
+/// hyper-rustls: never re-sent.
 #[tokio::test]
-async fn a_certificate_failure_through_hyper_rustls_is_never_retried() {
+async fn a_certificate_failure_is_never_retried() {
     within_10s(async {
         let server = tls_server(0).await;
+        // The client trusts another certificate.
         let (other, _) = certificate();
+        let transport: Client<TlsConnector, ReplayBody<Body>> =
+            Client::builder(TokioExecutor::new()).build(TlsConnector::trusting(other.clone()));
+        let req = Request::get(format!("http://{}/", server.addr))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_refused_once(send(transport, req).await.unwrap_err());
+
         let transport = hyper_rustls_client(other);
         let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
             .body(Full::new(Bytes::new()))
             .unwrap();
-        let err = RetryLayer::new(policy())
-            .layer(transport)
-            .oneshot(req)
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config);
-        assert_eq!(err.attempts(), 1);
-        assert_eq!(
-            err.stop_reason(),
-            Some(StopReason::NotRetryable(NoRetry::Permanent))
-        );
-        assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+        assert_refused_once(send(transport, req).await.unwrap_err());
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
         assert_eq!(server.served.load(Ordering::SeqCst), 0);
     })
     .await;
+}
+
+fn assert_refused_once(err: backstop::Error) {
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(
+        err.stop_reason(),
+        Some(StopReason::NotRetryable(NoRetry::Permanent))
+    );
 }

@@ -40,6 +40,19 @@ fn statuses(history: &History) -> Vec<u16> {
         .collect()
 }
 
+/// Sends a GET to `up` through `client`: answered 200 after one retry of a 503.
+async fn assert_retried_once<S, B>(client: S, up: &backstop::test_util::Upstream)
+where
+    S: Service<Request<Body>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let protocol = up.protocol();
+    let res = client.oneshot(get(up)).await.unwrap();
+    assert_eq!(res.status(), 200, "{protocol:?}");
+    let history = res.extensions().get::<History>().unwrap();
+    assert_eq!(statuses(history), [503, 200], "{protocol:?}");
+}
+
 /// tower-http's timeout, over a layer whose response body it can answer 408 with.
 fn timeout(after: Duration) -> TimeoutLayer {
     TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, after)
@@ -61,10 +74,7 @@ async fn a_trace_layer_between_retry_and_progress_sees_every_attempt() {
                 ))
                 .layer(ProgressTrackingLayer::new())
                 .service(transport(protocol));
-            let res = client.oneshot(get(&up)).await.unwrap();
-            assert_eq!(res.status(), 200, "{protocol:?}");
-            let history = res.extensions().get::<History>().unwrap();
-            assert_eq!(statuses(history), [503, 200], "{protocol:?}");
+            assert_retried_once(client, &up).await;
             assert_eq!(traced.load(Ordering::SeqCst), 2, "{protocol:?}");
             assert_eq!(up.processed_count(), 2);
         }
@@ -72,20 +82,25 @@ async fn a_trace_layer_between_retry_and_progress_sees_every_attempt() {
     .await;
 }
 
+/// tower-http's timeout over the retry layer, the response body boxed between them.
+fn timed_retries(
+    after: Duration,
+    protocol: Protocol,
+) -> impl Service<Request<Body>, Response = http::Response<impl Sized>, Error = backstop::Error> {
+    ServiceBuilder::new()
+        .layer(timeout(after))
+        .layer(MapResponseBodyLayer::new(BodyExt::boxed))
+        .layer(RetryLayer::new(quick()))
+        .service(transport(protocol))
+}
+
 #[tokio::test]
 async fn a_timeout_layer_over_the_retry_layer_bounds_the_retried_call() {
     within_10s(async {
         for protocol in BOTH {
             let up = unavailable_once(protocol).await;
-            let mut client = ServiceBuilder::new()
-                .layer(timeout(Duration::from_secs(5)))
-                .layer(MapResponseBodyLayer::new(BodyExt::boxed))
-                .layer(RetryLayer::new(quick()))
-                .service(transport(protocol));
-            let res = client.ready().await.unwrap().call(get(&up)).await.unwrap();
-            assert_eq!(res.status(), 200, "{protocol:?}");
-            let history = res.extensions().get::<History>().unwrap();
-            assert_eq!(statuses(history), [503, 200], "{protocol:?}");
+            let client = timed_retries(Duration::from_secs(5), protocol);
+            assert_retried_once(client, &up).await;
 
             // A retry that outlasts the timeout: tower-http answers 408 itself.
             let up = upstream(
@@ -96,12 +111,8 @@ async fn a_timeout_layer_over_the_retry_layer_bounds_the_retried_call() {
                 ],
             )
             .await;
-            let mut client = ServiceBuilder::new()
-                .layer(timeout(Duration::from_millis(200)))
-                .layer(MapResponseBodyLayer::new(BodyExt::boxed))
-                .layer(RetryLayer::new(quick()))
-                .service(transport(protocol));
-            let res = client.ready().await.unwrap().call(get(&up)).await.unwrap();
+            let client = timed_retries(Duration::from_millis(200), protocol);
+            let res = client.oneshot(get(&up)).await.unwrap();
             assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT, "{protocol:?}");
             assert_eq!(up.requests().len(), 2, "{protocol:?}");
         }
@@ -127,10 +138,7 @@ async fn a_timeout_layer_over_the_stack_bounds_the_retried_call() {
                 .layer(TraceLayer::new_for_http())
                 .layer(ProgressTrackingLayer::new())
                 .service(transport(protocol));
-            let res = client.oneshot(get(&up)).await.unwrap();
-            assert_eq!(res.status(), 200, "{protocol:?}");
-            let history = res.extensions().get::<History>().unwrap();
-            assert_eq!(statuses(history), [503, 200], "{protocol:?}");
+            assert_retried_once(client, &up).await;
         }
     })
     .await;
