@@ -65,6 +65,64 @@
 //! the shared vocabulary, are in [`policy`]; a layer that finds no handle skips its
 //! check.
 //!
+//! ## With tower-http
+//!
+//! A layer between the retry layer and [`ProgressTrackingLayer`] (tower-http's
+//! `TraceLayer`, say) sees each attempt. [`ProgressTrackingLayer`] itself stays directly
+//! around the hyper-util client: it reads the client's connection capture, which only
+//! the client fills ([`progress::CapturesConnection`]). tower-http's `TimeoutLayer`
+//! bounds the whole call above the retry layer or the stack; it answers a timeout with
+//! a 408 whose body is the response body's `Default`, which hyper's `Incoming` has
+//! not, so box the body beneath it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use backstop::{Backstop, ProgressTrackingLayer, ReplayBody};
+//! use bytes::Bytes;
+//! use http::StatusCode;
+//! use http_body_util::{BodyExt, Full};
+//! use hyper_util::client::legacy::{connect::HttpConnector, Client};
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_http::map_response_body::MapResponseBodyLayer;
+//! use tower_http::timeout::TimeoutLayer;
+//! use tower_http::trace::TraceLayer;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+//!     Client::builder(TokioExecutor::new()).build_http();
+//! let client = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)))
+//!     .layer(MapResponseBodyLayer::new(BodyExt::boxed))
+//!     .layer(Backstop::builder().build()?)
+//!     .layer(TraceLayer::new_for_http())
+//!     .layer(ProgressTrackingLayer::new())
+//!     .service(transport);
+//!
+//! let req = http::Request::get("http://127.0.0.1:8080/").body(Full::default())?;
+//! let res = client.oneshot(req).await?;
+//! println!("{}", res.status());
+//! # Ok(()) }
+//! ```
+//!
+//! [`ProgressTrackingLayer`] over `TraceLayer` does not compile: the trait bound
+//! `Trace<…>: CapturesConnection` is not satisfied.
+//!
+//! ```compile_fail
+//! # use backstop::{ProgressTrackingLayer, ReplayBody};
+//! # use bytes::Bytes;
+//! # use http_body_util::Full;
+//! # use hyper_util::client::legacy::{connect::HttpConnector, Client};
+//! # use hyper_util::rt::TokioExecutor;
+//! # use tower::Layer;
+//! # use tower_http::trace::TraceLayer;
+//! # let transport: Client<HttpConnector, ReplayBody<Full<Bytes>>> =
+//! #     Client::builder(TokioExecutor::new()).build_http();
+//! let traced = TraceLayer::new_for_http().layer(transport);
+//! let client = ProgressTrackingLayer::new().layer(traced);
+//! ```
+//!
 //! # Seeing what it decides
 //!
 //! An [`ObserveLayer`] put outermost leaves one [`Observer`](observe::Observer) in
@@ -153,7 +211,7 @@
 //!
 //! | signal | kind | re-sent |
 //! |---|---|---|
-//! | hyper-util `is_connect()` with io refused / reset / not connected / unreachable, or a TLS handshake cut off (`UnexpectedEof`) | `Connect` | any method |
+//! | hyper-util `is_connect()` with io refused / reset / not connected / unreachable, or a TLS handshake cut off (`UnexpectedEof`, also inside an `io::Error` that wraps it, as hyper-rustls does) | `Connect` | any method |
 //! | hyper-util `is_connect()` with io timed out | `ConnectTimeout` | any method |
 //! | hyper-util `is_connect()` whose cause is the connector's `dns error` | `Dns` | any method |
 //! | hyper-util `is_connect()` otherwise (a certificate, TLS configuration, invalid URL) | `Config` | never |

@@ -52,10 +52,11 @@ impl CircuitBreakerLayer {
     }
 
     /// How many breakers the layer (with its clones and services) holds now,
-    /// after forgetting the idle ones: one per origin (or key) used within the longer of
-    /// the breaker's [`window`](CircuitBreakerPolicy::window) and its
-    /// [`max_cooldown`](CircuitBreakerPolicy::max_cooldown) (an open breaker
-    /// counts from the end of its cooldown), or that a call in flight holds. With
+    /// after forgetting the idle ones: one per origin (or key) used within the
+    /// breaker's [`window`](CircuitBreakerPolicy::window), within the longer of the
+    /// window and its [`max_cooldown`](CircuitBreakerPolicy::max_cooldown) when
+    /// its last call failed or it is not closed (an open breaker counts from the
+    /// end of its cooldown), or that a call in flight holds. With
     /// [`Partition::global`] it is always one.
     ///
     /// Counting sweeps the breakers under a lock the calls share, so it suits a
@@ -72,8 +73,8 @@ impl CircuitBreakerLayer {
     /// let head = |uri| http::Request::get(uri).body(()).unwrap().into_parts().0;
     /// layer.state(&head("http://a.test/"));
     /// assert_eq!(layer.origins(), 1);
-    /// // Unused for longer than the window (30 s) and the longest cooldown (60 s).
-    /// tokio::time::advance(Duration::from_secs(90)).await;
+    /// // A breaker that saw no failure, unused for its window (30 s).
+    /// tokio::time::advance(Duration::from_secs(30)).await;
     /// assert_eq!(layer.origins(), 0);
     /// # }
     /// ```

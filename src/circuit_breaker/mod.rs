@@ -99,9 +99,11 @@
 //! state is one atomic word moved by compare-and-swap; while it is closed a call
 //! costs one atomic load on the way in and two relaxed atomic additions on the way
 //! out, and finds its origin's breaker under a read lock, without allocating. A
-//! breaker unused for longer than its window and its longest cooldown is
-//! forgotten, even one that was open or whose last call failed, so a client
-//! meeting many origins does not grow without bound;
+//! closed breaker whose last call did not fail is forgotten once unused for its
+//! window; one that is open or whose last call failed, once unused for its window
+//! and its longest cooldown. So a client meeting many origins (a crawler, a webhook
+//! sender) does not grow without bound, and holds a healthy origin no longer than
+//! its calls count;
 //! [`CircuitBreakerLayer::origins`] counts the breakers held.
 //!
 //! # What differs from other breakers

@@ -17,9 +17,10 @@ pub(super) type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
 /// refused. Requests whose URI has no authority (a relative URI) share one entry.
 ///
 /// Entries are created as calls arrive and forgotten once they have gone unused
-/// for longer than they can matter (a budget's window; a breaker's window or its
-/// longest cooldown, whichever is longer), so a client that meets many origins
-/// does not grow without bound.
+/// for longer than they can matter (a budget's window; a closed breaker's window
+/// when its last call did not fail, else its window or its longest cooldown,
+/// whichever is longer), so a client that meets many origins does not grow without
+/// bound.
 ///
 /// # Examples
 ///

@@ -149,6 +149,13 @@ impl Ring {
         self.slot_of(now) >= self.head.load(Ordering::Acquire).saturating_add(SLOTS)
     }
 
+    /// How long after [`last_used`](Ring::last_used) the window still holds an
+    /// event: a slot's events expire a window after the slot began, so those of the
+    /// last slot used leave nine slots after it ends.
+    pub(crate) fn holds_for(&self) -> Duration {
+        Duration::from_nanos(self.slot_nanos.saturating_mul(SLOTS - 1))
+    }
+
     /// The end of the slot the window was last used in (an event added, or the
     /// slots read): no later than a slot after the last use. A window unused for
     /// one `window` since then holds nothing any more.
@@ -196,6 +203,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert!(ring.is_expired(Instant::now()));
         assert_eq!(ring.last_used(), last, "reading the state is not a use");
+        assert_eq!(ring.holds_for(), Duration::from_millis(900));
         let mut seen = None;
         ring.current(Instant::now(), |e| seen = Some(e));
         assert_eq!(seen, Some(10));

@@ -194,10 +194,18 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorKind {
 }
 
 /// `err` and then each error along its source chain.
+///
+/// An `io::Error` that wraps another error is followed into that error: its own
+/// `source()` skips the wrapped error and answers that error's source, so an io
+/// error wrapped in another (hyper-rustls wraps the TLS handshake's in
+/// `io::Error::other`) would not be seen.
 pub(crate) fn chain<'a>(
     err: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    std::iter::successors(Some(err), |&e| e.source())
+    std::iter::successors(Some(err), |&e| match e.downcast_ref::<io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+        None => e.source(),
+    })
 }
 
 /// The first recognised kind along `err`'s source chain.
@@ -317,7 +325,12 @@ fn connect_kind(e: &(dyn StdError + 'static)) -> ErrorKind {
     {
         return ErrorKind::Dns;
     }
-    let io = chain(e).skip(1).find_map(|e| e.downcast_ref::<io::Error>());
+    // The innermost io error tells what happened; one wrapping it (kind `Other`)
+    // only carries it.
+    let io = chain(e)
+        .skip(1)
+        .filter_map(|e| e.downcast_ref::<io::Error>())
+        .last();
     let Some(io) = io else {
         return ErrorKind::Config;
     };

@@ -1,6 +1,6 @@
 use tower_layer::Layer;
 
-use super::ProgressTracking;
+use super::{CapturesConnection, ProgressTracking};
 
 /// Applies [`ProgressTracking`] around a hyper-util legacy `Client`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -15,7 +15,10 @@ impl ProgressTrackingLayer {
     }
 }
 
-impl<S> Layer<S> for ProgressTrackingLayer {
+/// Only around a transport that fills hyper-util's connection capture: a layer
+/// between it and the client (tower-http's `TraceLayer`, say) goes above it, where
+/// it sees each attempt as well.
+impl<S: CapturesConnection> Layer<S> for ProgressTrackingLayer {
     type Service = ProgressTracking<S>;
 
     fn layer(&self, inner: S) -> ProgressTracking<S> {

@@ -109,6 +109,12 @@ impl<S> ProgressTracking<S> {
 ///
 /// impl<C: CapturesConnection> CapturesConnection for Traced<C> {}
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not known to fill hyper-util's connection capture",
+    label = "`ProgressTrackingLayer` must wrap the hyper-util client itself",
+    note = "put `ProgressTrackingLayer` directly around the hyper-util `Client`, and other layers (tower-http's `TraceLayer`, a timeout) above it: they see each attempt there too",
+    note = "a wrapper of your own that forwards each request to a hyper-util client can implement `backstop::progress::CapturesConnection`"
+)]
 pub trait CapturesConnection {}
 
 impl<C, B> CapturesConnection for hyper_util::client::legacy::Client<C, B> {}

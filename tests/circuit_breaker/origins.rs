@@ -176,9 +176,9 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     // counted the call's outcome.
     assert_eq!(budgets.origins(), 0);
     assert_eq!(breakers.origins(), 1);
-    // Its use is dated to the end of its window slot (a tenth of the 30 s window),
-    // and it is kept for the longest cooldown (60 s) after.
-    advance(Duration::from_secs(62)).await;
+    // Its use is dated to the end of its window slot (a tenth of the 30 s window,
+    // at 123 s), and a success is kept until it leaves the window.
+    advance(Duration::from_secs(29)).await;
     assert_eq!(breakers.origins(), 1);
     advance(Duration::from_secs(1)).await;
     assert_eq!((budgets.origins(), breakers.origins()), (0, 0));
@@ -188,6 +188,49 @@ async fn ten_thousand_origins_then_idle_leave_the_registries_empty() {
     // new one takes two failures in a row to open.
     opens_after_two_failures(&client).await;
     assert_eq!(breakers.origins(), 1);
+}
+
+/// A crawler's memory: 100,000 healthy hosts called once each are forgotten once
+/// the breaker's window has passed; a host whose last call failed is kept for the
+/// longest cooldown, as long as its run of failures can still open its breaker.
+#[tokio::test(start_paused = true)]
+async fn a_hundred_thousand_healthy_hosts_are_forgotten_after_the_window() {
+    const HOSTS: usize = 100_000;
+    let breakers = CircuitBreakerLayer::new(CircuitBreakerPolicy::default());
+    let upstream = tower::service_fn(|req: Request<Full<Bytes>>| {
+        let failing = req.uri().host() == Some("failing.test");
+        async move {
+            let mut res = Response::new(Full::<Bytes>::default());
+            if failing {
+                *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            Ok::<_, std::io::Error>(res)
+        }
+    });
+    let mut client = breakers.layer(upstream);
+    for i in 0..HOSTS {
+        let res = call(&mut client, &format!("http://h{i}.test/"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let res = call(&mut client, "http://failing.test/").await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(breakers.origins(), HOSTS + 1);
+
+    // The calls are dated to the end of their window slot (3 s); the window
+    // (30 s) holds them until 30 s.
+    advance(Duration::from_secs(29)).await;
+    assert_eq!(breakers.origins(), HOSTS + 1);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(breakers.origins(), 1);
+
+    // One failure of the five in a row that open the breaker: kept for the longest
+    // cooldown (60 s) after its slot's end.
+    advance(Duration::from_secs(32)).await;
+    assert_eq!(breakers.origins(), 1);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(breakers.origins(), 0);
 }
 
 /// The same in the `Backstop` stack: each origin's breaker and account are kept in
@@ -223,8 +266,9 @@ async fn a_stack_forgets_ten_thousand_idle_origins_too() {
 
     let res = finish_slow(release, in_flight).await;
     assert_eq!(res.status(), 200);
-    // The breaker just counted the call's outcome: the entry stays as long as it.
-    advance(Duration::from_secs(62)).await;
+    // The breaker just counted the call's outcome, a success: the entry stays
+    // until it leaves the breaker's window.
+    advance(Duration::from_secs(29)).await;
     assert_eq!(guard.origins(), 1);
     advance(Duration::from_secs(1)).await;
     assert_eq!(guard.origins(), 0);

@@ -16,7 +16,9 @@ use backstop::{ReplayBody, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -35,7 +37,8 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 fn certificate() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
     let rcgen::CertifiedKey { cert, key_pair } =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
     (cert.der().clone(), key)
 }
@@ -147,15 +150,31 @@ struct TlsConnector(Arc<ClientConfig>);
 
 impl TlsConnector {
     fn trusting(cert: CertificateDer<'static>) -> Self {
-        let mut roots = RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        TlsConnector(Arc::new(config))
+        TlsConnector(Arc::new(client_config(cert)))
     }
+}
+
+/// A client configuration that trusts `cert` only.
+fn client_config(cert: CertificateDer<'static>) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    roots.add(cert).unwrap();
+    ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// hyper-rustls's connector trusting `cert` only, as a hyper-util client.
+fn hyper_rustls_client(
+    cert: CertificateDer<'static>,
+) -> Client<HttpsConnector<HttpConnector>, ReplayBody<Body>> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(cert))
+        .https_only()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 impl Service<Uri> for TlsConnector {
@@ -188,6 +207,18 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
+/// Sends `req` through a retry layer over `transport`.
+async fn send<S>(transport: S, req: Request<Body>) -> Result<Response<Incoming>, backstop::Error>
+where
+    S: Service<Request<ReplayBody<Body>>, Response = Response<Incoming>> + Clone,
+    S::Error: Into<backstop::BoxError>,
+{
+    RetryLayer::new(policy())
+        .layer(transport)
+        .oneshot(req)
+        .await
+}
+
 async fn within_10s<T>(body: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), body)
         .await
@@ -212,26 +243,46 @@ async fn a_handshake_cut_off_is_retried_for_every_method() {
                 .uri(uri)
                 .body(Full::new(Bytes::from_static(b"order")))
                 .unwrap();
-            let res = RetryLayer::new(policy())
-                .layer(transport)
-                .oneshot(req)
-                .await
-                .unwrap();
+            let res = send(transport, req).await.unwrap();
             assert_eq!(res.status(), 200, "{method}");
-            let history = res.extensions().get::<backstop::policy::History>().unwrap();
-            assert_eq!(
-                history.attempts()[0].outcome,
-                AttemptOutcome::Error(ErrorKind::Connect),
-                "{method}"
-            );
-            assert_eq!(history.len(), 2);
-            assert_eq!(server.served.load(Ordering::SeqCst), 1);
+            assert_resent_after_connect_error(&res, &server);
             assert_eq!(server.connections.load(Ordering::SeqCst), 3);
         }
     })
     .await;
 }
 
+/// hyper-rustls wraps the handshake's `UnexpectedEof` in an `io::Error` of kind
+/// `Other`; the call is re-sent all the same.
+#[tokio::test]
+async fn a_handshake_cut_off_through_hyper_rustls_is_retried() {
+    within_10s(async {
+        let server = tls_server(1).await;
+        let transport = hyper_rustls_client(server.cert.clone());
+        let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = send(transport, req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_resent_after_connect_error(&res, &server);
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+/// The call took two attempts, the first a connect error, and was served once.
+fn assert_resent_after_connect_error(res: &Response<Incoming>, server: &TlsServer) {
+    let history = res.extensions().get::<backstop::policy::History>().unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        history.attempts()[0].outcome,
+        AttemptOutcome::Error(ErrorKind::Connect)
+    );
+    assert_eq!(server.served.load(Ordering::SeqCst), 1);
+}
+
+/// A certificate the client does not trust, with tokio-rustls and through
+/// hyper-rustls: never re-sent.
 #[tokio::test]
 async fn a_certificate_failure_is_never_retried() {
     within_10s(async {
@@ -239,23 +290,28 @@ async fn a_certificate_failure_is_never_retried() {
         // The client trusts another certificate.
         let (other, _) = certificate();
         let transport: Client<TlsConnector, ReplayBody<Body>> =
-            Client::builder(TokioExecutor::new()).build(TlsConnector::trusting(other));
+            Client::builder(TokioExecutor::new()).build(TlsConnector::trusting(other.clone()));
         let req = Request::get(format!("http://{}/", server.addr))
             .body(Full::new(Bytes::new()))
             .unwrap();
-        let err = RetryLayer::new(policy())
-            .layer(transport)
-            .oneshot(req)
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config);
-        assert_eq!(err.attempts(), 1);
-        assert_eq!(
-            err.stop_reason(),
-            Some(StopReason::NotRetryable(NoRetry::Permanent))
-        );
-        assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+        assert_refused_once(send(transport, req).await.unwrap_err());
+
+        let transport = hyper_rustls_client(other);
+        let req = Request::get(format!("https://127.0.0.1:{}/", server.addr.port()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_refused_once(send(transport, req).await.unwrap_err());
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
         assert_eq!(server.served.load(Ordering::SeqCst), 0);
     })
     .await;
+}
+
+fn assert_refused_once(err: backstop::Error) {
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(
+        err.stop_reason(),
+        Some(StopReason::NotRetryable(NoRetry::Permanent))
+    );
 }

@@ -12,3 +12,4 @@ mod record;
 mod admission;
 mod composition;
 mod migration;
+mod tower_http;

@@ -453,11 +453,19 @@ impl Entry for Core {
         self.instant_of_ms(ms).max(self.window.last_used())
     }
 
-    /// A closed breaker's counts last a window; an open one's failed probes
-    /// lengthen its next cooldown up to the longest. Past both, whatever failed
-    /// last (a run of failures, an open breaker nobody called again) no longer
+    /// A closed breaker whose last call did not fail (or that does not count
+    /// failures in a row) knows only its window's counts, gone once the window has
+    /// passed since its last use: a fresh breaker would decide the same. A run of
+    /// failures, and an open breaker's failed probes (they lengthen its next
+    /// cooldown up to the longest), are kept for the window or the longest
+    /// cooldown, whichever is longer. Past both, whatever failed last no longer
     /// says anything about the upstream, and a fresh breaker starts closed.
     fn keeps_for(&self) -> Duration {
+        let counts_only = self.load().kind() == CLOSED
+            && (self.config.consecutive_failures == 0 || self.run.load(Ordering::Relaxed) == 0);
+        if counts_only {
+            return self.window.holds_for();
+        }
         self.config.window.max(self.config.max_cooldown)
     }
 }

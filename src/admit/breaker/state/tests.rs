@@ -48,6 +48,55 @@ async fn trips_on_consecutive_failures_then_probes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn only_a_run_of_failures_or_an_open_breaker_is_kept_past_the_window() {
+    let policy = |consecutive| {
+        CircuitBreakerPolicy::builder()
+            .consecutive_failures(consecutive)
+            .window(Duration::from_millis(100))
+            .jitter(0.0)
+            .cooldown(Duration::from_secs(1))
+            .max_cooldown(Duration::from_secs(4))
+            .build()
+            .unwrap()
+    };
+    // Nine 10 ms slots after the last one used, the window holds nothing.
+    let counts_only = Duration::from_millis(90);
+    let b = core(policy(2));
+    assert_eq!(b.keeps_for(), counts_only);
+    let t = b.admit().unwrap();
+    b.record(t, true);
+    assert_eq!(
+        b.keeps_for(),
+        Duration::from_secs(4),
+        "a run of one failure"
+    );
+    let t = b.admit().unwrap();
+    b.record(t, false);
+    assert_eq!(
+        b.keeps_for(),
+        counts_only,
+        "a failure in the window, no run"
+    );
+    for _ in 0..2 {
+        let t = b.admit().unwrap();
+        b.record(t, true);
+    }
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(b.keeps_for(), Duration::from_secs(4));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let probe = b.admit().unwrap();
+    assert_eq!(b.keeps_for(), Duration::from_secs(4), "half-open");
+    b.record(probe, false);
+    assert_eq!((b.state(), b.keeps_for()), (State::Closed, counts_only));
+
+    // Without a limit on failures in a row, a run says nothing.
+    let b = core(policy(0));
+    let t = b.admit().unwrap();
+    b.record(t, true);
+    assert_eq!((b.state(), b.keeps_for()), (State::Closed, counts_only));
+}
+
+#[tokio::test(start_paused = true)]
 async fn last_use_is_the_latest_outcome_cooldown_end_or_probe() {
     let b = core(
         CircuitBreakerPolicy::builder()
@@ -60,7 +109,6 @@ async fn last_use_is_the_latest_outcome_cooldown_end_or_probe() {
             .unwrap(),
     );
     let ms = |ms| b.origin + Duration::from_millis(ms);
-    assert_eq!(b.keeps_for(), Duration::from_secs(4));
     tokio::time::advance(Duration::from_millis(205)).await;
     let t = b.admit().unwrap();
     b.record(t, true);
