@@ -220,8 +220,10 @@ impl BackstopMiddleware {
             Some(_) => BodyKind::Streamed,
         };
         // The request's own extensions (reqwest's per-request timeout among them)
-        // come along and reach every attempt.
-        let mut req = http::Request::<reqwest::Body>::try_from(req)?;
+        // come along and reach every attempt. A URL `http::Uri` cannot hold fails
+        // here: reqwest's own error, without the URL.
+        let mut req = http::Request::<reqwest::Body>::try_from(req)
+            .map_err(|e| reqwest_middleware::Error::Reqwest(e.without_url()))?;
         carry_overrides(extensions, req.extensions_mut());
         self.keep_buffered(&mut req);
 

@@ -69,7 +69,14 @@
 //!   `reqwest::Error` (not a second `reqwest_middleware::Error`). [`ErrorExt`]
 //!   reaches both: `err.backstop()` for the history, the stop reason and the
 //!   verdict (`is_retryable`, `retry_after`, `kind`), `err.reqwest()` for
-//!   reqwest's predicates (`is_timeout()`, `is_connect()`).
+//!   reqwest's predicates (`is_timeout()`, `is_connect()`). The reqwest error is
+//!   kept without its URL (`reqwest::Error::without_url`): reqwest prints the URL,
+//!   path and query included, in its `Display` and `Debug`; nothing along the
+//!   error's chain shows a path, query, user information, header value or body.
+//!   reqwest-middleware carries a middleware's error in an `anyhow::Error`, which
+//!   captures a backtrace when it is made if library backtraces are on
+//!   (`RUST_BACKTRACE=1` without `RUST_LIB_BACKTRACE=0`): one per failed call,
+//!   never per attempt, and none through the tower stack.
 //! - **Per call**, a [`RetryPolicy`](crate::RetryPolicy),
 //!   [`Deadline`](crate::policy::Deadline), [`OneShot`](crate::OneShot) or
 //!   [`Keyed`](crate::policy::Keyed) given with
@@ -166,7 +173,8 @@ pub trait ErrorExt {
     fn backstop(&self) -> Option<&crate::Error>;
 
     /// The reqwest error the last attempt failed with, when it failed with one
-    /// (not when a gate refused the call, or a failed answer ended it).
+    /// (not when a gate refused the call, or a failed answer ended it), without its
+    /// URL (`url()` is `None`): the request's URL is the caller's own.
     fn reqwest(&self) -> Option<&reqwest::Error>;
 }
 
