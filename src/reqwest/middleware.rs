@@ -5,7 +5,7 @@ use std::future::poll_fn;
 use std::sync::Arc;
 
 use http::Extensions;
-use reqwest_middleware::Next;
+use reqwest_middleware::{ClientWithMiddleware, Next};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -41,10 +41,10 @@ use crate::stack::{Backstop, BackstopLayer, WithHedge};
 ///     .with_budget(BudgetPolicy::default())
 ///     .with_circuit_breaker(CircuitBreakerPolicy::default())
 ///     .with_idempotency_keys();
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(middleware)
-///     .build();
+/// // reqwest's own retry off, so every attempt is the middleware's.
+/// let client = middleware.into_client()?;
 /// # let _ = client;
+/// # Ok::<(), reqwest::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct BackstopMiddleware {
@@ -194,6 +194,33 @@ impl BackstopMiddleware {
     /// generator).
     pub fn with_idempotency_key_layer(self, layer: IdempotencyKeyLayer) -> Self {
         self.set(|config| config.key = Some(layer))
+    }
+
+    /// A client with this middleware over a reqwest client from
+    /// [`client_builder`](super::client_builder): reqwest's own retry off, so
+    /// every attempt is this middleware's.
+    ///
+    /// # Errors
+    ///
+    /// When reqwest cannot build its client (its TLS backend fails to start).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use backstop::reqwest::BackstopMiddleware;
+    /// use backstop::{BudgetPolicy, RetryPolicy};
+    ///
+    /// let client = BackstopMiddleware::new(RetryPolicy::default())
+    ///     .with_budget(BudgetPolicy::default())
+    ///     .into_client()?;
+    /// # let _ = client;
+    /// # Ok::<(), reqwest::Error>(())
+    /// ```
+    pub fn into_client(self) -> Result<ClientWithMiddleware, reqwest::Error> {
+        let client = super::client_builder().build()?;
+        Ok(reqwest_middleware::ClientBuilder::new(client)
+            .with(self)
+            .build())
     }
 
     /// The budget layer, to read an origin's account.

@@ -12,6 +12,11 @@
 //! [`HedgePolicy`](crate::HedgePolicy) and
 //! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer) as a tower stack.
 //!
+//! Build the reqwest client under it with [`client_builder`] (or the whole client
+//! with [`BackstopMiddleware::into_client`]): reqwest 0.13 re-sends some failures
+//! by itself, below every middleware, which would multiply backstop's attempts
+//! unseen; that builder turns reqwest's own retry off.
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -20,7 +25,9 @@
 //! use backstop::{BudgetPolicy, CircuitBreakerPolicy, RetryPolicy};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//! // reqwest's own retry off: every attempt is backstop's.
+//! let reqwest = backstop::reqwest::client_builder().build()?;
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest)
 //!     .with(
 //!         BackstopMiddleware::new(RetryPolicy::default())
 //!             .with_budget(BudgetPolicy::default())
@@ -86,9 +93,10 @@
 //!   what the caller's extensions hold afterwards.
 //!
 //! - **reqwest's own retry.** A reqwest 0.13 client re-sends protocol NACKs (an
-//!   HTTP/2 `REFUSED_STREAM` or graceful `GOAWAY`) by itself, below the middleware,
-//!   where backstop's budget and history do not see them. Build the client with
-//!   `.retry(reqwest::retry::never())` to leave every attempt to backstop.
+//!   HTTP/2 `REFUSED_STREAM` or graceful `GOAWAY`, twice more per request) by
+//!   itself, below the middleware, where backstop's attempt count, budget and
+//!   history do not see them. [`client_builder`] starts from a builder with it off
+//!   (`.retry(reqwest::retry::never())`), so every attempt is backstop's.
 //!
 //! # Write safety without a connection to look at
 //!
@@ -141,10 +149,12 @@
 //! budget, breaker or hedging. `examples/reqwest.rs` runs the same faults through
 //! both and counts the duplicates.
 
+mod client;
 mod delegated;
 mod middleware;
 mod send;
 
+pub use client::client_builder;
 pub use delegated::native_retry;
 pub use middleware::BackstopMiddleware;
 

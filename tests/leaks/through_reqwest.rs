@@ -12,9 +12,7 @@ use crate::secrets::{assert_clean, url, BEARER, BODY};
 use crate::support::wire::{within_10s, BOTH};
 
 fn client(protocol: Protocol) -> ClientWithMiddleware {
-    let builder = reqwest::Client::builder()
-        .no_proxy()
-        .retry(reqwest::retry::never());
+    let builder = backstop::reqwest::client_builder().no_proxy();
     let builder = match protocol {
         Protocol::Http2 => builder.http2_prior_knowledge(),
         _ => builder.http1_only(),
