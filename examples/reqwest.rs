@@ -139,10 +139,10 @@ async fn run(
     Ok(tally)
 }
 
+/// reqwest's own retry off for every client, so each counts only its own attempts.
 fn reqwest_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    backstop::reqwest::client_builder()
         .no_proxy()
-        .retry(reqwest::retry::never())
         .build()
         .expect("a reqwest client")
 }

@@ -5,7 +5,7 @@ use std::future::poll_fn;
 use std::sync::Arc;
 
 use http::Extensions;
-use reqwest_middleware::Next;
+use reqwest_middleware::{ClientWithMiddleware, Next};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -41,10 +41,10 @@ use crate::stack::{Backstop, BackstopLayer, WithHedge};
 ///     .with_budget(BudgetPolicy::default())
 ///     .with_circuit_breaker(CircuitBreakerPolicy::default())
 ///     .with_idempotency_keys();
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(middleware)
-///     .build();
+/// // reqwest's own retry off, so every attempt is the middleware's.
+/// let client = middleware.into_client()?;
 /// # let _ = client;
+/// # Ok::<(), reqwest::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct BackstopMiddleware {
@@ -196,6 +196,33 @@ impl BackstopMiddleware {
         self.set(|config| config.key = Some(layer))
     }
 
+    /// A client with this middleware over a reqwest client from
+    /// [`client_builder`](super::client_builder): reqwest's own retry off, so
+    /// every attempt is this middleware's.
+    ///
+    /// # Errors
+    ///
+    /// When reqwest cannot build its client (its TLS backend fails to start).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use backstop::reqwest::BackstopMiddleware;
+    /// use backstop::{BudgetPolicy, RetryPolicy};
+    ///
+    /// let client = BackstopMiddleware::new(RetryPolicy::default())
+    ///     .with_budget(BudgetPolicy::default())
+    ///     .into_client()?;
+    /// # let _ = client;
+    /// # Ok::<(), reqwest::Error>(())
+    /// ```
+    pub fn into_client(self) -> Result<ClientWithMiddleware, reqwest::Error> {
+        let client = super::client_builder().build()?;
+        Ok(reqwest_middleware::ClientBuilder::new(client)
+            .with(self)
+            .build())
+    }
+
     /// The budget layer, to read an origin's account.
     pub fn budget(&self) -> Option<&BudgetLayer> {
         self.inner.config.budget.as_ref()
@@ -220,8 +247,10 @@ impl BackstopMiddleware {
             Some(_) => BodyKind::Streamed,
         };
         // The request's own extensions (reqwest's per-request timeout among them)
-        // come along and reach every attempt.
-        let mut req = http::Request::<reqwest::Body>::try_from(req)?;
+        // come along and reach every attempt. A URL `http::Uri` cannot hold fails
+        // here: reqwest's own error, without the URL.
+        let mut req = http::Request::<reqwest::Body>::try_from(req)
+            .map_err(|e| reqwest_middleware::Error::Reqwest(e.without_url()))?;
         carry_overrides(extensions, req.extensions_mut());
         self.keep_buffered(&mut req);
 

@@ -12,6 +12,11 @@
 //! [`HedgePolicy`](crate::HedgePolicy) and
 //! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer) as a tower stack.
 //!
+//! Build the reqwest client under it with [`client_builder`] (or the whole client
+//! with [`BackstopMiddleware::into_client`]): reqwest 0.13 re-sends some failures
+//! by itself, below every middleware, which would multiply backstop's attempts
+//! unseen; that builder turns reqwest's own retry off.
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -20,7 +25,9 @@
 //! use backstop::{BudgetPolicy, CircuitBreakerPolicy, RetryPolicy};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//! // reqwest's own retry off: every attempt is backstop's.
+//! let reqwest = backstop::reqwest::client_builder().build()?;
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest)
 //!     .with(
 //!         BackstopMiddleware::new(RetryPolicy::default())
 //!             .with_budget(BudgetPolicy::default())
@@ -69,7 +76,14 @@
 //!   `reqwest::Error` (not a second `reqwest_middleware::Error`). [`ErrorExt`]
 //!   reaches both: `err.backstop()` for the history, the stop reason and the
 //!   verdict (`is_retryable`, `retry_after`, `kind`), `err.reqwest()` for
-//!   reqwest's predicates (`is_timeout()`, `is_connect()`).
+//!   reqwest's predicates (`is_timeout()`, `is_connect()`). The reqwest error is
+//!   kept without its URL (`reqwest::Error::without_url`): reqwest prints the URL,
+//!   path and query included, in its `Display` and `Debug`; nothing along the
+//!   error's chain shows a path, query, user information, header value or body.
+//!   reqwest-middleware carries a middleware's error in an `anyhow::Error`, which
+//!   captures a backtrace when it is made if library backtraces are on
+//!   (`RUST_BACKTRACE=1` without `RUST_LIB_BACKTRACE=0`): one per failed call,
+//!   never per attempt, and none through the tower stack.
 //! - **Per call**, a [`RetryPolicy`](crate::RetryPolicy),
 //!   [`Deadline`](crate::policy::Deadline), [`OneShot`](crate::OneShot) or
 //!   [`Keyed`](crate::policy::Keyed) given with
@@ -79,9 +93,10 @@
 //!   what the caller's extensions hold afterwards.
 //!
 //! - **reqwest's own retry.** A reqwest 0.13 client re-sends protocol NACKs (an
-//!   HTTP/2 `REFUSED_STREAM` or graceful `GOAWAY`) by itself, below the middleware,
-//!   where backstop's budget and history do not see them. Build the client with
-//!   `.retry(reqwest::retry::never())` to leave every attempt to backstop.
+//!   HTTP/2 `REFUSED_STREAM` or graceful `GOAWAY`, twice more per request) by
+//!   itself, below the middleware, where backstop's attempt count, budget and
+//!   history do not see them. [`client_builder`] starts from a builder with it off
+//!   (`.retry(reqwest::retry::never())`), so every attempt is backstop's.
 //!
 //! # Write safety without a connection to look at
 //!
@@ -134,10 +149,12 @@
 //! budget, breaker or hedging. `examples/reqwest.rs` runs the same faults through
 //! both and counts the duplicates.
 
+mod client;
 mod delegated;
 mod middleware;
 mod send;
 
+pub use client::client_builder;
 pub use delegated::native_retry;
 pub use middleware::BackstopMiddleware;
 
@@ -166,7 +183,8 @@ pub trait ErrorExt {
     fn backstop(&self) -> Option<&crate::Error>;
 
     /// The reqwest error the last attempt failed with, when it failed with one
-    /// (not when a gate refused the call, or a failed answer ended it).
+    /// (not when a gate refused the call, or a failed answer ended it), without its
+    /// URL (`url()` is `None`): the request's URL is the caller's own.
     fn reqwest(&self) -> Option<&reqwest::Error>;
 }
 

@@ -102,7 +102,7 @@ impl<'a> Service<AttemptRequest> for SendNext<'a> {
                 }
             };
             let mut req = reqwest::Request::try_from(http::Request::from_parts(parts, body))
-                .map_err(|e| Error::from_inner(Box::new(e)))?;
+                .map_err(from_reqwest)?;
             *req.url_mut() = call.url.clone();
             if call.body == BodyKind::None {
                 *req.body_mut() = None;
@@ -130,17 +130,25 @@ fn url_extension(url: Url) -> Extensions {
 }
 
 /// An error from the rest of the chain, as backstop's own: a reqwest error is kept
-/// as it is (its source chain is what the ladder reads); an inner middleware's error
-/// is unwrapped from its `anyhow` box when it is a backstop or reqwest error.
+/// (its source chain is what the ladder reads) without its URL; an inner
+/// middleware's error is unwrapped from its `anyhow` box when it is a backstop or
+/// reqwest error.
 pub(super) fn from_chain(err: reqwest_middleware::Error) -> Error {
     match err {
-        reqwest_middleware::Error::Reqwest(e) => Error::from_inner(Box::new(e)),
+        reqwest_middleware::Error::Reqwest(e) => from_reqwest(e),
         reqwest_middleware::Error::Middleware(e) => match e.downcast::<Error>() {
             Ok(e) => e,
             Err(e) => match e.downcast::<reqwest::Error>() {
-                Ok(e) => Error::from_inner(Box::new(e)),
+                Ok(e) => from_reqwest(e),
                 Err(e) => Error::from_inner(BoxError::from(e)),
             },
         },
     }
+}
+
+/// A reqwest error as the source of backstop's: without its URL, whose path, query
+/// and user information may hold secrets (reqwest prints it in the error's
+/// `Display` and `Debug`). Every reqwest error the adapter keeps passes here.
+pub(super) fn from_reqwest(err: reqwest::Error) -> Error {
+    Error::from_inner(Box::new(err.without_url()))
 }

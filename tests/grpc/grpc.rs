@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::raw_codec::Raw;
 use crate::support::wire::within_10s;
 use backstop::grpc::{self, Code};
 use backstop::policy::{History, NoRetry, StopReason};
 use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::{BudgetLayer, BudgetPolicy, ReplayBody, RetryLayer, RetryPolicy};
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -21,43 +22,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::time::Instant;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 use tower::ServiceBuilder;
-
-/// Messages as raw bytes: a codec written by hand, so no protoc.
-#[derive(Clone, Copy, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
 
 /// What the server answers one call with.
 #[derive(Clone)]

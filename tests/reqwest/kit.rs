@@ -18,9 +18,7 @@ pub fn reqwest_client(protocol: Protocol) -> reqwest::Client {
 }
 
 pub fn builder(protocol: Protocol) -> reqwest::ClientBuilder {
-    let builder = reqwest::Client::builder()
-        .no_proxy()
-        .retry(reqwest::retry::never());
+    let builder = backstop::reqwest::client_builder().no_proxy();
     match protocol {
         Protocol::Http2 => builder.http2_prior_knowledge(),
         _ => builder.http1_only(),

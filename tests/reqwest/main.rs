@@ -8,3 +8,4 @@ mod support;
 mod delegated;
 mod kit;
 mod middleware;
+mod own_retry;

@@ -4,6 +4,7 @@ pub mod gates;
 pub mod orders;
 pub mod policies;
 pub mod raw;
+pub mod raw_codec;
 pub mod requests;
 pub mod script;
 pub mod shape;
