@@ -1,8 +1,7 @@
 //! A body read straight through: one reader, no shared chunks, no lock per frame.
 //!
-//! A body that no reader will replay (one-shot, a cap of 0, or one that announced a
-//! size over the cap) does not need the shared chunks, the fan-out waker or a lock
-//! per frame. Its one reader owns the original and polls it with the caller's own
+//! A body with nothing to keep (one-shot, or a cap of 0) does not need the shared
+//! chunks, the fan-out waker or a lock per frame. Its one reader owns the original and polls it with the caller's own
 //! waker, and keeps only what `replayable` and the progress record need to answer
 //! exactly as the shared path would.
 //!
@@ -196,8 +195,10 @@ impl<B> Direct<B> {
         }
         let pos = self.pos();
         let shared = slot_mut(&mut self.slot).link.take()?;
+        // A body read straight through is a call's first reader: the first attempt.
         Some(Reader::resume(
             shared,
+            0,
             pos,
             self.pulled_bytes,
             self.trailers_done,

@@ -16,11 +16,22 @@
 //!
 //! A reader (`reader.rs`) is a position in that shared sequence. Behind the front it
 //! yields kept chunks; at the front it polls the original, appends what it pulled to
-//! the shared chunks and yields it. A stale reader of an earlier attempt and a new
-//! one therefore see the same byte sequence. Once the cap is crossed the kept chunks
-//! are dropped and data only passes through to the reader that pulled it; a reader
-//! that is behind by then gets an error frame rather than wrong data, and nothing
-//! ever panics.
+//! the shared chunks and yields it. Once the cap is crossed the kept chunks are
+//! dropped and data only passes through to the reader that pulled it; a reader that
+//! is behind by then gets an error frame rather than wrong data, and nothing ever
+//! panics.
+//!
+//! Whether the body can be sent again is a fact about what was read of it, never
+//! about its size hint: a body larger than the cap that no reader polled is whole,
+//! and one read no further than the cap is replayed from the kept chunks, then from
+//! the untouched rest of the original. Readers belong to an *attempt*: a hedged
+//! copy reads beside the reader it was made from (`ReplayBody::replay`), while a
+//! retry's reader (`ReplaySource::replay`) takes the original over, checking in the
+//! same step that nothing was read past the cap. A reader of an earlier attempt,
+//! which its transport may drop late, may still yield what is kept, but at the
+//! front it gets an error frame instead of pulling: the rest of the original is
+//! read once, by the latest attempt, and that attempt's bytes are never sent twice
+//! nor skipped.
 //!
 //! Readers waiting on the original share a fan-out waker (`waker.rs`), so when two
 //! readers poll at once (a stale attempt still writing while a new one starts)
@@ -31,10 +42,10 @@
 //!
 //! * a body that is already at its end (the usual `GET`) takes an allocation-free
 //!   path: no `Arc`, no `Mutex`, no `Box`;
-//! * a body no reader can replay (one-shot, a cap of 0, or a size hint over the cap)
-//!   is read straight through (`direct.rs`): no shared chunks, no fan-out waker, no
-//!   lock per frame. It moves into a shared state only if a replay is asked for
-//!   while it could still succeed.
+//! * a body with nothing to keep (one-shot, or a cap of 0) is read straight
+//!   through (`direct.rs`): no shared chunks, no fan-out waker, no lock per frame.
+//!   It moves into a shared state only if a replay is asked for while it could
+//!   still succeed (a cap of 0 replays a body nothing has read).
 
 use std::fmt;
 use std::pin::Pin;
@@ -151,18 +162,16 @@ where
     }
 
     /// [`new`](ReplayBody::new) for a body that may have bytes.
+    ///
+    /// Its size hint decides nothing: a body over the cap is still whole until
+    /// an attempt reads it, and replayable until one reads past the cap.
     fn with_bytes(body: B, cap: usize) -> Self {
-        let status = if body.size_hint().lower() > cap as u64 {
-            Err(NotReplayable::SizeHintOverCap)
-        } else {
-            Ok(())
-        };
         // With nothing to keep, the body is read straight through.
-        if cap == 0 || status.is_err() {
-            return ReplayBody::from_repr(Repr::direct(Direct::new(body, status)));
+        if cap == 0 {
+            return ReplayBody::from_repr(Repr::direct(Direct::new(body, Ok(()))));
         }
-        let shared = Shared::new(Some(Box::pin(body)), cap, status);
-        ReplayBody::from_repr(Repr::shared(Reader::new(Arc::new(Mutex::new(shared)))))
+        let shared = Shared::new(Some(Box::pin(body)), cap, Ok(()));
+        ReplayBody::from_repr(Repr::shared(Reader::new(Arc::new(Mutex::new(shared)), 0)))
     }
 
     /// A reader of `body` that keeps nothing.
@@ -170,17 +179,19 @@ where
         ReplayBody::from_repr(Repr::direct(Direct::new(body, Err(NotReplayable::OneShot))))
     }
 
-    /// A new reader from the first byte, sharing this body's state; its progress
-    /// handle is unset.
+    /// A new reader from the first byte, sharing this body's state and reading
+    /// beside this one, in the same attempt (a hedged copy); its progress handle
+    /// is unset.
     pub(crate) fn replay(&self) -> Self {
-        match &self.repr {
+        ReplayBody::from_repr(match &self.repr {
+            Repr::Empty => Repr::Empty,
             // Asked for a replay, the body moves into a shared state, whatever it
             // can still replay.
-            Repr::Direct(direct) => {
-                ReplayBody::from_repr(Repr::shared(Reader::new(direct.share())))
+            Repr::Direct(direct) => Repr::shared(Reader::new(direct.share(), 0)),
+            Repr::Shared(reader) => {
+                Repr::shared(Reader::new(Arc::clone(&reader.shared), reader.attempt))
             }
-            _ => self.source().replay(),
-        }
+        })
     }
 
     /// A handle that makes new readers of this body later, from the first byte.
@@ -203,7 +214,7 @@ where
     #[cfg(test)]
     fn through_shared(body: B, cap: usize, status: Result<(), NotReplayable>) -> Self {
         let shared = Shared::new(Some(Box::pin(body)), cap, status);
-        ReplayBody::from_repr(Repr::shared(Reader::new(Arc::new(Mutex::new(shared)))))
+        ReplayBody::from_repr(Repr::shared(Reader::new(Arc::new(Mutex::new(shared)), 0)))
     }
 
     /// Sets the progress record this reader reports its body bytes into.
@@ -218,16 +229,27 @@ where
 pub(crate) struct ReplaySource<B>(Option<Arc<Mutex<Shared<B>>>>);
 
 impl<B> ReplaySource<B> {
-    /// A new reader from the first byte; its progress handle is unset.
+    /// The reader of a new attempt, from the first byte, when it can replay the
+    /// whole body; its progress handle is unset.
     ///
-    /// The source of a body read straight through that could no longer be
-    /// replayed when the source was made holds only that answer: a reader made
-    /// from it yields an error frame.
-    pub(crate) fn replay(&self) -> ReplayBody<B> {
-        ReplayBody::from_repr(match &self.0 {
+    /// The new attempt takes the original over: a reader of an earlier attempt
+    /// (which its transport may drop late) pulls nothing more from it, so the
+    /// rest of the body is read once, by this attempt. Whether the body can be
+    /// replayed is checked in the same step, so no earlier reader can read past
+    /// the cap in between.
+    ///
+    /// # Errors
+    ///
+    /// Why the body cannot be sent again (see [`ReplayBody::replayable`]); then no
+    /// attempt takes it over.
+    pub(crate) fn replay(&self) -> Result<ReplayBody<B>, NotReplayable> {
+        Ok(ReplayBody::from_repr(match &self.0 {
             None => Repr::Empty,
-            Some(shared) => Repr::shared(Reader::new(Arc::clone(shared))),
-        })
+            Some(shared) => {
+                let attempt = lock_shared(shared).take_over()?;
+                Repr::shared(Reader::new(Arc::clone(shared), attempt))
+            }
+        }))
     }
 
     /// Whether a new reader could replay the whole body; see
@@ -250,14 +272,16 @@ impl<B> ReplayBody<B> {
 
     /// Whether a new reader could replay the whole body.
     ///
-    /// An empty body is always replayable, and so is a body still being sent while
-    /// what was sent so far is kept.
+    /// This is a fact about what has been read of the body, not about its size:
+    /// a body nothing has read yet is whole, whatever its size hint says; a body
+    /// read no further than the replay cap is replayed from the kept chunks, then
+    /// continues from the rest of the original, which no reader has touched. An
+    /// empty body is always replayable.
     ///
     /// # Errors
     ///
     /// Says why a new reader could not replay the body: it is one-shot
-    /// ([`NotReplayable::OneShot`]), it announced a size over the cap
-    /// ([`NotReplayable::SizeHintOverCap`]), it grew past the cap while being sent
+    /// ([`NotReplayable::OneShot`]), a reader read it past the cap
     /// ([`NotReplayable::CapExceeded`]), or it failed while being read
     /// ([`NotReplayable::BodyError`], which outranks the other reasons).
     pub fn replayable(&self) -> Result<(), NotReplayable> {

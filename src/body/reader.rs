@@ -21,6 +21,8 @@ pub(super) struct Reader<B> {
     pub(super) shared: Arc<Mutex<Shared<B>>>,
     /// Identifies this reader in the fan-out waker's list.
     id: u64,
+    /// The attempt this reader belongs to; only the latest pulls from the original.
+    pub(super) attempt: u64,
     /// This reader may have a waker in the list.
     registered: bool,
     /// Data chunks (non-empty) this reader has yielded: its position.
@@ -34,15 +36,16 @@ pub(super) struct Reader<B> {
 }
 
 impl<B> Reader<B> {
-    /// A reader from the first byte.
-    pub(super) fn new(shared: Arc<Mutex<Shared<B>>>) -> Self {
-        Self::resume(shared, 0, 0, false, false)
+    /// A reader from the first byte, for `attempt`.
+    pub(super) fn new(shared: Arc<Mutex<Shared<B>>>, attempt: u64) -> Self {
+        Self::resume(shared, attempt, 0, 0, false, false)
     }
 
-    /// A reader that already yielded `pos` chunks of `bytes` bytes, and the
-    /// trailers and its end if so.
+    /// A reader for `attempt` that already yielded `pos` chunks of `bytes` bytes,
+    /// and the trailers and its end if so.
     pub(super) fn resume(
         shared: Arc<Mutex<Shared<B>>>,
+        attempt: u64,
         pos: usize,
         bytes: u64,
         trailers_done: bool,
@@ -52,6 +55,7 @@ impl<B> Reader<B> {
         Reader {
             shared,
             id,
+            attempt,
             registered: false,
             pos,
             bytes,
@@ -125,6 +129,12 @@ where
         }
         if let Some(failure) = shared.failed {
             return Poll::Ready(Some(Err(ReplayError::from(failure).into())));
+        }
+
+        // At the front, the original live, but a later attempt took it over: this
+        // reader's transport let go of it late, and must not send the rest.
+        if self.attempt != shared.attempt {
+            return Poll::Ready(Some(Err(ReplayError::Superseded.into())));
         }
 
         // At the front, the original live: pull from it.

@@ -36,6 +36,8 @@ pub(super) enum ReplayError {
     BodyFailed,
     /// The original body panicked earlier.
     BodyPanicked,
+    /// A later attempt took the original over: this reader's attempt is over.
+    Superseded,
 }
 
 impl fmt::Display for ReplayError {
@@ -44,6 +46,7 @@ impl fmt::Display for ReplayError {
             ReplayError::NotKept => "replay body: data no longer kept",
             ReplayError::BodyFailed => "replay body: the original body failed",
             ReplayError::BodyPanicked => "replay body: the original body panicked",
+            ReplayError::Superseded => "replay body: a later attempt took the body over",
         })
     }
 }
@@ -94,6 +97,10 @@ pub(super) struct Shared<B> {
     pub(super) failed: Option<Failure>,
     /// Whether a new reader could replay the whole body; chunks are kept while `Ok`.
     pub(super) status: Result<(), NotReplayable>,
+    /// The attempt whose readers may pull from the original: a new attempt takes
+    /// it over ([`take_over`](Shared::take_over)), so a reader of an earlier one
+    /// (dropped late by its transport) never pulls the rest of the body away from it.
+    pub(super) attempt: u64,
     /// Readers waiting on the original.
     pub(super) wakers: Arc<WakerSet>,
     /// Waker handed to the original: wakes every waiting reader.
@@ -149,6 +156,7 @@ impl<B> Shared<B> {
             ended: false,
             failed: None,
             status,
+            attempt: 0,
             wakers,
             fanout,
             next_id: 0,
@@ -170,6 +178,20 @@ impl<B> Shared<B> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         id
+    }
+
+    /// A new attempt takes the original over, when a reader of it could still
+    /// replay the whole body: the attempt its readers belong to. Readers of
+    /// earlier attempts may still yield what is kept, but pull nothing more from
+    /// the original; those waiting on it are woken to hear so.
+    ///
+    /// Checked and taken under one lock, so that no reader of an earlier attempt
+    /// can read past the cap between the check and the new attempt's first byte.
+    pub(super) fn take_over(&mut self) -> Result<u64, NotReplayable> {
+        self.status?;
+        self.attempt = self.attempt.wrapping_add(1);
+        self.wakers.wake_all();
+        Ok(self.attempt)
     }
 
     /// Stops keeping chunks (and frees them) for `why`.

@@ -710,16 +710,20 @@ async fn zero_cap() {
 }
 
 #[tokio::test]
-async fn size_hint_over_cap() {
+async fn size_hint_over_cap_is_whole_until_read_past_the_cap() {
     let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789ab")), 10);
-    assert_eq!(first.replayable(), Err(NotReplayable::SizeHintOverCap));
+    // The size hint decides nothing: nothing was read, so nothing is lost.
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(!first.is_direct_repr());
     assert_eq!(exact(first.size_hint()), Some(12));
     assert_eq!(all(&mut first).await, vec![d("0123456789ab")]);
     assert_eq!(next(&mut first).await, None);
-    assert_eq!(first.replayable(), Err(NotReplayable::SizeHintOverCap));
+    // Read past the cap: the one chunk was sent and not kept.
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert!(!first.is_fully_kept());
     let mut second = first.replay();
     assert_eq!(next(&mut second).await, Some(not_kept()));
+    assert!(first.source().replay().is_err());
 }
 
 #[tokio::test]
@@ -1457,12 +1461,11 @@ async fn bodies_read_once_take_the_direct_path() {
         assert!(body.is_direct_repr(), "{name}: never moved");
         assert_eq!(body.waiting(), 0);
     }
-    // Announced over the cap: nothing will be kept, so nothing is shared.
-    let mut over = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789ab")), 10);
-    assert!(over.is_direct_repr());
-    assert_eq!(all(&mut over).await, vec![d("0123456789ab")]);
-    // Within the cap, the shared path as before.
+    // With a cap, the shared path, whatever the size hint: a body announced over
+    // the cap keeps what an attempt reads up to the cap.
     assert!(!ReplayBody::new(stream(&["ab"]), CAP).is_direct_repr());
+    let over = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789ab")), 10);
+    assert!(!over.is_direct_repr());
 }
 
 #[tokio::test]
@@ -1485,10 +1488,9 @@ async fn a_one_shot_source_watches_without_sharing() {
     assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
     assert_eq!(source.replayable(), Err(NotReplayable::BodyError));
     // A reader made from it errs rather than send anything.
-    let mut late = source.replay();
-    assert!(!late.is_end_stream());
-    assert_eq!(next(&mut late).await, Some(not_kept()));
-    assert_eq!(late.replayable(), Err(NotReplayable::BodyError));
+    // No later attempt is given a reader: nothing is sent.
+    assert_eq!(source.replay().err(), Some(NotReplayable::BodyError));
+    assert!(first.is_direct_repr(), "asking moved nothing");
 }
 
 #[tokio::test]
@@ -1500,7 +1502,7 @@ async fn a_cap_zero_source_still_replays_what_was_never_sent() {
     let source = first.source();
     assert_eq!(source.replayable(), Ok(()));
     drop(first);
-    let mut second = source.replay();
+    let mut second = source.replay().expect("nothing was read");
     send(&tx, "abc");
     drop(tx);
     assert_eq!(all(&mut second).await, vec![d("abc")]);
@@ -1758,18 +1760,12 @@ mod direct_matches_shared {
 
         #[test]
         fn same_frames_answers_and_progress(s in script(), replay_at in 0usize..14) {
-            let status = |b: &Scripted| if b.size_hint().lower() > 0 {
-                Err(NotReplayable::SizeHintOverCap)
-            } else {
-                Ok(())
-            };
-            // A cap of 0.
+            // A cap of 0: whole until a data byte is read, whatever the size hint.
             let b = scripted(&s);
             if !b.is_end_stream() {
-                let st = status(&b);
                 let direct = ReplayBody::new(b, 0);
                 prop_assert!(direct.is_direct_repr());
-                let shared = ReplayBody::through_shared(scripted(&s), 0, st);
+                let shared = ReplayBody::through_shared(scripted(&s), 0, Ok(()));
                 prop_assert_eq!(run(direct, replay_at), run(shared, replay_at));
             }
             // One-shot.
@@ -1797,4 +1793,190 @@ fn a_replay_body_is_no_larger_than_the_body_it_stands_for() {
     use std::mem::size_of;
     assert!(size_of::<ReplayBody<Full<Bytes>>>() <= size_of::<Full<Bytes>>());
     assert!(size_of::<http::Request<ReplayBody<Full<Bytes>>>>() <= 256);
+}
+
+// ---------------------------------------------------------------------------
+// Attempts: what an attempt read decides whether the next one may be sent
+// ---------------------------------------------------------------------------
+
+/// Twelve chunks of 100 bytes each (chunk `i` is 100 copies of `b'a' + i`), with
+/// an exact size hint (1200, over a cap of 500), counting its polls.
+fn twelve_chunks() -> (Counted, Arc<AtomicUsize>, Vec<F>) {
+    let chunks: Vec<String> = (0..12u8)
+        .map(|i| String::from_utf8(vec![b'a' + i; 100]).unwrap())
+        .collect();
+    let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    let (body, polls) = counted(&refs);
+    let want = refs.iter().map(|c| d(c)).collect();
+    (body, polls, want)
+}
+
+const SMALL_CAP: usize = 500;
+
+fn polls_of(polls: &AtomicUsize) -> usize {
+    polls.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn a_body_over_the_cap_that_no_attempt_read_is_sent_whole() {
+    let (body, polls, want) = twelve_chunks();
+    let first = ReplayBody::new(body, SMALL_CAP);
+    let source = first.source();
+    assert_eq!(exact(first.size_hint()), Some(1200));
+    // The first attempt failed before its transport polled the body.
+    assert_eq!(source.replayable(), Ok(()));
+    drop(first);
+    let mut second = source.replay().expect("nothing was read");
+    assert_eq!(exact(second.size_hint()), Some(1200));
+    assert_eq!(all(&mut second).await, want);
+    // Every chunk pulled from the original once.
+    assert_eq!(polls_of(&polls), 12);
+    // The second attempt read past the cap: a third is not sent.
+    assert_eq!(source.replayable(), Err(NotReplayable::CapExceeded));
+    assert_eq!(source.replay().err(), Some(NotReplayable::CapExceeded));
+}
+
+#[tokio::test]
+async fn a_body_read_up_to_the_cap_is_replayed_from_the_kept_prefix_then_the_rest() {
+    let (body, polls, want) = twelve_chunks();
+    let mut first = ReplayBody::new(body, SMALL_CAP);
+    let source = first.source();
+    let mut prefix = Vec::new();
+    for _ in 0..5 {
+        prefix.push(next(&mut first).await.unwrap());
+    }
+    assert_eq!(prefix, want[..5]);
+    // Exactly the cap was read: all of it is kept.
+    assert_eq!(source.replayable(), Ok(()));
+    assert_eq!(polls_of(&polls), 5);
+
+    let mut second = source.replay().expect("read no further than the cap");
+    assert_eq!(exact(second.size_hint()), Some(1200));
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(next(&mut second).await.unwrap());
+    }
+    // The prefix came from what was kept: the original was not touched.
+    assert_eq!(polls_of(&polls), 5);
+    assert_eq!(exact(second.size_hint()), Some(700));
+    got.extend(all(&mut second).await);
+    // Prefix, then the untouched rest, each byte once, in order.
+    assert_eq!(got, want);
+    assert_eq!(polls_of(&polls), 12);
+}
+
+#[tokio::test]
+async fn an_attempt_that_read_past_the_cap_leaves_no_next_attempt() {
+    let (body, polls, want) = twelve_chunks();
+    let mut first = ReplayBody::new(body, SMALL_CAP);
+    let source = first.source();
+    for chunk in &want[..6] {
+        assert_eq!(next(&mut first).await.as_ref(), Some(chunk));
+    }
+    assert_eq!(source.replayable(), Err(NotReplayable::CapExceeded));
+    assert_eq!(source.replay().err(), Some(NotReplayable::CapExceeded));
+    // Refused, the retry took nothing over: the first reader goes on.
+    assert_eq!(all(&mut first).await, want[6..]);
+    assert_eq!(polls_of(&polls), 12);
+}
+
+#[tokio::test]
+async fn a_late_reader_of_an_earlier_attempt_pulls_nothing_once_a_retry_took_over() {
+    let (body, polls, want) = twelve_chunks();
+    let mut first = ReplayBody::new(body, SMALL_CAP);
+    let source = first.source();
+    assert_eq!(next(&mut first).await.as_ref(), Some(&want[0]));
+    assert_eq!(next(&mut first).await.as_ref(), Some(&want[1]));
+    let mut second = source.replay().expect("two chunks kept");
+    // The first attempt's transport lets go of its reader late and polls it again:
+    // it must not take the third chunk away from the retry.
+    assert_eq!(
+        next(&mut first).await,
+        Some(F::Err(
+            "replay body: a later attempt took the body over".into()
+        ))
+    );
+    assert_eq!(polls_of(&polls), 2);
+    // Interleaved with the retry, it keeps failing, and never pulls.
+    assert_eq!(next(&mut second).await.as_ref(), Some(&want[0]));
+    assert!(matches!(next(&mut first).await, Some(F::Err(_))));
+    assert_eq!(polls_of(&polls), 2);
+    let mut got = vec![want[0].clone()];
+    got.extend(all(&mut second).await);
+    assert_eq!(got, want);
+    assert_eq!(polls_of(&polls), 12);
+    assert!(matches!(next(&mut first).await, Some(F::Err(_))));
+}
+
+#[test]
+fn a_late_reader_waiting_on_the_original_is_woken_and_told_when_a_retry_takes_over() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, CAP);
+    let source = first.source();
+    let (c1, w1) = count_waker();
+    let mut cx1 = Context::from_waker(&w1);
+    send(&tx, "ab");
+    assert_eq!(poll_once(&mut first, &mut cx1), Poll::Ready(Some(d("ab"))));
+    // The first attempt's transport waits on the original for more.
+    assert!(poll_once(&mut first, &mut cx1).is_pending());
+    let mut second = source.replay().expect("kept");
+    assert_eq!(woken(&c1), 1, "the waiting reader hears of the new attempt");
+    assert!(matches!(
+        poll_once(&mut first, &mut cx1),
+        Poll::Ready(Some(F::Err(_)))
+    ));
+    // The retry reads the kept prefix, then the rest when it comes.
+    let (_c2, w2) = count_waker();
+    let mut cx2 = Context::from_waker(&w2);
+    assert_eq!(poll_once(&mut second, &mut cx2), Poll::Ready(Some(d("ab"))));
+    assert!(poll_once(&mut second, &mut cx2).is_pending());
+    send(&tx, "cd");
+    drop(tx);
+    assert_eq!(poll_once(&mut second, &mut cx2), Poll::Ready(Some(d("cd"))));
+    assert_eq!(poll_once(&mut second, &mut cx2), Poll::Ready(None));
+    // The stale reader is not woken by the retry's pulls: it is no longer waiting.
+    assert_eq!(woken(&c1), 1);
+}
+
+#[tokio::test]
+async fn hedged_copies_read_beside_their_attempt_and_a_retry_takes_over_from_both() {
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, CAP);
+    let source = first.source();
+    // A hedged copy of the first attempt reads beside it: either may pull.
+    let mut copy = first.replay();
+    send(&tx, "ab");
+    assert_eq!(next(&mut copy).await, Some(d("ab")));
+    assert_eq!(next(&mut first).await, Some(d("ab")));
+    send(&tx, "cd");
+    assert_eq!(next(&mut first).await, Some(d("cd")));
+    assert_eq!(next(&mut copy).await, Some(d("cd")));
+    // Both sends failed; the retry takes the body over from both.
+    let mut retry = source.replay().expect("kept");
+    send(&tx, "ef");
+    drop(tx);
+    for stale in [&mut first, &mut copy] {
+        assert!(matches!(next(stale).await, Some(F::Err(_))));
+    }
+    assert_eq!(all(&mut retry).await, vec![d("ab"), d("cd"), d("ef")]);
+    // A copy made of the retry's reader belongs to the retry.
+    let mut retry_copy = retry.replay();
+    assert_eq!(all(&mut retry_copy).await, vec![d("ab"), d("cd"), d("ef")]);
+    assert!(retry.is_fully_kept());
+}
+
+#[tokio::test]
+async fn a_direct_first_reader_is_of_the_first_attempt() {
+    // A cap of 0 under a policy that retries: the first reader starts straight
+    // through, moves to the shared state when the source is made, and a retry
+    // made before it read anything takes the body over from it.
+    let (tx, body) = chan();
+    let mut first = ReplayBody::new(body, 0);
+    assert!(first.is_direct_repr());
+    let source = first.source();
+    let mut retry = source.replay().expect("nothing read");
+    send(&tx, "ab");
+    drop(tx);
+    assert!(matches!(next(&mut first).await, Some(F::Err(_))));
+    assert_eq!(all(&mut retry).await, vec![d("ab")]);
 }

@@ -14,9 +14,16 @@ use super::{ErrorKind, Progress};
 pub enum NotReplayable {
     /// The caller marked the body one-shot ([`OneShot`](crate::OneShot)).
     OneShot,
-    /// The body announced a size larger than the replay cap, so none of it was kept.
+    /// Never reported any more: a size hint over the replay cap does not stop a
+    /// re-send. A body no attempt has read is sent again whole, one read no
+    /// further than the cap from its kept prefix and the rest of the original;
+    /// only [`CapExceeded`](NotReplayable::CapExceeded) stops it.
+    #[deprecated(
+        note = "never reported: whether a body can be sent again depends on how far an attempt read it (`CapExceeded`), not on its size hint"
+    )]
     SizeHintOverCap,
-    /// The body grew past the replay cap while it was being sent.
+    /// An attempt read the body past the replay cap: what it sent is no longer all
+    /// kept, so no later attempt could send the whole body.
     CapExceeded,
     /// The body itself failed while it was being read.
     BodyError,
@@ -26,8 +33,9 @@ impl fmt::Display for NotReplayable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             NotReplayable::OneShot => "body is one-shot",
+            #[allow(deprecated)]
             NotReplayable::SizeHintOverCap => "body size over the replay cap",
-            NotReplayable::CapExceeded => "body outgrew the replay cap",
+            NotReplayable::CapExceeded => "body read past the replay cap",
             NotReplayable::BodyError => "body failed while being read",
         })
     }

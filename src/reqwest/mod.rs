@@ -66,8 +66,9 @@
 //!   [`ReplayBody`](crate::ReplayBody): the first attempt streams straight through
 //!   while its chunks are kept up to the policy's replay cap, and a retry replays
 //!   them, so a streamed request is re-sent without the "request is not cloneable"
-//!   refusal. A stream that outgrows the cap is sent once and not again; the stop
-//!   reason says why ([`StopReason::NotReplayable`](crate::policy::StopReason)).
+//!   refusal. A stream an attempt read past the cap is not sent again (one that was
+//!   not read, or read no further than the cap, is); the stop reason says why
+//!   ([`StopReason::NotReplayable`](crate::policy::StopReason)).
 //! - **Responses** are the ones reqwest gives: URL (after redirects), status,
 //!   headers, version and extensions intact, with the
 //!   [`History`](crate::policy::History) in the extensions after a retry.

@@ -10,7 +10,10 @@
 //!
 //! The transport receives the request body wrapped in a [`ReplayBody`], which
 //! streams the first attempt straight through while keeping its chunks (up to the
-//! policy's replay cap) for a later attempt.
+//! policy's replay cap) for a later attempt. What the failed attempt read decides
+//! whether the body can be sent again, never its size: a body it did not read is
+//! sent whole, one it read no further than the cap is sent from the kept chunks and
+//! then the rest of the original, and one it read past the cap is not sent again.
 //!
 //! # Examples
 //!

@@ -342,7 +342,8 @@ async fn a_one_shot_body_is_never_sent_twice() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
+async fn scenario_4_a_body_read_past_the_replay_cap_is_not_resent() {
+    // The transport reads the whole body: past the cap.
     let mock = Script::new([status(503), status(200)]);
     let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
     let req = Request::put("http://upstream.test/blob")
@@ -354,10 +355,22 @@ async fn scenario_4_a_body_over_the_replay_cap_is_not_resent() {
     assert_eq!(mock.seen()[0].body.as_deref(), Some(&b"0123456789"[..]));
     assert_eq!(
         history(&res).stop_reason(),
-        Some(StopReason::BodyNotReplayable(
-            NotReplayable::SizeHintOverCap
-        ))
+        Some(StopReason::BodyNotReplayable(NotReplayable::CapExceeded))
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_over_the_replay_cap_that_was_not_read_is_resent_whole() {
+    // The transport answers without reading the body: it is whole for the retry.
+    let mock = Script::new([Step::Unread(Duration::ZERO, 503), status(200)]);
+    let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
+    let req = Request::put("http://upstream.test/blob")
+        .body(Full::new(Bytes::from_static(b"0123456789")))
+        .unwrap();
+    let res = send(&mock, policy, req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+    assert_eq!(mock.seen()[1].body.as_deref(), Some(&b"0123456789"[..]));
 }
 
 #[tokio::test(start_paused = true)]

@@ -7,4 +7,5 @@ mod support;
 mod record;
 
 mod attempts;
+mod replay;
 mod wire;

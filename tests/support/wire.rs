@@ -114,6 +114,8 @@ pub enum Connect {
     Ok,
     /// Fail at once as a refused connection.
     Refuse,
+    /// Connect to a port on 127.0.0.1 where nothing listens: the kernel refuses it.
+    Closed,
     /// Connect after this delay.
     Delay(Duration),
 }
@@ -160,10 +162,14 @@ impl tower::Service<http::Uri> for FaultyConnector {
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let next = self.script.lock().unwrap().pop_front();
         let fault = next.unwrap_or_else(|| self.decide.as_ref().map_or(Connect::Ok, |d| d()));
+        let uri = match fault {
+            Connect::Closed => closed_port(),
+            _ => uri,
+        };
         let connecting = tower::Service::call(&mut self.inner, uri);
         Box::pin(async move {
             match fault {
-                Connect::Ok => {}
+                Connect::Ok | Connect::Closed => {}
                 Connect::Refuse => {
                     return Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
                 }
@@ -172,6 +178,15 @@ impl tower::Service<http::Uri> for FaultyConnector {
             connecting.await.map_err(Into::into)
         })
     }
+}
+
+/// The address of a port on 127.0.0.1 that was just free: nothing listens there.
+fn closed_port() -> http::Uri {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    format!("http://127.0.0.1:{port}/").parse().expect("a uri")
 }
 
 /// A hyper-util client over a [`FaultyConnector`], declared for backstop's replay body.

@@ -278,11 +278,18 @@ where
         let Ok(timeout) = self.attempt_timeout(now) else {
             return Err(self.stopped(StopReason::Deadline));
         };
+        // The new attempt takes the body over. The gates found it replayable, but
+        // the last attempt's reader, let go of late by its transport, may have read
+        // past the cap during the wait: then nothing is sent.
+        let body = match self.body.as_ref().map(ReplaySource::replay).transpose() {
+            Ok(body) => body,
+            Err(why) => return Err(self.stopped(StopReason::BodyNotReplayable(why))),
+        };
         self.attempt += 1;
         // The head stays kept to the end: the budget and breaker handles are read
         // from it, and a head that did not read back must still refund the retry.
-        let request = match (self.head(), &self.body) {
-            (Some(head), Some(body)) => head.clone().request(body.replay()),
+        let request = match (self.head(), body) {
+            (Some(head), Some(body)) => head.clone().request(body),
             _ => None,
         };
         let Some(req) = request else {

@@ -343,8 +343,19 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// The most request-body bytes kept for a re-send (at most 64 MiB). A body
-    /// larger than this is sent once and never again.
+    /// The most request-body bytes kept for a re-send (at most 64 MiB).
+    ///
+    /// Whether a body is sent again depends on how far the failed attempt read
+    /// it, not on its size: a body no attempt read is sent whole; one read no
+    /// further than the cap is sent from the bytes kept, then from the rest of
+    /// the original stream; one read past the cap is not sent again
+    /// ([`NotReplayable::CapExceeded`](crate::policy::NotReplayable::CapExceeded)).
+    ///
+    /// ```
+    /// let policy = backstop::RetryPolicy::builder().replay_cap(1 << 20).build()?;
+    /// assert_eq!(policy.replay_cap(), 1 << 20); // 1 MiB of each body kept
+    /// # Ok::<(), backstop::policy::InvalidConfig>(())
+    /// ```
     pub fn replay_cap(mut self, bytes: usize) -> Self {
         self.policy.replay_cap = bytes;
         self
