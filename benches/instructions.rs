@@ -15,7 +15,8 @@
 //! ```
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
-//! `backstop_layers` (the same five as separate layers),
+//! `backstop_layers` (the same five as separate layers), `backstop_reloadable` (the
+//! stack made reloadable),
 //! `floor_retry`, `floor_stack`, `floor_fused` (or the partial stacks `retry_progress`,
 //! `budget_retry_progress`, `breaker_budget_retry_progress`, and the same prefixed
 //! `floor_`); `sizes` prints the size of each layer's response future instead.
@@ -133,6 +134,7 @@ fn main() {
         "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
         "backstop_layers" => drive(&rt, common::backstop_layers(), calls),
+        "backstop_reloadable" => drive(&rt, common::backstop_reloadable(), calls),
         "floor_retry" => drive(&rt, common::floor::retry(), calls),
         "floor_stack" => drive(&rt, common::floor::stack(), calls),
         "floor_fused" => drive(&rt, common::floor_fused::fused(), calls),

@@ -175,6 +175,16 @@ pub fn backstop_stack(
         .service(Trivial)
 }
 
+/// The whole stack made reloadable: each call reads its routes from the table a
+/// reload swaps.
+pub fn backstop_reloadable(
+) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {
+    tower::ServiceBuilder::new()
+        .layer(backstop().reloadable())
+        .layer(ProgressTrackingLayer::new())
+        .service(Trivial)
+}
+
 /// The same five as separate layers: key, breaker, budget, retry, progress.
 pub fn backstop_layers(
 ) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {

@@ -37,6 +37,8 @@ mod policies;
 #[cfg(feature = "serde")]
 mod registry;
 #[cfg(feature = "serde")]
+mod reload;
+#[cfg(feature = "serde")]
 mod routes;
 #[cfg(feature = "serde")]
 mod values;
@@ -52,6 +54,8 @@ pub use load::MAX_FILE;
 pub use load::{from_toml, to_toml};
 #[cfg(feature = "serde")]
 pub use registry::Registry;
+#[cfg(feature = "serde")]
+pub use reload::{Change, Reloader};
 
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;

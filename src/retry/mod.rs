@@ -86,7 +86,7 @@ mod future;
 mod head;
 mod layer;
 mod policy;
-mod route;
+pub(crate) mod route;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -117,6 +117,9 @@ pub struct Retry<S> {
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) routes: Routes,
+    /// The route table of a reloadable stack, read by each call when it starts
+    /// (then `routes` is the table it started with, and unused).
+    pub(crate) live: Option<Arc<route::LiveRoutes>>,
     /// The admission the retry layer runs in its own future, when a stack gave it
     /// one ([`Backstop`](crate::Backstop)); a `RetryLayer` alone has none.
     pub(crate) admission: Option<Admission>,
@@ -126,7 +129,18 @@ impl Settings {
     pub(crate) fn new(routes: Routes) -> Self {
         Settings {
             routes,
+            live: None,
             admission: None,
+        }
+    }
+
+    /// Runs `f` on the route table: the live one of a reloadable stack, as it is
+    /// now, else the fixed one.
+    #[inline]
+    pub(crate) fn with_routes<R>(&self, f: impl FnOnce(&Routes) -> R) -> R {
+        match &self.live {
+            None => f(&self.routes),
+            Some(live) => f(&live.current()),
         }
     }
 }
@@ -183,7 +197,9 @@ where
         } else {
             None
         };
-        let policy = self.settings.routes.choose(&mut req, given);
+        let policy = self
+            .settings
+            .with_routes(|routes| routes.choose(&mut req, given));
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness. Without
         // admission (a retry layer alone) the call starts at once.

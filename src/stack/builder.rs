@@ -254,9 +254,9 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
 /// accounts (and the hedge policy's latency estimates).
 #[derive(Clone)]
 pub struct BackstopLayer<H: HedgeMode = NoHedge> {
-    retry: RetryLayer,
-    hedge: H,
-    rules: Option<Rules>,
+    pub(super) retry: RetryLayer,
+    pub(super) hedge: H,
+    pub(super) rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -317,8 +317,10 @@ impl<H: HedgeMode> BackstopLayer<H> {
     #[cfg(feature = "reqwest-middleware")]
     /// The retry policy of a call (its route's, or the stack's), before any policy
     /// the call carries itself.
-    pub(crate) fn policy_for<B>(&self, req: &http::Request<B>) -> &RetryPolicy {
-        self.retry.settings.routes.policy_for(req)
+    pub(crate) fn policy_for<B>(&self, req: &http::Request<B>) -> Arc<RetryPolicy> {
+        self.retry
+            .settings
+            .with_routes(|routes| routes.policy_for(req).clone())
     }
 
     super::inspection!(self => self.retry.settings.admission.as_ref());

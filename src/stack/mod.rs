@@ -127,6 +127,7 @@ use inspection;
 
 mod builder;
 mod hedging;
+mod reload;
 
 use std::fmt;
 use std::sync::Arc;
@@ -137,6 +138,7 @@ use tower_service::Service;
 
 pub use builder::{BackstopBuilder, BackstopLayer};
 pub use hedging::{HedgeMode, NoHedge, WithHedge};
+pub use reload::ReloadHandle;
 
 use crate::observe::Observer;
 use crate::policy::error::Error;

@@ -3,3 +3,6 @@
 
 #[cfg(all(feature = "toml", feature = "json", feature = "yaml"))]
 mod files;
+
+#[cfg(feature = "toml")]
+mod reload;
