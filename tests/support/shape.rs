@@ -361,3 +361,11 @@ pub fn with_every<T: Copy>(xs: impl IntoIterator<Item = T>) -> Vec<(Shape, T)> {
         .flat_map(|&shape| xs.iter().map(move |&x| (shape, x)))
         .collect()
 }
+
+/// `$stack` built as the `Backstop` stack over `$inner`, as a `BoxCloneService`.
+#[macro_export]
+macro_rules! stacked {
+    ($stack:expr, $inner:expr) => {
+        $crate::shaped!($crate::support::shape::Shape::Stack, $stack, $inner)
+    };
+}
