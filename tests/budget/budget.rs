@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::support::requests::{call, head, paused};
 use crate::support::script::{status, status_with, Reply, Script};
 use crate::support::shape::Stack;
@@ -361,134 +360,131 @@ proptest! {
 // ---------------------------------------------------------------------------------
 // The layer
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn under_the_retry_layer_an_outage_costs_the_ratio(shape) {
-        // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
-        let mock = Script::new((0..1000).map(|_| status(503)));
-        let b = BudgetPolicy::builder()
-            .ratio(0.2)
-            .min_per_second(0.0)
-            .window(Duration::from_secs(60))
-            .build()
-            .unwrap();
-        let stack = Stack::new(fast_retries(4)).budget(&BudgetLayer::new(b));
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        let mut stopped_by_budget = 0;
-        for _ in 0..100 {
-            let res = call(&mut client, "http://upstream.test/").await.unwrap();
-            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-            let h = res.extensions().get::<History>().unwrap();
-            if h.stop_reason() == Some(StopReason::Budget) {
-                stopped_by_budget += 1;
-            }
-        }
-        // Naive retries would have sent 400.
-        assert_eq!(mock.calls(), 120);
-        assert_eq!(stopped_by_budget, 100, "every sequence ended at the budget");
-    }
-}
-
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_call_dropped_while_it_waits_for_its_retry_gives_the_retry_back(shape) {
-        // At ratio 1 the first attempt buys exactly one retry.
-        let layer = BudgetLayer::new(budget(1.0, 0.0));
-        let mock = Script::new([status_with(503, &[("retry-after", "9")]), status(200)]);
-        let stack = Stack::new(fast_retries(3)).budget(&layer);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        let account = || layer.account(&head("http://upstream.test/"));
-        // The caller gives up near the end of the 9 s the 503 asked to wait.
-        let cut = tokio::time::timeout(
-            Duration::from_millis(8_500),
-            call(&mut client, "http://upstream.test/"),
-        );
-        let during = async {
-            tokio::time::sleep(Duration::from_millis(4_000)).await;
-            account().available()
-        };
-        let (cut, during) = tokio::join!(cut, during);
-        assert!(cut.is_err(), "the call was still waiting when it was dropped");
-        assert_eq!(during, 0, "the retry was paid for when it was decided");
-        assert_eq!(mock.calls(), 1);
-        assert_eq!(account().available(), 1, "the retry never sent was given back");
-        // Given back where it was taken: when the first attempt that paid for it
-        // leaves the 10 s window, so does the retry.
-        advance(Duration::from_millis(1_500)).await;
-        assert_eq!(account().available(), 0);
-    }
-}
-
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn the_floor_serves_a_fresh_client(shape) {
-        let mock = Script::new([status(503), status(503), status(200)]);
-        let stack = Stack::new(fast_retries(3)).budget(&BudgetLayer::default());
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+#[tokio::test(start_paused = true)]
+async fn under_the_retry_layer_an_outage_costs_the_ratio() {
+    // Every answer is a 503; four attempts allowed per call; 20 % budget, no floor.
+    let mock = Script::new((0..1000).map(|_| status(503)));
+    let b = BudgetPolicy::builder()
+        .ratio(0.2)
+        .min_per_second(0.0)
+        .window(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let stack = Stack::new(fast_retries(4)).budget(&BudgetLayer::new(b));
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    let mut stopped_by_budget = 0;
+    for _ in 0..100 {
         let res = call(&mut client, "http://upstream.test/").await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let h = res.extensions().get::<History>().unwrap();
+        if h.stop_reason() == Some(StopReason::Budget) {
+            stopped_by_budget += 1;
+        }
+    }
+    // Naive retries would have sent 400.
+    assert_eq!(mock.calls(), 120);
+    assert_eq!(stopped_by_budget, 100, "every sequence ended at the budget");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_it_waits_for_its_retry_gives_the_retry_back() {
+    // At ratio 1 the first attempt buys exactly one retry.
+    let layer = BudgetLayer::new(budget(1.0, 0.0));
+    let mock = Script::new([status_with(503, &[("retry-after", "9")]), status(200)]);
+    let stack = Stack::new(fast_retries(3)).budget(&layer);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    let account = || layer.account(&head("http://upstream.test/"));
+    // The caller gives up near the end of the 9 s the 503 asked to wait.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(8_500),
+        call(&mut client, "http://upstream.test/"),
+    );
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(4_000)).await;
+        account().available()
+    };
+    let (cut, during) = tokio::join!(cut, during);
+    assert!(
+        cut.is_err(),
+        "the call was still waiting when it was dropped"
+    );
+    assert_eq!(during, 0, "the retry was paid for when it was decided");
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        account().available(),
+        1,
+        "the retry never sent was given back"
+    );
+    // Given back where it was taken: when the first attempt that paid for it
+    // leaves the 10 s window, so does the retry.
+    advance(Duration::from_millis(1_500)).await;
+    assert_eq!(account().available(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_floor_serves_a_fresh_client() {
+    let mock = Script::new([status(503), status(503), status(200)]);
+    let stack = Stack::new(fast_retries(3)).budget(&BudgetLayer::default());
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    let res = call(&mut client, "http://upstream.test/").await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_origin_has_its_own_account() {
+    let layer = BudgetLayer::new(budget(0.5, 0.0));
+    let healthy = Script::new([]); // 200 for ever
+    let failing = Script::new((0..100).map(|_| status(503)));
+    let stack = Stack::new(fast_retries(4)).budget(&layer);
+    let mut to_healthy: Client = crate::stacked!(stack, healthy.clone());
+    let mut to_failing: Client = crate::stacked!(stack, failing.clone());
+
+    for _ in 0..4 {
+        let res = call(&mut to_healthy, "http://healthy.test/").await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(mock.calls(), 3);
     }
+    for _ in 0..10 {
+        call(&mut to_failing, "http://failing.test/").await.unwrap();
+    }
+    // The failing origin paid for 5 retries with its own 10 first attempts; the
+    // healthy origin's 2 are untouched.
+    assert_eq!(failing.calls(), 15);
+    assert_eq!(layer.account(&head("http://failing.test/")).available(), 0);
+    assert_eq!(layer.account(&head("http://healthy.test/x")).available(), 2);
+    // Scheme and port make other origins.
+    assert_eq!(layer.account(&head("https://healthy.test/")).available(), 0);
+    assert_eq!(
+        layer
+            .account(&head("http://healthy.test:8080/"))
+            .available(),
+        0
+    );
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn each_origin_has_its_own_account(shape) {
-        let layer = BudgetLayer::new(budget(0.5, 0.0));
-        let healthy = Script::new([]); // 200 for ever
-        let failing = Script::new((0..100).map(|_| status(503)));
-        let stack = Stack::new(fast_retries(4)).budget(&layer);
-        let mut to_healthy: Client = crate::shaped!(shape, stack, healthy.clone());
-        let mut to_failing: Client = crate::shaped!(shape, stack, failing.clone());
-
-        for _ in 0..4 {
-            let res = call(&mut to_healthy, "http://healthy.test/").await.unwrap();
-            assert_eq!(res.status(), StatusCode::OK);
-        }
-        for _ in 0..10 {
-            call(&mut to_failing, "http://failing.test/").await.unwrap();
-        }
-        // The failing origin paid for 5 retries with its own 10 first attempts; the
-        // healthy origin's 2 are untouched.
-        assert_eq!(failing.calls(), 15);
-        assert_eq!(layer.account(&head("http://failing.test/")).available(), 0);
-        assert_eq!(layer.account(&head("http://healthy.test/x")).available(), 2);
-        // Scheme and port make other origins.
-        assert_eq!(layer.account(&head("https://healthy.test/")).available(), 0);
-        assert_eq!(
-            layer
-                .account(&head("http://healthy.test:8080/"))
-                .available(),
-            0
-        );
+#[tokio::test(start_paused = true)]
+async fn a_global_account_is_shared_by_every_origin() {
+    let b = BudgetPolicy::builder()
+        .ratio(0.5)
+        .min_per_second(0.0)
+        .partition(Partition::global())
+        .build()
+        .unwrap();
+    let layer = BudgetLayer::new(b);
+    let healthy = Script::new([]);
+    let failing = Script::new((0..100).map(|_| status(503)));
+    let stack = Stack::new(fast_retries(4)).budget(&layer);
+    let mut to_healthy: Client = crate::stacked!(stack, healthy);
+    let mut to_failing: Client = crate::stacked!(stack, failing.clone());
+    for _ in 0..4 {
+        call(&mut to_healthy, "http://healthy.test/").await.unwrap();
     }
-}
-
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_global_account_is_shared_by_every_origin(shape) {
-        let b = BudgetPolicy::builder()
-            .ratio(0.5)
-            .min_per_second(0.0)
-            .partition(Partition::global())
-            .build()
-            .unwrap();
-        let layer = BudgetLayer::new(b);
-        let healthy = Script::new([]);
-        let failing = Script::new((0..100).map(|_| status(503)));
-        let stack = Stack::new(fast_retries(4)).budget(&layer);
-        let mut to_healthy: Client = crate::shaped!(shape, stack, healthy);
-        let mut to_failing: Client = crate::shaped!(shape, stack, failing.clone());
-        for _ in 0..4 {
-            call(&mut to_healthy, "http://healthy.test/").await.unwrap();
-        }
-        // 2 retries saved by the healthy origin's calls, plus 1 from these two calls.
-        for _ in 0..2 {
-            call(&mut to_failing, "http://failing.test/").await.unwrap();
-        }
-        assert_eq!(failing.calls(), 2 + 3);
-        assert_eq!(layer.account(&head("http://other.test/")).available(), 0);
+    // 2 retries saved by the healthy origin's calls, plus 1 from these two calls.
+    for _ in 0..2 {
+        call(&mut to_failing, "http://failing.test/").await.unwrap();
     }
+    assert_eq!(failing.calls(), 2 + 3);
+    assert_eq!(layer.account(&head("http://other.test/")).available(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -578,29 +574,26 @@ fn hedging_transport(hedges: &Arc<Mutex<Vec<bool>>>) -> Script {
     })
 }
 
-over_shapes! {
-    only(Layers, Stack)
-    #[tokio::test(start_paused = true)]
-    async fn retries_and_hedges_spend_one_account(shape) {
-        // Each call deposits two retries' worth. The first attempt's hedge spends one,
-        // the retry the other; the second attempt's hedge then finds nothing.
-        let layer = BudgetLayer::new(budget(2.0, 0.0));
-        let hedges = Arc::default();
-        let transport = hedging_transport(&hedges);
-        // A stack that may hedge hands the account down to every attempt (its own
-        // hedges, after an hour, never go here).
-        let stack = Stack::new(fast_retries(4))
-            .budget(&layer)
-            .hedge(backstop::HedgePolicy::after(Duration::from_secs(3600)));
-        let mut client: Client = crate::shaped!(shape, stack, transport.clone());
-        let res = call(&mut client, "http://upstream.test/").await.unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(transport.calls(), 2);
-        assert_eq!(*hedges.lock().unwrap(), [true, false]);
-        let h = res.extensions().get::<History>().unwrap();
-        assert_eq!(h.stop_reason(), Some(StopReason::Budget));
-        assert_eq!(layer.account(&head("http://upstream.test/")).available(), 0);
-    }
+#[tokio::test(start_paused = true)]
+async fn retries_and_hedges_spend_one_account() {
+    // Each call deposits two retries' worth. The first attempt's hedge spends one,
+    // the retry the other; the second attempt's hedge then finds nothing.
+    let layer = BudgetLayer::new(budget(2.0, 0.0));
+    let hedges = Arc::default();
+    let transport = hedging_transport(&hedges);
+    // A stack that may hedge hands the account down to every attempt (its own
+    // hedges, after an hour, never go here).
+    let stack = Stack::new(fast_retries(4))
+        .budget(&layer)
+        .hedge(backstop::HedgePolicy::after(Duration::from_secs(3600)));
+    let mut client: Client = crate::stacked!(stack, transport.clone());
+    let res = call(&mut client, "http://upstream.test/").await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(*hedges.lock().unwrap(), [true, false]);
+    let h = res.extensions().get::<History>().unwrap();
+    assert_eq!(h.stop_reason(), Some(StopReason::Budget));
+    assert_eq!(layer.account(&head("http://upstream.test/")).available(), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,7 +3,7 @@
 use crate::support::shape::BudgetLayer;
 use std::time::Duration;
 
-use crate::support::shape::{with_every, Stack};
+use crate::support::shape::Stack;
 use crate::support::wire::{empty, quick, transport, upstream, within_10s, Body, BOTH};
 use backstop::policy::Deadline;
 use backstop::test_util::{Reply, Step};
@@ -19,7 +19,7 @@ type Client =
 #[tokio::test]
 async fn a_429_pauses_the_origin_over_the_wire() {
     within_10s(async {
-        for (shape, protocol) in with_every(BOTH) {
+        for protocol in BOTH {
             let up = upstream(
                 protocol,
                 vec![Step::Reply(
@@ -29,9 +29,9 @@ async fn a_429_pauses_the_origin_over_the_wire() {
             .await;
             let layer = BudgetLayer::default();
             let once = Stack::new(RetryPolicy::none()).budget(&layer);
-            let mut once: Client = crate::shaped!(shape, once, transport(protocol));
+            let mut once: Client = crate::stacked!(once, transport(protocol));
             let client = Stack::new(quick()).budget(&layer);
-            let mut client: Client = crate::shaped!(shape, client, transport(protocol));
+            let mut client: Client = crate::stacked!(client, transport(protocol));
             let get = |deadline: Option<Duration>| {
                 let mut req = Request::get(up.uri("/items")).body(empty()).unwrap();
                 if let Some(after) = deadline {
@@ -52,7 +52,7 @@ async fn a_429_pauses_the_origin_over_the_wire() {
             let hint = Duration::from_millis(300);
             assert!(
                 until >= t0 + hint && until <= received + hint,
-                "{shape:?} {protocol:?}"
+                "{protocol:?}"
             );
 
             // A deadline inside the pause: refused, nothing sent.
@@ -63,18 +63,15 @@ async fn a_429_pauses_the_origin_over_the_wire() {
                 .call(get(Some(Duration::from_millis(100))))
                 .await
                 .unwrap_err();
-            assert!(
-                err.is_paused() && err.is_retryable(),
-                "{shape:?} {protocol:?}: {err}"
-            );
+            assert!(err.is_paused() && err.is_retryable(), "{protocol:?}: {err}");
             assert!(err.retry_after().unwrap() <= Duration::from_millis(300));
-            assert_eq!(up.requests().len(), 1, "{shape:?} {protocol:?}");
+            assert_eq!(up.requests().len(), 1, "{protocol:?}");
 
             // Room to wait: it goes once the pause is over, and succeeds.
             let res = client.ready().await.unwrap().call(get(None)).await.unwrap();
-            assert_eq!(res.status(), StatusCode::OK, "{shape:?} {protocol:?}");
-            assert!(Instant::now() >= until, "{shape:?} {protocol:?}");
-            assert_eq!(up.requests().len(), 2, "{shape:?} {protocol:?}");
+            assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
+            assert!(Instant::now() >= until, "{protocol:?}");
+            assert_eq!(up.requests().len(), 2, "{protocol:?}");
         }
     })
     .await;

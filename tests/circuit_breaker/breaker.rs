@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::support::requests::{call, get, head, paused};
 use crate::support::script::{status, status_with, Reply, Script};
-use crate::support::shape::{Shape, Stack};
+use crate::support::shape::Stack;
 use backstop::circuit_breaker::{CircuitBreaker, CircuitBreakerPolicy, CircuitOpen, State};
 use backstop::policy::{BreakerHandle, CallContext, StopReason};
 use backstop::{Partition, RetryPolicy};
@@ -29,24 +28,9 @@ use tower::{Layer, Service, ServiceExt};
 
 type Res = Response<Full<Bytes>>;
 type Client = BoxCloneService<Request<Full<Bytes>>, Response<Reply>, backstop::Error>;
+/// A breaker over an upstream generic in its request body, boxed to name the body.
+type Boxed = BoxCloneService<Request<Full<Bytes>>, Res, backstop::Error>;
 
-/// The breaker layer alone, then each shape of a guarded client.
-const ALONE_AND_SHAPES: [Option<Shape>; 3] = [None, Some(Shape::Layers), Some(Shape::Stack)];
-
-/// `$layer` over `$inner`: alone when `$shape` is `None`, else as the guard of a
-/// retry layer that retries nothing, in that shape.
-macro_rules! guarding {
-    ($shape:expr, $layer:expr, $inner:expr) => {{
-        let layer: &CircuitBreakerLayer = $layer;
-        match $shape {
-            None => BoxCloneService::new(layer.layer($inner)),
-            Some(shape) => {
-                let stack = Stack::new(RetryPolicy::none()).breaker(layer);
-                crate::shaped!(shape, stack, $inner)
-            }
-        }
-    }};
-}
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 fn response(code: u16) -> Res {
@@ -66,228 +50,204 @@ fn breaker(consecutive: u32, cooldown_ms: u64) -> CircuitBreakerPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn consecutive_failures_open_it_and_it_refuses_without_calling() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let upstream = Script::codes([503, 500, 0, 503]);
-        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        assert_eq!(
-            call(&mut svc, "http://a.test/").await.unwrap().status(),
-            503
-        );
-        assert_eq!(
-            call(&mut svc, "http://a.test/").await.unwrap().status(),
-            500
-        );
-        let tripped_at = Instant::now();
-        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-        assert!(
-            !err.is_circuit_open(),
-            "a transport error passes through: {err}"
-        );
-        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    let upstream = Script::codes([503, 500, 0, 503]);
+    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+    let mut svc = layer.layer(upstream.clone());
+    assert_eq!(
+        call(&mut svc, "http://a.test/").await.unwrap().status(),
+        503
+    );
+    assert_eq!(
+        call(&mut svc, "http://a.test/").await.unwrap().status(),
+        500
+    );
+    let tripped_at = Instant::now();
+    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+    assert!(
+        !err.is_circuit_open(),
+        "a transport error passes through: {err}"
+    );
+    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
 
-        for _ in 0..100 {
-            let err = call(&mut svc, "http://a.test/?token=s3cret")
-                .await
-                .unwrap_err();
-            assert!(err.is_circuit_open());
-            assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
-            assert!(err.is_not_processed());
-            assert_eq!(err.attempts(), 0);
-            assert_eq!(
-                err.next_probe_at(),
-                Some(tripped_at + Duration::from_secs(5))
-            );
-            let text = err.to_string();
-            assert_eq!(text, "call refused (circuit open)");
-            let open = std::error::Error::source(&err)
-                .unwrap()
-                .downcast_ref::<CircuitOpen>()
-                .unwrap();
-            assert_eq!(open.state(), State::Open);
-            assert_eq!(open.to_string(), "circuit open");
-        }
+    for _ in 0..100 {
+        let err = call(&mut svc, "http://a.test/?token=s3cret")
+            .await
+            .unwrap_err();
+        assert!(err.is_circuit_open());
+        assert_eq!(err.stop_reason(), Some(StopReason::CircuitOpen));
+        assert!(err.is_not_processed());
+        assert_eq!(err.attempts(), 0);
         assert_eq!(
-            upstream.calls(),
-            3,
-            "refused calls never reach the upstream"
-        );
-        assert_eq!(
-            layer.next_probe_at(&head("http://a.test/")),
+            err.next_probe_at(),
             Some(tripped_at + Duration::from_secs(5))
         );
+        let text = err.to_string();
+        assert_eq!(text, "call refused (circuit open)");
+        let open = std::error::Error::source(&err)
+            .unwrap()
+            .downcast_ref::<CircuitOpen>()
+            .unwrap();
+        assert_eq!(open.state(), State::Open);
+        assert_eq!(open.to_string(), "circuit open");
     }
+    assert_eq!(
+        upstream.calls(),
+        3,
+        "refused calls never reach the upstream"
+    );
+    assert_eq!(
+        layer.next_probe_at(&head("http://a.test/")),
+        Some(tripped_at + Duration::from_secs(5))
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_success_breaks_the_run() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
-        let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        for _ in 0..8 {
-            call(&mut svc, "http://a.test/").await.unwrap();
-        }
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-        call(&mut svc, "http://a.test/").await.unwrap(); // 200
-        assert_eq!(upstream.calls(), 9);
+    let upstream = Script::codes([503, 503, 200, 503, 503, 404, 503, 503]);
+    let layer = CircuitBreakerLayer::new(breaker(3, 5_000));
+    let mut svc = layer.layer(upstream.clone());
+    for _ in 0..8 {
+        call(&mut svc, "http://a.test/").await.unwrap();
     }
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    call(&mut svc, "http://a.test/").await.unwrap(); // 200
+    assert_eq!(upstream.calls(), 9);
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_failure_ratio_opens_it_once_there_are_enough_calls() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        // 50 % over at least 10 calls; the consecutive signal is off.
-        let cfg = CircuitBreakerPolicy::builder()
-            .failure_ratio(0.5)
-            .min_calls(10)
-            .consecutive_failures(0)
-            .build()
-            .unwrap();
-        let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
-        let layer = CircuitBreakerLayer::new(cfg);
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        for i in 0..9 {
-            call(&mut svc, "http://a.test/").await.unwrap();
-            assert_eq!(
-                layer.state(&head("http://a.test/")),
-                State::Closed,
-                "call {i}"
-            );
-        }
-        // The tenth call: 5 failures out of 10.
+    // 50 % over at least 10 calls; the consecutive signal is off.
+    let cfg = CircuitBreakerPolicy::builder()
+        .failure_ratio(0.5)
+        .min_calls(10)
+        .consecutive_failures(0)
+        .build()
+        .unwrap();
+    let upstream = Script::codes([200, 503, 200, 503, 200, 503, 200, 503, 200, 503]);
+    let layer = CircuitBreakerLayer::new(cfg);
+    let mut svc = layer.layer(upstream.clone());
+    for i in 0..9 {
         call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+        assert_eq!(
+            layer.state(&head("http://a.test/")),
+            State::Closed,
+            "call {i}"
+        );
     }
+    // The tenth call: 5 failures out of 10.
+    call(&mut svc, "http://a.test/").await.unwrap();
+    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
 }
 
 #[tokio::test(start_paused = true)]
 async fn old_outcomes_leave_the_window() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let cfg = CircuitBreakerPolicy::builder()
-            .failure_ratio(0.5)
-            .min_calls(4)
-            .consecutive_failures(0)
-            .window(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        let upstream = Script::codes([503, 503, 503, 200, 503]);
-        let layer = CircuitBreakerLayer::new(cfg);
-        let mut svc = guarding!(shape, &layer, upstream);
-        for _ in 0..3 {
-            call(&mut svc, "http://a.test/").await.unwrap();
-        }
-        advance(Duration::from_secs(10)).await;
-        // The three failures expired: 1 failure in 2 calls is below min_calls.
+    let cfg = CircuitBreakerPolicy::builder()
+        .failure_ratio(0.5)
+        .min_calls(4)
+        .consecutive_failures(0)
+        .window(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let upstream = Script::codes([503, 503, 503, 200, 503]);
+    let layer = CircuitBreakerLayer::new(cfg);
+    let mut svc = layer.layer(upstream);
+    for _ in 0..3 {
         call(&mut svc, "http://a.test/").await.unwrap();
-        call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
     }
+    advance(Duration::from_secs(10)).await;
+    // The three failures expired: 1 failure in 2 calls is below min_calls.
+    call(&mut svc, "http://a.test/").await.unwrap();
+    call(&mut svc, "http://a.test/").await.unwrap();
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
 async fn four_xx_never_counts() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
-        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        for _ in 0..50 {
-            call(&mut svc, "http://a.test/").await.unwrap();
-        }
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-        assert_eq!(upstream.calls(), 50);
+    let upstream = Script::codes((0..50).map(|i| [400, 404, 408, 409, 429][i % 5]));
+    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+    let mut svc = layer.layer(upstream.clone());
+    for _ in 0..50 {
+        call(&mut svc, "http://a.test/").await.unwrap();
     }
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    assert_eq!(upstream.calls(), 50);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_successful_probe_closes_it() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let upstream = Script::codes([503, 503]);
-        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-        let mut svc = guarding!(shape, &layer, upstream.clone());
+    let upstream = Script::codes([503, 503]);
+    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+    let mut svc = layer.layer(upstream.clone());
+    call(&mut svc, "http://a.test/").await.unwrap();
+    call(&mut svc, "http://a.test/").await.unwrap();
+    let err = call(&mut svc, "http://a.test/").await.unwrap_err();
+    tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
+    // The cooldown is over: the next call is the probe, and it succeeds.
+    assert_eq!(
+        call(&mut svc, "http://a.test/").await.unwrap().status(),
+        200
+    );
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    for _ in 0..10 {
         call(&mut svc, "http://a.test/").await.unwrap();
-        call(&mut svc, "http://a.test/").await.unwrap();
-        let err = call(&mut svc, "http://a.test/").await.unwrap_err();
-        tokio::time::sleep_until(err.next_probe_at().unwrap()).await;
-        // The cooldown is over: the next call is the probe, and it succeeds.
-        assert_eq!(
-            call(&mut svc, "http://a.test/").await.unwrap().status(),
-            200
-        );
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-        for _ in 0..10 {
-            call(&mut svc, "http://a.test/").await.unwrap();
-        }
-        assert_eq!(upstream.calls(), 13);
     }
+    assert_eq!(upstream.calls(), 13);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_reopens_it_for_twice_as_long() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let cfg = CircuitBreakerPolicy::builder()
-            .consecutive_failures(1)
-            .cooldown(Duration::from_secs(1))
-            .max_cooldown(Duration::from_secs(3))
-            .jitter(0.0)
-            .build()
-            .unwrap();
-        let upstream = Script::codes([503; 5]);
-        let layer = CircuitBreakerLayer::new(cfg);
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        call(&mut svc, "http://a.test/").await.unwrap();
-        let mut cooldowns = Vec::new();
-        for _ in 0..4 {
-            let opened = Instant::now();
-            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-            cooldowns.push((next - opened).as_millis());
-            tokio::time::sleep_until(next - Duration::from_millis(1)).await;
-            assert!(call(&mut svc, "http://a.test/")
-                .await
-                .unwrap_err()
-                .is_circuit_open());
-            advance(Duration::from_millis(1)).await;
-            // The probe fails.
-            assert_eq!(
-                call(&mut svc, "http://a.test/").await.unwrap().status(),
-                503
-            );
-        }
-        assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
-        assert_eq!(upstream.calls(), 5, "one probe per cooldown");
+    let cfg = CircuitBreakerPolicy::builder()
+        .consecutive_failures(1)
+        .cooldown(Duration::from_secs(1))
+        .max_cooldown(Duration::from_secs(3))
+        .jitter(0.0)
+        .build()
+        .unwrap();
+    let upstream = Script::codes([503; 5]);
+    let layer = CircuitBreakerLayer::new(cfg);
+    let mut svc = layer.layer(upstream.clone());
+    call(&mut svc, "http://a.test/").await.unwrap();
+    let mut cooldowns = Vec::new();
+    for _ in 0..4 {
+        let opened = Instant::now();
+        let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+        cooldowns.push((next - opened).as_millis());
+        tokio::time::sleep_until(next - Duration::from_millis(1)).await;
+        assert!(call(&mut svc, "http://a.test/")
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+        advance(Duration::from_millis(1)).await;
+        // The probe fails.
+        assert_eq!(
+            call(&mut svc, "http://a.test/").await.unwrap().status(),
+            503
+        );
     }
+    assert_eq!(cooldowns, [1000, 2000, 3000, 3000]);
+    assert_eq!(upstream.calls(), 5, "one probe per cooldown");
 }
 
 #[tokio::test(start_paused = true)]
 async fn several_probes_must_all_succeed() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let cfg = CircuitBreakerPolicy::builder()
-            .consecutive_failures(1)
-            .cooldown(Duration::from_secs(1))
-            .jitter(0.0)
-            .probes(3)
-            .build()
-            .unwrap();
-        let upstream = Script::codes([503, 200, 200, 503]);
-        let layer = CircuitBreakerLayer::new(cfg);
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        call(&mut svc, "http://a.test/").await.unwrap();
-        advance(Duration::from_secs(1)).await;
-        call(&mut svc, "http://a.test/").await.unwrap();
-        call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-        // The third probe fails: open again.
-        call(&mut svc, "http://a.test/").await.unwrap();
-        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-    }
+    let cfg = CircuitBreakerPolicy::builder()
+        .consecutive_failures(1)
+        .cooldown(Duration::from_secs(1))
+        .jitter(0.0)
+        .probes(3)
+        .build()
+        .unwrap();
+    let upstream = Script::codes([503, 200, 200, 503]);
+    let layer = CircuitBreakerLayer::new(cfg);
+    let mut svc = layer.layer(upstream.clone());
+    call(&mut svc, "http://a.test/").await.unwrap();
+    advance(Duration::from_secs(1)).await;
+    call(&mut svc, "http://a.test/").await.unwrap();
+    call(&mut svc, "http://a.test/").await.unwrap();
+    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+    // The third probe fails: open again.
+    call(&mut svc, "http://a.test/").await.unwrap();
+    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
 }
 
 #[tokio::test(start_paused = true)]
@@ -316,41 +276,34 @@ async fn cooldowns_have_jitter() {
 
 #[tokio::test(start_paused = true)]
 async fn each_origin_has_its_own_breaker() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let upstream = Script::codes([503, 503]);
-        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-        let mut svc = guarding!(shape, &layer, upstream.clone());
-        call(&mut svc, "http://bad.test/").await.unwrap();
-        call(&mut svc, "http://bad.test/").await.unwrap();
-        assert!(call(&mut svc, "http://bad.test/")
-            .await
-            .unwrap_err()
-            .is_circuit_open());
-        for _ in 0..10 {
-            call(&mut svc, "http://good.test/").await.unwrap();
-        }
-        assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
-        assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
-
-        // A global breaker refuses every origin.
-        let cfg = CircuitBreakerPolicy::builder()
-            .consecutive_failures(2)
-            .partition(Partition::global())
-            .build()
-            .unwrap();
-        let mut svc = guarding!(
-            shape,
-            &CircuitBreakerLayer::new(cfg),
-            Script::codes([503, 503])
-        );
-        call(&mut svc, "http://bad.test/").await.unwrap();
-        call(&mut svc, "http://bad.test/").await.unwrap();
-        assert!(call(&mut svc, "http://good.test/")
-            .await
-            .unwrap_err()
-            .is_circuit_open());
+    let upstream = Script::codes([503, 503]);
+    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+    let mut svc = layer.layer(upstream.clone());
+    call(&mut svc, "http://bad.test/").await.unwrap();
+    call(&mut svc, "http://bad.test/").await.unwrap();
+    assert!(call(&mut svc, "http://bad.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
+    for _ in 0..10 {
+        call(&mut svc, "http://good.test/").await.unwrap();
     }
+    assert_eq!(layer.state(&head("http://good.test/")), State::Closed);
+    assert_eq!(layer.state(&head("https://bad.test/")), State::Closed);
+
+    // A global breaker refuses every origin.
+    let cfg = CircuitBreakerPolicy::builder()
+        .consecutive_failures(2)
+        .partition(Partition::global())
+        .build()
+        .unwrap();
+    let mut svc = CircuitBreakerLayer::new(cfg).layer(Script::codes([503, 503]));
+    call(&mut svc, "http://bad.test/").await.unwrap();
+    call(&mut svc, "http://bad.test/").await.unwrap();
+    assert!(call(&mut svc, "http://good.test/")
+        .await
+        .unwrap_err()
+        .is_circuit_open());
 }
 
 #[tokio::test(start_paused = true)]
@@ -425,49 +378,46 @@ impl<B> Service<Request<B>> for Held {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_probe_gives_its_slot_back() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let held = Held::default();
-        let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
-        let mut svc = guarding!(shape, &layer, held.clone());
-        let first = svc.ready().await.unwrap().call(get("http://a.test/"));
-        held.answer_all(503);
-        first.await.unwrap();
-        advance(Duration::from_secs(1)).await;
+    let held = Held::default();
+    let layer = CircuitBreakerLayer::new(breaker(1, 1_000));
+    let mut svc: Boxed = BoxCloneService::new(layer.layer(held.clone()));
+    let first = svc.ready().await.unwrap().call(get("http://a.test/"));
+    held.answer_all(503);
+    first.await.unwrap();
+    advance(Duration::from_secs(1)).await;
 
-        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-        assert_eq!(
-            held.pending.lock().unwrap().len(),
-            1,
-            "the probe went through"
-        );
-        // The slot is taken: the next call is refused at once, with no time to give.
-        let err = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get("http://a.test/"))
-            .now_or_never()
-            .expect("refused at once")
-            .unwrap_err();
-        assert!(err.is_circuit_open());
-        assert_eq!(err.next_probe_at(), None);
-        let open = std::error::Error::source(&err)
-            .unwrap()
-            .downcast_ref::<CircuitOpen>()
-            .unwrap();
-        assert_eq!(open.state(), State::HalfOpen);
+    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+    assert_eq!(
+        held.pending.lock().unwrap().len(),
+        1,
+        "the probe went through"
+    );
+    // The slot is taken: the next call is refused at once, with no time to give.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(get("http://a.test/"))
+        .now_or_never()
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(err.is_circuit_open());
+    assert_eq!(err.next_probe_at(), None);
+    let open = std::error::Error::source(&err)
+        .unwrap()
+        .downcast_ref::<CircuitOpen>()
+        .unwrap();
+    assert_eq!(open.state(), State::HalfOpen);
 
-        // The caller gives up on the probe: its slot is free again.
-        drop(probe);
-        assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
-        let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
-        let tx = held.take_last().expect("a new probe went through");
-        tx.send(200).unwrap();
-        let res = probe.now_or_never().expect("answered").unwrap();
-        assert_eq!(res.status(), 200);
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-    }
+    // The caller gives up on the probe: its slot is free again.
+    drop(probe);
+    assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+    let probe = svc.ready().await.unwrap().call(get("http://a.test/"));
+    let tx = held.take_last().expect("a new probe went through");
+    tx.send(200).unwrap();
+    let res = probe.now_or_never().expect("answered").unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
 }
 
 #[test]
@@ -479,63 +429,61 @@ fn ten_thousand_concurrent_calls_let_only_the_probes_through() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            for shape in ALONE_AND_SHAPES {
-                const PROBES: u32 = 3;
-                const CALLS: usize = 10_000;
-                let cfg = CircuitBreakerPolicy::builder()
-                    .consecutive_failures(1)
-                    .cooldown(Duration::from_millis(20))
-                    .jitter(0.0)
-                    .probes(PROBES)
-                    .build()
-                    .unwrap();
-                let held = Held::default();
-                let layer = CircuitBreakerLayer::new(cfg);
-                let mut svc = guarding!(shape, &layer, held.clone());
-                let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                    .await
-                    .unwrap()
-                    .call(get("http://a.test/"));
-                held.answer_all(503);
-                let _ = first.await;
-                let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
-                tokio::time::sleep_until(next).await;
+            const PROBES: u32 = 3;
+            const CALLS: usize = 10_000;
+            let cfg = CircuitBreakerPolicy::builder()
+                .consecutive_failures(1)
+                .cooldown(Duration::from_millis(20))
+                .jitter(0.0)
+                .probes(PROBES)
+                .build()
+                .unwrap();
+            let held = Held::default();
+            let layer = CircuitBreakerLayer::new(cfg);
+            let mut svc: Boxed = BoxCloneService::new(layer.layer(held.clone()));
+            let first = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(get("http://a.test/"));
+            held.answer_all(503);
+            let _ = first.await;
+            let next = layer.next_probe_at(&head("http://a.test/")).unwrap();
+            tokio::time::sleep_until(next).await;
 
-                let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
-                let called = Arc::new(AtomicUsize::new(0));
-                let all_called = Arc::new(tokio::sync::Notify::new());
-                let mut tasks = Vec::new();
-                for _ in 0..CALLS {
-                    let mut svc = svc.clone();
-                    let (barrier, called, all_called) =
-                        (barrier.clone(), called.clone(), all_called.clone());
-                    tasks.push(tokio::spawn(async move {
-                        barrier.wait().await;
-                        let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                            .await
-                            .unwrap()
-                            .call(get("http://a.test/"));
-                        if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
-                            all_called.notify_one();
-                        }
-                        future.await
-                    }));
-                }
-                all_called.notified().await;
-                // Every call has been made: only the probes reached the upstream.
-                assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
-                held.answer_all(200);
-                let (mut ok, mut refused) = (0, 0);
-                for t in tasks {
-                    match t.await.unwrap() {
-                        Ok(_) => ok += 1,
-                        Err(e) if e.is_circuit_open() => refused += 1,
-                        Err(e) => panic!("{e}"),
+            let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
+            let called = Arc::new(AtomicUsize::new(0));
+            let all_called = Arc::new(tokio::sync::Notify::new());
+            let mut tasks = Vec::new();
+            for _ in 0..CALLS {
+                let mut svc = svc.clone();
+                let (barrier, called, all_called) =
+                    (barrier.clone(), called.clone(), all_called.clone());
+                tasks.push(tokio::spawn(async move {
+                    barrier.wait().await;
+                    let future = ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                        .await
+                        .unwrap()
+                        .call(get("http://a.test/"));
+                    if called.fetch_add(1, Ordering::SeqCst) + 1 == CALLS {
+                        all_called.notify_one();
                     }
-                }
-                assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
-                assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+                    future.await
+                }));
             }
+            all_called.notified().await;
+            // Every call has been made: only the probes reached the upstream.
+            assert_eq!(held.pending.lock().unwrap().len(), PROBES as usize);
+            held.answer_all(200);
+            let (mut ok, mut refused) = (0, 0);
+            for t in tasks {
+                match t.await.unwrap() {
+                    Ok(_) => ok += 1,
+                    Err(e) if e.is_circuit_open() => refused += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert_eq!((ok, refused), (PROBES as usize, CALLS - PROBES as usize));
+            assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
         })
         .await
         .expect("bounded");
@@ -594,63 +542,60 @@ fn probes_cancelled_while_others_arrive_never_exceed_the_slots() {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), async {
-            for shape in ALONE_AND_SHAPES {
-                const PROBES: usize = 2;
-                let in_flight = Arc::new(AtomicUsize::new(0));
-                let most = Arc::new(AtomicUsize::new(0));
-                let admitted = Arc::new(AtomicUsize::new(0));
-                let inner = Counting {
-                    in_flight: in_flight.clone(),
-                    most: most.clone(),
-                    admitted: admitted.clone(),
-                };
-                let cfg = CircuitBreakerPolicy::builder()
-                    .consecutive_failures(1)
-                    .cooldown(Duration::from_millis(10))
-                    .jitter(0.0)
-                    .probes(PROBES as u32)
-                    .build()
-                    .unwrap();
-                let layer = CircuitBreakerLayer::new(cfg);
-                let mut svc = guarding!(shape, &layer, inner.clone());
-                let trip = Request::get("http://a.test/")
-                    .header("x-trip", "1")
-                    .body(Full::default())
-                    .unwrap();
-                ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                    .await
-                    .unwrap()
-                    .call(trip)
-                    .await
-                    .unwrap();
-                most.store(0, Ordering::SeqCst);
-                admitted.store(0, Ordering::SeqCst);
-                tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap())
-                    .await;
+            const PROBES: usize = 2;
+            let in_flight = Arc::new(AtomicUsize::new(0));
+            let most = Arc::new(AtomicUsize::new(0));
+            let admitted = Arc::new(AtomicUsize::new(0));
+            let inner = Counting {
+                in_flight: in_flight.clone(),
+                most: most.clone(),
+                admitted: admitted.clone(),
+            };
+            let cfg = CircuitBreakerPolicy::builder()
+                .consecutive_failures(1)
+                .cooldown(Duration::from_millis(10))
+                .jitter(0.0)
+                .probes(PROBES as u32)
+                .build()
+                .unwrap();
+            let layer = CircuitBreakerLayer::new(cfg);
+            let mut svc: Boxed = BoxCloneService::new(layer.layer(inner.clone()));
+            let trip = Request::get("http://a.test/")
+                .header("x-trip", "1")
+                .body(Full::default())
+                .unwrap();
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await
+                .unwrap()
+                .call(trip)
+                .await
+                .unwrap();
+            most.store(0, Ordering::SeqCst);
+            admitted.store(0, Ordering::SeqCst);
+            tokio::time::sleep_until(layer.next_probe_at(&head("http://a.test/")).unwrap()).await;
 
-                let mut tasks = Vec::new();
-                for i in 0..10_000usize {
-                    let mut svc = svc.clone();
-                    tasks.push(tokio::spawn(async move {
-                        let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
-                        // Poll it a few times, then give up on it: a dropped probe.
-                        let mut fut = std::pin::pin!(fut);
-                        for _ in 0..(i % 4) {
-                            if (&mut fut).now_or_never().is_some() {
-                                return;
-                            }
-                            tokio::task::yield_now().await;
+            let mut tasks = Vec::new();
+            for i in 0..10_000usize {
+                let mut svc = svc.clone();
+                tasks.push(tokio::spawn(async move {
+                    let fut = svc.ready().await.unwrap().call(get("http://a.test/"));
+                    // Poll it a few times, then give up on it: a dropped probe.
+                    let mut fut = std::pin::pin!(fut);
+                    for _ in 0..(i % 4) {
+                        if (&mut fut).now_or_never().is_some() {
+                            return;
                         }
-                    }));
-                }
-                for t in tasks {
-                    t.await.unwrap();
-                }
-                assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
-                assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
-                assert_eq!(in_flight.load(Ordering::SeqCst), 0);
-                assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
+                        tokio::task::yield_now().await;
+                    }
+                }));
             }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert!(most.load(Ordering::SeqCst) <= PROBES, "{most:?}");
+            assert!(admitted.load(Ordering::SeqCst) >= PROBES, "{admitted:?}");
+            assert_eq!(in_flight.load(Ordering::SeqCst), 0);
+            assert_eq!(layer.state(&head("http://a.test/")), State::HalfOpen);
         })
         .await
         .expect("bounded");
@@ -941,67 +886,63 @@ fn fast_retries() -> RetryPolicy {
         .unwrap()
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_whole_retry_sequence_counts_once(shape) {
-        let mock = Script::new(
-            [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
-                .into_iter()
-                .map(status),
-        );
-        let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
-        let stack = Stack::new(fast_retries()).breaker(&layer);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        // Three failed attempts: one failed call.
-        let res = call(&mut client, "http://a.test/").await.unwrap();
-        assert_eq!(res.status(), 503);
-        assert_eq!(mock.calls(), 3);
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-        // 503 then 200: a retry cured it, a success that breaks the run.
-        assert_eq!(
-            call(&mut client, "http://a.test/").await.unwrap().status(),
-            200
-        );
-        assert_eq!(mock.calls(), 5);
-        call(&mut client, "http://a.test/").await.unwrap();
-        assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
-        call(&mut client, "http://a.test/").await.unwrap();
-        assert_eq!(mock.calls(), 11);
-        assert_eq!(layer.state(&head("http://a.test/")), State::Open);
-        let err = call(&mut client, "http://a.test/").await.unwrap_err();
-        assert!(err.is_circuit_open());
-        assert_eq!(mock.calls(), 11);
-    }
+#[tokio::test(start_paused = true)]
+async fn a_whole_retry_sequence_counts_once() {
+    let mock = Script::new(
+        [503, 503, 503, 503, 200, 503, 503, 503, 503, 503, 503]
+            .into_iter()
+            .map(status),
+    );
+    let layer = CircuitBreakerLayer::new(breaker(2, 1_000));
+    let stack = Stack::new(fast_retries()).breaker(&layer);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    // Three failed attempts: one failed call.
+    let res = call(&mut client, "http://a.test/").await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    // 503 then 200: a retry cured it, a success that breaks the run.
+    assert_eq!(
+        call(&mut client, "http://a.test/").await.unwrap().status(),
+        200
+    );
+    assert_eq!(mock.calls(), 5);
+    call(&mut client, "http://a.test/").await.unwrap();
+    assert_eq!(layer.state(&head("http://a.test/")), State::Closed);
+    call(&mut client, "http://a.test/").await.unwrap();
+    assert_eq!(mock.calls(), 11);
+    assert_eq!(layer.state(&head("http://a.test/")), State::Open);
+    let err = call(&mut client, "http://a.test/").await.unwrap_err();
+    assert!(err.is_circuit_open());
+    assert_eq!(mock.calls(), 11);
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn retries_stop_when_the_breaker_opens_during_the_wait(shape) {
-        // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
-        // retried) and opens the breaker; A stops after its wait instead of retrying.
-        let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
-        let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
-        let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
-        let stack = Stack::new(policy).breaker(&layer);
-        let client: Client = crate::shaped!(shape, stack, mock.clone());
-        let mut a = client.clone();
-        let mut b = client.clone();
-        let call_a = async { call(&mut a, "http://a.test/").await };
-        let call_b = async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            call(&mut b, "http://a.test/").await
-        };
-        let (a, b) = tokio::join!(call_a, call_b);
-        assert_eq!(b.unwrap().status(), 500);
-        // The 503's body was drained before the wait, so A ends with an error that
-        // names it.
-        let a = a.unwrap_err();
-        assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
-        assert!(a.is_circuit_open());
-        let h = a.history().unwrap();
-        assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
-        assert_eq!(mock.calls(), 2);
-    }
+#[tokio::test(start_paused = true)]
+async fn retries_stop_when_the_breaker_opens_during_the_wait() {
+    // Call A gets a 503 asking for a 1 s wait; meanwhile call B fails (a 500, not
+    // retried) and opens the breaker; A stops after its wait instead of retrying.
+    let mock = Script::new([status_with(503, &[("retry-after", "1")]), status(500)]);
+    let layer = CircuitBreakerLayer::new(breaker(1, 60_000));
+    let policy = RetryPolicy::builder().max_attempts(2).build().unwrap();
+    let stack = Stack::new(policy).breaker(&layer);
+    let client: Client = crate::stacked!(stack, mock.clone());
+    let mut a = client.clone();
+    let mut b = client.clone();
+    let call_a = async { call(&mut a, "http://a.test/").await };
+    let call_b = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        call(&mut b, "http://a.test/").await
+    };
+    let (a, b) = tokio::join!(call_a, call_b);
+    assert_eq!(b.unwrap().status(), 500);
+    // The 503's body was drained before the wait, so A ends with an error that
+    // names it.
+    let a = a.unwrap_err();
+    assert_eq!(a.status().map(|s| s.as_u16()), Some(503));
+    assert!(a.is_circuit_open());
+    let h = a.history().unwrap();
+    assert_eq!(h.stop_reason(), Some(StopReason::CircuitOpen));
+    assert_eq!(mock.calls(), 2);
 }
 
 #[test]
@@ -1020,7 +961,6 @@ fn services_are_clone_send_and_sync() {
 #[cfg(feature = "test-util")]
 mod wire {
     use super::*;
-    use crate::support::shape::with_every;
     use crate::support::wire::{client as transport, within_10s, BOTH};
     use backstop::test_util::{Protocol, Reply, Upstream};
     use backstop::ReplayBody;
@@ -1029,14 +969,13 @@ mod wire {
     type Transport = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
 
     fn client(
-        shape: Shape,
         layer: &CircuitBreakerLayer,
         protocol: Protocol,
     ) -> BoxCloneService<Request<Full<Bytes>>, Response<hyper::body::Incoming>, backstop::Error>
     {
         let stack = Stack::new(fast_retries()).breaker(layer);
         let transport: Transport = transport(protocol);
-        crate::shaped!(shape, stack, transport)
+        crate::stacked!(stack, transport)
     }
 
     async fn send<S>(svc: &mut S, uri: http::Uri) -> Result<StatusCode, backstop::Error>
@@ -1059,23 +998,21 @@ mod wire {
             let addr = listener.local_addr().unwrap();
             drop(listener);
             let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
-            for shape in crate::support::shape::SHAPES {
-                let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
-                let mut svc = client(shape, &layer, Protocol::Http1);
-                for _ in 0..3 {
-                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                    assert!(!err.is_circuit_open(), "{shape:?}");
-                    assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
-                }
-                let started = std::time::Instant::now();
-                for _ in 0..1000 {
-                    let err = send(&mut svc, uri.clone()).await.unwrap_err();
-                    assert!(err.is_circuit_open(), "{shape:?}");
-                    assert!(err.next_probe_at().unwrap() > Instant::now());
-                }
-                // A thousand refusals, no socket touched: far under a millisecond each.
-                assert!(started.elapsed() < Duration::from_secs(1));
+            let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
+            let mut svc = client(&layer, Protocol::Http1);
+            for _ in 0..3 {
+                let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                assert!(!err.is_circuit_open());
+                assert_eq!(err.kind(), backstop::policy::ErrorKind::Connect);
             }
+            let started = std::time::Instant::now();
+            for _ in 0..1000 {
+                let err = send(&mut svc, uri.clone()).await.unwrap_err();
+                assert!(err.is_circuit_open());
+                assert!(err.next_probe_at().unwrap() > Instant::now());
+            }
+            // A thousand refusals, no socket touched: far under a millisecond each.
+            assert!(started.elapsed() < Duration::from_secs(1));
         })
         .await;
     }
@@ -1083,7 +1020,7 @@ mod wire {
     #[tokio::test]
     async fn a_failing_upstream_sees_no_request_while_open() {
         within_10s(async {
-            for (shape, protocol) in with_every(BOTH) {
+            for protocol in BOTH {
                 let upstream = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(503))
@@ -1091,22 +1028,19 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 60_000));
-                let mut svc = client(shape, &layer, protocol);
+                let mut svc = client(&layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
                 let seen = upstream.requests().len();
-                assert_eq!(
-                    seen, 6,
-                    "{shape:?} {protocol:?}: two calls of three attempts"
-                );
+                assert_eq!(seen, 6, "{protocol:?}: two calls of three attempts");
                 for _ in 0..100 {
                     assert!(send(&mut svc, upstream.uri("/"))
                         .await
                         .unwrap_err()
                         .is_circuit_open());
                 }
-                assert_eq!(upstream.requests().len(), seen, "{shape:?} {protocol:?}");
+                assert_eq!(upstream.requests().len(), seen, "{protocol:?}");
             }
         })
         .await;
@@ -1115,7 +1049,7 @@ mod wire {
     #[tokio::test]
     async fn a_recovering_upstream_is_probed_back_to_closed() {
         within_10s(async {
-            for (shape, protocol) in with_every(BOTH) {
+            for protocol in BOTH {
                 // Down for six requests (two calls of three attempts), then up.
                 let upstream = Upstream::builder()
                     .protocol(protocol)
@@ -1125,7 +1059,7 @@ mod wire {
                     .await
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(2, 100));
-                let mut svc = client(shape, &layer, protocol);
+                let mut svc = client(&layer, protocol);
                 for _ in 0..2 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 503);
                 }
@@ -1141,11 +1075,7 @@ mod wire {
                 for _ in 0..10 {
                     assert_eq!(send(&mut svc, upstream.uri("/")).await.unwrap(), 200);
                 }
-                assert_eq!(
-                    upstream.requests().len(),
-                    6 + 1 + 10,
-                    "{shape:?} {protocol:?}"
-                );
+                assert_eq!(upstream.requests().len(), 6 + 1 + 10, "{protocol:?}");
             }
         })
         .await;
@@ -1154,7 +1084,7 @@ mod wire {
     #[tokio::test]
     async fn a_bad_origin_beside_a_healthy_one() {
         within_10s(async {
-            for (shape, protocol) in with_every(BOTH) {
+            for protocol in BOTH {
                 let bad = Upstream::builder()
                     .protocol(protocol)
                     .then(Reply::status(502))
@@ -1169,24 +1099,24 @@ mod wire {
                     .unwrap();
                 let layer = CircuitBreakerLayer::new(breaker(3, 60_000));
                 // One client, one transport, both origins, calls interleaved.
-                let mut svc = client(shape, &layer, protocol);
+                let mut svc = client(&layer, protocol);
                 let mut refused_bad = 0;
                 for _ in 0..100 {
                     match send(&mut svc, bad.uri("/")).await {
                         Err(e) if e.is_circuit_open() => refused_bad += 1,
                         Ok(status) => assert_eq!(status, 502),
-                        Err(e) => panic!("{shape:?} {protocol:?}: {e}"),
+                        Err(e) => panic!("{protocol:?}: {e}"),
                     }
                     assert_eq!(
                         send(&mut svc, good.uri("/")).await.unwrap(),
                         200,
-                        "{shape:?} {protocol:?}"
+                        "{protocol:?}"
                     );
                 }
                 // Three calls of three attempts opened the bad origin's breaker.
-                assert_eq!(refused_bad, 97, "{shape:?} {protocol:?}");
-                assert_eq!(bad.requests().len(), 9, "{shape:?} {protocol:?}");
-                assert_eq!(good.requests().len(), 100, "{shape:?} {protocol:?}");
+                assert_eq!(refused_bad, 97, "{protocol:?}");
+                assert_eq!(bad.requests().len(), 9, "{protocol:?}");
+                assert_eq!(good.requests().len(), 100, "{protocol:?}");
                 assert_eq!(
                     layer.state(&head(&good.uri("/").to_string())),
                     State::Closed
@@ -1217,36 +1147,40 @@ async fn a_future_polled_after_it_ended_answers_an_error_not_pending_forever() {
     }
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_call_refused_before_it_sent_anything_counts_neither_way(shape) {
-        use crate::support::shape::BudgetLayer;
-        use backstop::policy::Deadline;
-        let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
-        let breakers = CircuitBreakerLayer::new(breaker(1, 1_000));
-        let budget = BudgetLayer::default();
-        let stack = Stack::new(RetryPolicy::none()).breaker(&breakers).budget(&budget);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        // A 429 is not a failure; its hint pauses the origin for 2 s.
-        let res = call(&mut client, "http://a.test/").await.unwrap();
-        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-        // A call whose deadline ends inside the pause is refused, sending nothing.
-        let mut req = get("http://a.test/");
-        req.extensions_mut().insert(Deadline::after(std::time::Duration::from_secs(1)));
-        let err = client.ready().await.unwrap().call(req).await.unwrap_err();
-        assert!(err.is_paused(), "{err}");
-        assert_eq!(mock.calls(), 1);
-        // The breaker learned nothing from it: one failure would have opened it.
-        assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
-        // Nor from a call whose deadline had passed before it began.
-        let mut req = get("http://a.test/");
-        req.extensions_mut().insert(Deadline::at(Instant::now()));
-        let err = client.ready().await.unwrap().call(req).await.unwrap_err();
-        assert_eq!(err.attempts(), 0);
-        assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
-        advance(std::time::Duration::from_secs(3)).await;
-        assert_eq!(call(&mut client, "http://a.test/").await.unwrap().status(), 200);
-    }
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_before_it_sent_anything_counts_neither_way() {
+    use crate::support::shape::BudgetLayer;
+    use backstop::policy::Deadline;
+    let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+    let breakers = CircuitBreakerLayer::new(breaker(1, 1_000));
+    let budget = BudgetLayer::default();
+    let stack = Stack::new(RetryPolicy::none())
+        .breaker(&breakers)
+        .budget(&budget);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    // A 429 is not a failure; its hint pauses the origin for 2 s.
+    let res = call(&mut client, "http://a.test/").await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // A call whose deadline ends inside the pause is refused, sending nothing.
+    let mut req = get("http://a.test/");
+    req.extensions_mut()
+        .insert(Deadline::after(std::time::Duration::from_secs(1)));
+    let err = client.ready().await.unwrap().call(req).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(mock.calls(), 1);
+    // The breaker learned nothing from it: one failure would have opened it.
+    assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
+    // Nor from a call whose deadline had passed before it began.
+    let mut req = get("http://a.test/");
+    req.extensions_mut().insert(Deadline::at(Instant::now()));
+    let err = client.ready().await.unwrap().call(req).await.unwrap_err();
+    assert_eq!(err.attempts(), 0);
+    assert_eq!(breakers.state(&head("http://a.test/")), State::Closed);
+    advance(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        call(&mut client, "http://a.test/").await.unwrap().status(),
+        200
+    );
 }
 
 /// A call that reached the origin and whose retry a layer beneath refused still

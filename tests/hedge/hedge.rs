@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::support::gates::{Switch, Tokens};
 use crate::support::requests::call_with;
 use crate::support::script::{code, ms, slow, Fate, Reply, Script, Step};
-use crate::support::shape::{Shape, Stack, SHAPES};
+use crate::support::shape::Stack;
 use backstop::hedge::{HedgeLayer, HedgePolicy, Hedged, NotHedged};
 use backstop::policy::{AttemptOutcome, Deadline, ErrorKind, History};
 use backstop::{BoxError, IdempotencyKeyLayer, OneShot, RetryLayer, RetryPolicy};
@@ -556,35 +555,32 @@ async fn a_post_with_a_key_is_hedged_and_every_copy_carries_it() {
     });
 }
 
-over_shapes! {
-    only(Layers, Stack)
-    #[tokio::test(start_paused = true)]
-    async fn in_the_stack_a_stamped_key_rides_on_every_copy(shape) {
-        let script = Script::new([slow(ms(1_000), 201), slow(ms(5), 201)]);
-        // Admission marks the call keyed in the context it hands down to the hedge
-        // layer, in the stack as the key layer does.
-        let stack = Stack::new(RetryPolicy::default())
-            .keys(IdempotencyKeyLayer::new())
-            .hedge(HedgePolicy::after(ms(10)));
-        let client: tower::util::BoxCloneService<_, _, backstop::Error> =
-            crate::shaped!(shape, stack, script.clone());
-        let res = client
-            .oneshot(with_body(Method::POST, "charge"))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::CREATED);
-        script.with(|seen| {
-            assert_eq!(seen.len(), 2);
-            let key = seen[0].key.clone().expect("a stamped key");
-            assert_eq!(seen[1].key.as_deref(), Some(&*key));
-            assert!(seen.iter().all(|s| s.marker));
-            // The copy replays the kept body, byte for byte.
-            assert!(seen
-                .iter()
-                .all(|s| s.body.as_deref() == Some(&b"charge"[..])));
-        });
-        assert_eq!(hedged(&res).winner(), Some(1));
-    }
+#[tokio::test(start_paused = true)]
+async fn in_the_stack_a_stamped_key_rides_on_every_copy() {
+    let script = Script::new([slow(ms(1_000), 201), slow(ms(5), 201)]);
+    // Admission marks the call keyed in the context it hands down to the hedge
+    // layer, in the stack as the key layer does.
+    let stack = Stack::new(RetryPolicy::default())
+        .keys(IdempotencyKeyLayer::new())
+        .hedge(HedgePolicy::after(ms(10)));
+    let client: tower::util::BoxCloneService<_, _, backstop::Error> =
+        crate::stacked!(stack, script.clone());
+    let res = client
+        .oneshot(with_body(Method::POST, "charge"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    script.with(|seen| {
+        assert_eq!(seen.len(), 2);
+        let key = seen[0].key.clone().expect("a stamped key");
+        assert_eq!(seen[1].key.as_deref(), Some(&*key));
+        assert!(seen.iter().all(|s| s.marker));
+        // The copy replays the kept body, byte for byte.
+        assert!(seen
+            .iter()
+            .all(|s| s.body.as_deref() == Some(&b"charge"[..])));
+    });
+    assert_eq!(hedged(&res).winner(), Some(1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1038,7 +1034,7 @@ mod wire {
             .unwrap();
     }
 
-    async fn in_the_stack_a_keyed_post_is_hedged(shape: Shape, proto: Proto) {
+    async fn in_the_stack_a_keyed_post_is_hedged(proto: Proto) {
         let (base, mut rx) = serve(
             proto,
             vec![
@@ -1051,7 +1047,7 @@ mod wire {
         let stack = Stack::new(RetryPolicy::default()).keys(IdempotencyKeyLayer::new());
         let hedge = HedgeLayer::new(HedgePolicy::after(ms(50)));
         let svc: tower::util::BoxCloneService<Request<Full<Bytes>>, _, backstop::Error> =
-            crate::shaped!(shape, stack, hedge.layer(transport));
+            crate::stacked!(stack, hedge.layer(transport));
         let req = Request::post(format!("{base}/charges"))
             .body(Full::new(Bytes::from_static(b"amount=5")))
             .unwrap();
@@ -1069,18 +1065,14 @@ mod wire {
 
     #[tokio::test]
     async fn http1_in_the_stack_a_keyed_post_is_hedged() {
-        for shape in SHAPES {
-            let run = in_the_stack_a_keyed_post_is_hedged(shape, Proto::Http1);
-            tokio::time::timeout(BOUND, run).await.unwrap();
-        }
+        let run = in_the_stack_a_keyed_post_is_hedged(Proto::Http1);
+        tokio::time::timeout(BOUND, run).await.unwrap();
     }
 
     #[tokio::test]
     async fn http2_in_the_stack_a_keyed_post_is_hedged() {
-        for shape in SHAPES {
-            let run = in_the_stack_a_keyed_post_is_hedged(shape, Proto::Http2);
-            tokio::time::timeout(BOUND, run).await.unwrap();
-        }
+        let run = in_the_stack_a_keyed_post_is_hedged(Proto::Http2);
+        tokio::time::timeout(BOUND, run).await.unwrap();
     }
 
     #[tokio::test]

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::support::orders::same_in_every_order;
 use crate::support::script::{io_error, status, Script};
-use crate::support::shape::{Shape, Stack};
+use crate::support::shape::Stack;
 use backstop::idempotency_key::{CallKey, IdempotencyKeyLayer};
 use backstop::policy::CallContext;
 use backstop::RetryPolicy;
@@ -30,203 +29,158 @@ async fn stamped(layer: IdempotencyKeyLayer, req: Request<Full<Bytes>>) -> Reque
     layer.layer(echo).oneshot(req).await.unwrap()
 }
 
-/// The key layer alone (`None`), then each shape of a client that retries nothing.
-const ALONE_AND_SHAPES: [Option<Shape>; 3] = [None, Some(Shape::Layers), Some(Shape::Stack)];
-
-/// Sends `req` through `layer` alone (`None`) or as the guard of a retry layer in
-/// `shape`, and returns the head the transport saw, with the call's context.
-async fn stamped_in(
-    shape: Option<Shape>,
-    layer: IdempotencyKeyLayer,
-    req: Request<Full<Bytes>>,
-) -> Request<()> {
-    let Some(shape) = shape else {
-        let (parts, _) = stamped(layer, req).await.into_parts();
-        return Request::from_parts(parts, ());
-    };
-    let sent = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let record = {
-        let sent = sent.clone();
-        tower::service_fn(move |req: Request<backstop::ReplayBody<Full<Bytes>>>| {
-            let mut head = Request::new(());
-            *head.method_mut() = req.method().clone();
-            *head.headers_mut() = req.headers().clone();
-            if let Some(context) = CallContext::of(req.extensions()) {
-                head.extensions_mut().insert(context.clone());
-            }
-            *sent.lock().unwrap() = Some(head);
-            async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(Full::<Bytes>::default()))
-            }
-        })
-    };
-    let stack = Stack::new(RetryPolicy::none()).keys(layer);
-    let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
-        crate::shaped!(shape, stack, record);
-    client.ready().await.unwrap().call(req).await.unwrap();
-    let head = sent.lock().unwrap().take();
-    head.expect("the transport saw the call")
+/// Sends `req` through the key layer alone and returns the head the transport saw,
+/// with the call's context.
+async fn stamped_in(layer: IdempotencyKeyLayer, req: Request<Full<Bytes>>) -> Request<()> {
+    let (parts, _) = stamped(layer, req).await.into_parts();
+    Request::from_parts(parts, ())
 }
 
 #[tokio::test]
 async fn posts_and_patches_get_a_key_and_the_marker() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        for method in [Method::POST, Method::PATCH] {
-            let seen = stamped_in(shape, IdempotencyKeyLayer::new(), req(method.clone())).await;
-            let key = seen.headers()["idempotency-key"].to_str().unwrap();
-            assert_eq!(key.len(), 36, "{shape:?} {method}");
-            // A retry layer that allows one attempt leaves its route's choice (no
-            // hedge) in a context, which its guard then marks keyed.
-            assert!(
-                CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
-                "{shape:?} {method}"
-            );
-        }
-    }
-}
-
-#[tokio::test]
-async fn other_methods_are_left_alone() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        for method in [Method::GET, Method::PUT, Method::DELETE] {
-            let seen = stamped_in(shape, IdempotencyKeyLayer::new(), req(method.clone())).await;
-            assert!(!seen.headers().contains_key("idempotency-key"), "{method}");
-            assert!(
-                !CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
-                "{method}"
-            );
-        }
-    }
-}
-
-#[tokio::test]
-async fn each_call_gets_its_own_key() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let a = stamped_in(shape, IdempotencyKeyLayer::new(), req(Method::POST)).await;
-        let b = stamped_in(shape, IdempotencyKeyLayer::new(), req(Method::POST)).await;
-        assert_ne!(
-            a.headers()["idempotency-key"],
-            b.headers()["idempotency-key"]
+    for method in [Method::POST, Method::PATCH] {
+        let seen = stamped_in(IdempotencyKeyLayer::new(), req(method.clone())).await;
+        let key = seen.headers()["idempotency-key"].to_str().unwrap();
+        assert_eq!(key.len(), 36, "{method}");
+        // The layer marks the call keyed in the context it hands down.
+        assert!(
+            CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
+            "{method}"
         );
     }
 }
 
 #[tokio::test]
-async fn a_key_in_the_headers_is_kept() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let mut r = req(Method::POST);
-        r.headers_mut()
-            .insert("idempotency-key", HeaderValue::from_static("caller-1"));
-        r.extensions_mut()
-            .insert(CallKey(HeaderValue::from_static("ignored")));
-        let seen = stamped_in(shape, IdempotencyKeyLayer::new(), r).await;
-        assert_eq!(seen.headers()["idempotency-key"], "caller-1");
-        assert_eq!(seen.headers().get_all("idempotency-key").iter().count(), 1);
+async fn other_methods_are_left_alone() {
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        let seen = stamped_in(IdempotencyKeyLayer::new(), req(method.clone())).await;
+        assert!(!seen.headers().contains_key("idempotency-key"), "{method}");
+        assert!(
+            !CallContext::of(seen.extensions()).is_some_and(CallContext::is_keyed),
+            "{method}"
+        );
     }
+}
+
+#[tokio::test]
+async fn each_call_gets_its_own_key() {
+    let a = stamped_in(IdempotencyKeyLayer::new(), req(Method::POST)).await;
+    let b = stamped_in(IdempotencyKeyLayer::new(), req(Method::POST)).await;
+    assert_ne!(
+        a.headers()["idempotency-key"],
+        b.headers()["idempotency-key"]
+    );
+}
+
+#[tokio::test]
+async fn a_key_in_the_headers_is_kept() {
+    let mut r = req(Method::POST);
+    r.headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("caller-1"));
+    r.extensions_mut()
+        .insert(CallKey(HeaderValue::from_static("ignored")));
+    let seen = stamped_in(IdempotencyKeyLayer::new(), r).await;
+    assert_eq!(seen.headers()["idempotency-key"], "caller-1");
+    assert_eq!(seen.headers().get_all("idempotency-key").iter().count(), 1);
 }
 
 #[tokio::test]
 async fn a_key_given_per_call_is_used() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let mut r = req(Method::POST);
-        r.extensions_mut()
-            .insert(CallKey(HeaderValue::from_static("order-7f3a")));
-        let seen = stamped_in(shape, IdempotencyKeyLayer::new(), r).await;
-        assert_eq!(seen.headers()["idempotency-key"], "order-7f3a");
-    }
+    let mut r = req(Method::POST);
+    r.extensions_mut()
+        .insert(CallKey(HeaderValue::from_static("order-7f3a")));
+    let seen = stamped_in(IdempotencyKeyLayer::new(), r).await;
+    assert_eq!(seen.headers()["idempotency-key"], "order-7f3a");
 }
 
 #[tokio::test]
 async fn header_methods_and_generator_are_settings() {
-    for shape in ALONE_AND_SHAPES {
-        eprintln!("shape: {shape:?}");
-        let layer = IdempotencyKeyLayer::new()
-            .header(HeaderName::from_static("x-request-key"))
-            .methods([Method::DELETE])
-            .generator(|| HeaderValue::from_static("fixed"));
-        let seen = stamped_in(shape, layer.clone(), req(Method::DELETE)).await;
-        assert_eq!(seen.headers()["x-request-key"], "fixed");
-        assert!(!seen.headers().contains_key("idempotency-key"));
-        let seen = stamped_in(shape, layer, req(Method::POST)).await;
-        assert!(!seen.headers().contains_key("x-request-key"));
-    }
+    let layer = IdempotencyKeyLayer::new()
+        .header(HeaderName::from_static("x-request-key"))
+        .methods([Method::DELETE])
+        .generator(|| HeaderValue::from_static("fixed"));
+    let seen = stamped_in(layer.clone(), req(Method::DELETE)).await;
+    assert_eq!(seen.headers()["x-request-key"], "fixed");
+    assert!(!seen.headers().contains_key("idempotency-key"));
+    let seen = stamped_in(layer, req(Method::POST)).await;
+    assert!(!seen.headers().contains_key("x-request-key"));
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn every_attempt_of_a_call_carries_the_same_key(shape) {
-        let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = keys.clone();
-        let mock = Script::new([status(503), status(503), status(201)]);
-        let record = tower::service_fn(move |req: Request<backstop::ReplayBody<Full<Bytes>>>| {
-            seen.lock()
-                .unwrap()
-                .push(req.headers()["idempotency-key"].clone());
-            let mut mock = mock.clone();
-            async move { mock.call(req).await }
-        });
-        let policy = RetryPolicy::builder()
-            .backoff(Duration::from_millis(10), Duration::from_millis(10))
-            .build()
-            .unwrap();
-        let stack = Stack::new(policy).keys(IdempotencyKeyLayer::new());
-        let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
-            crate::shaped!(shape, stack, record);
-        let res = client
-            .ready()
-            .await
+#[tokio::test(start_paused = true)]
+async fn every_attempt_of_a_call_carries_the_same_key() {
+    let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    let mock = Script::new([status(503), status(503), status(201)]);
+    let record = tower::service_fn(move |req: Request<backstop::ReplayBody<Full<Bytes>>>| {
+        seen.lock()
             .unwrap()
-            .call(req(Method::POST))
-            .await
-            .unwrap();
-        // Keyed, so the POST was retried past two 503s.
-        assert_eq!(res.status(), StatusCode::CREATED);
-        let keys = keys.lock().unwrap();
-        assert_eq!(keys.len(), 3);
-        assert!(keys.iter().all(|k| *k == keys[0]));
-    }
+            .push(req.headers()["idempotency-key"].clone());
+        let mut mock = mock.clone();
+        async move { mock.call(req).await }
+    });
+    let policy = RetryPolicy::builder()
+        .backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let stack = Stack::new(policy).keys(IdempotencyKeyLayer::new());
+    let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
+        crate::stacked!(stack, record);
+    let res = client
+        .ready()
+        .await
+        .unwrap()
+        .call(req(Method::POST))
+        .await
+        .unwrap();
+    // Keyed, so the POST was retried past two 503s.
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let keys = keys.lock().unwrap();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| *k == keys[0]));
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_keyed_post_is_retried_after_a_reset_with_the_callers_key(shape) {
-        // A reset connection may have reached the server: only a keyed POST goes
-        // again, with the caller's key on every attempt.
-        let mock = Script::new([
-            io_error(std::io::ErrorKind::ConnectionReset),
-            status(503),
-            status(201),
-        ]);
-        let policy = RetryPolicy::builder()
-            .backoff(Duration::from_millis(10), Duration::from_millis(10))
-            .build()
-            .unwrap();
-        let stack = Stack::new(policy.clone()).keys(IdempotencyKeyLayer::new());
-        let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
-            crate::shaped!(shape, stack, mock.clone());
-        let mut r = req(Method::POST);
-        r.extensions_mut()
-            .insert(CallKey(HeaderValue::from_static("order-7f3a")));
-        let res = client.ready().await.unwrap().call(r).await.unwrap();
-        assert_eq!(res.status(), StatusCode::CREATED);
-        let seen = mock.seen();
-        assert_eq!(seen.len(), 3);
-        assert!(seen.iter().all(|s| s.key.as_deref() == Some("order-7f3a")), "{seen:?}");
+#[tokio::test(start_paused = true)]
+async fn a_keyed_post_is_retried_after_a_reset_with_the_callers_key() {
+    // A reset connection may have reached the server: only a keyed POST goes
+    // again, with the caller's key on every attempt.
+    let mock = Script::new([
+        io_error(std::io::ErrorKind::ConnectionReset),
+        status(503),
+        status(201),
+    ]);
+    let policy = RetryPolicy::builder()
+        .backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let stack = Stack::new(policy.clone()).keys(IdempotencyKeyLayer::new());
+    let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
+        crate::stacked!(stack, mock.clone());
+    let mut r = req(Method::POST);
+    r.extensions_mut()
+        .insert(CallKey(HeaderValue::from_static("order-7f3a")));
+    let res = client.ready().await.unwrap().call(r).await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter().all(|s| s.key.as_deref() == Some("order-7f3a")),
+        "{seen:?}"
+    );
 
-        // Without the key, the same reset ends the POST at once.
-        let mock = Script::new([io_error(std::io::ErrorKind::ConnectionReset)]);
-        let stack = Stack::new(policy);
-        let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
-            crate::shaped!(shape, stack, mock.clone());
-        let err = client.ready().await.unwrap().call(req(Method::POST)).await.unwrap_err();
-        assert_eq!(err.attempts(), 1, "{err}");
-        assert_eq!(mock.calls(), 1);
-    }
+    // Without the key, the same reset ends the POST at once.
+    let mock = Script::new([io_error(std::io::ErrorKind::ConnectionReset)]);
+    let stack = Stack::new(policy);
+    let mut client: tower::util::BoxCloneService<_, _, backstop::Error> =
+        crate::stacked!(stack, mock.clone());
+    let err = client
+        .ready()
+        .await
+        .unwrap()
+        .call(req(Method::POST))
+        .await
+        .unwrap_err();
+    assert_eq!(err.attempts(), 1, "{err}");
+    assert_eq!(mock.calls(), 1);
 }
 
 #[test]

@@ -1,7 +1,9 @@
-//! A retry layer that guards its calls itself (key, breaker, budget) against the
-//! stack of layers it stands for: the same observer events, refusals, holds and
-//! records, what it hands down to a hedge layer beneath, what a dropped call gives
-//! back, and the same behaviour over real loopback upstreams.
+//! Admission in the `Backstop` stack (key, breaker, budget, pause), and the
+//! separate layers as front-ends of the same admission: one scenario, and the
+//! observer events of a retried, a refused and a paused call, agree in both
+//! shapes. The rest is stated in the stack alone: records, holds, what a dropped
+//! call gives back, what the stack hands down to its hedge, and real loopback
+//! upstreams.
 
 use crate::support::shape::{BudgetLayer, CircuitBreakerLayer};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,17 +11,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::record::Recorder;
 use crate::support::requests::{call, get, head};
 use crate::support::script::{ms, slow, status, status_with, Reply, Script};
-use crate::support::shape::{Shape, Stack, SHAPES};
+use crate::support::shape::{Shape, Stack};
 use backstop::budget::BudgetPolicy;
 use backstop::circuit_breaker::State;
-use backstop::hedge::{HedgePolicy, Hedged, NotHedged};
+use backstop::hedge::{HedgePolicy, Hedged};
 use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::observe::{Event, ObserveLayer, Observer};
-use backstop::policy::{CallContext, Deadline, History, StopReason};
+use backstop::policy::{CallContext, Deadline, ErrorKind, History, StopReason};
 use backstop::RetryPolicy;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -76,8 +77,8 @@ fn normalised(recorder: &Recorder, jittered: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// `run` in every shape: what it returns in each guarded shape is what it returns
-/// in the stack of layers.
+/// `run` in both shapes: what it returns in the stack is what it returns in the
+/// separate layers.
 async fn same_in_every_shape<T, F, Fut>(run: F) -> T
 where
     T: PartialEq + std::fmt::Debug,
@@ -85,13 +86,7 @@ where
     Fut: std::future::Future<Output = T>,
 {
     let layers = run(Shape::Layers).await;
-    for shape in [Shape::Stack] {
-        assert_eq!(
-            run(shape).await,
-            layers,
-            "{shape:?} differs from the layers"
-        );
-    }
+    assert_eq!(run(Shape::Stack).await, layers, "the stack differs");
     layers
 }
 
@@ -298,6 +293,82 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
 }
 
 // ---------------------------------------------------------------------------------
+// The separate layers and the stack: front-ends of one admission
+
+/// The stop reason in `res`'s history.
+fn stopped<B>(res: &Response<B>) -> Option<StopReason> {
+    res.extensions()
+        .get::<History>()
+        .and_then(History::stop_reason)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_layers_and_the_stack_admit_alike() {
+    let seen = same_in_every_shape(|shape| async move {
+        // Two failed calls in a row open the breaker; each first attempt deposits
+        // one retry, and there is no floor.
+        let breakers = breaker(2, ms(5000));
+        let budget = one_retry_per_call();
+        let stack = guard(retries(), &breakers, &budget);
+        let mock = Script::new((0..6).map(|i| status(if i == 1 { 201 } else { 503 })));
+        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
+        let mut answers = Vec::new();
+        // A POST is keyed, so its 503 is retried (with the call's deposit).
+        let post = Request::post(A).body(Full::default()).unwrap();
+        let res = client.ready().await.unwrap().call(post).await.unwrap();
+        answers.push((res.status(), stopped(&res)));
+        // Each GET retries once with its deposit; the budget stops the next retry.
+        for _ in 0..2 {
+            let res = call(&mut client, A).await.unwrap();
+            answers.push((res.status(), stopped(&res)));
+        }
+        // Two failed calls: the breaker refuses the next without sending it.
+        let err = call(&mut client, A).await.unwrap_err();
+        let refusal = (err.kind(), err.attempts(), err.stop_reason());
+        // Each attempt sent: its method, and whether it carried the first key.
+        let first = mock.seen()[0].key.clone();
+        let sent: Vec<_> = mock
+            .seen()
+            .iter()
+            .map(|s| (s.method.clone(), s.key.is_some() && s.key == first))
+            .collect();
+        let state = (
+            breakers.state(&head(A)),
+            budget.account(&head(A)).available(),
+        );
+        (answers, refusal, sent, state)
+    })
+    .await;
+    let (answers, refusal, sent, state) = seen;
+    assert_eq!(
+        answers,
+        [
+            (StatusCode::CREATED, Some(StopReason::Answered)),
+            (StatusCode::SERVICE_UNAVAILABLE, Some(StopReason::Budget)),
+            (StatusCode::SERVICE_UNAVAILABLE, Some(StopReason::Budget)),
+        ]
+    );
+    assert_eq!(
+        refusal,
+        (ErrorKind::CircuitOpen, 0, Some(StopReason::CircuitOpen))
+    );
+    // The POST's two attempts with one stamped key, two unkeyed per GET.
+    let (post, get) = (http::Method::POST, http::Method::GET);
+    assert_eq!(
+        sent,
+        [
+            (post.clone(), true),
+            (post, true),
+            (get.clone(), false),
+            (get.clone(), false),
+            (get.clone(), false),
+            (get, false),
+        ]
+    );
+    assert_eq!(state, (State::Open, 0));
+}
+
+// ---------------------------------------------------------------------------------
 // Breaker and budget records
 
 #[tokio::test(start_paused = true)]
@@ -305,7 +376,7 @@ async fn the_layers_given_to_the_guard_count_its_calls_origins() {
     let breakers = breaker(5, ms(1000));
     let budget = BudgetLayer::default();
     let stack = guard(retries(), &breakers, &budget);
-    let mut client: Client = crate::shaped!(Shape::Stack, stack, Script::new([]));
+    let mut client: Client = crate::stacked!(stack, Script::new([]));
     for uri in ["http://a.test/", "http://b.test/", "http://c.test/x"] {
         call(&mut client, uri).await.unwrap();
     }
@@ -320,88 +391,82 @@ async fn the_layers_given_to_the_guard_count_its_calls_origins() {
     assert_eq!(breakers.state(&head(A)), State::Closed);
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_half_open_probe_is_not_retried(shape) {
-        let mock = Script::new([status(503), status(503), status(503), status(503)]);
-        let breakers = breaker(1, ms(1000));
-        let stack = Stack::new(retries()).breaker(&breakers);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        // Three attempts, one failed call: the breaker opens.
-        call(&mut client, A).await.unwrap();
-        assert_eq!(mock.calls(), 3);
-        assert_eq!(breakers.state(&head(A)), State::Open);
-        sleep(ms(1000)).await;
-        // The probe's 503 is not retried: the half-open breaker refuses the retry.
-        let res = call(&mut client, A).await.unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(mock.calls(), 4);
-        let history = res.extensions().get::<History>().unwrap();
-        assert_eq!(history.stop_reason(), Some(StopReason::CircuitOpen));
-        assert_eq!(breakers.state(&head(A)), State::Open);
-    }
+#[tokio::test(start_paused = true)]
+async fn a_half_open_probe_is_not_retried() {
+    let mock = Script::new([status(503), status(503), status(503), status(503)]);
+    let breakers = breaker(1, ms(1000));
+    let stack = Stack::new(retries()).breaker(&breakers);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    // Three attempts, one failed call: the breaker opens.
+    call(&mut client, A).await.unwrap();
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(breakers.state(&head(A)), State::Open);
+    sleep(ms(1000)).await;
+    // The probe's 503 is not retried: the half-open breaker refuses the retry.
+    let res = call(&mut client, A).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 4);
+    let history = res.extensions().get::<History>().unwrap();
+    assert_eq!(history.stop_reason(), Some(StopReason::CircuitOpen));
+    assert_eq!(breakers.state(&head(A)), State::Open);
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn an_empty_budget_stops_the_retries(shape) {
-        let budget = BudgetLayer::new(
-            BudgetPolicy::builder()
-                .ratio(0.5)
-                .min_per_second(0.0)
-                .build()
-                .unwrap(),
-        );
-        let mock = Script::new((0..20).map(|_| status(503)));
-        let stack = Stack::new(retries()).budget(&budget);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        // Half a retry per call: the first call cannot retry, the second can once.
-        let res = call(&mut client, A).await.unwrap();
-        let history = res.extensions().get::<History>().unwrap();
-        assert_eq!(history.stop_reason(), Some(StopReason::Budget));
-        assert_eq!(mock.calls(), 1);
-        call(&mut client, A).await.unwrap();
-        assert_eq!(mock.calls(), 3);
-        assert_eq!(budget.account(&head(A)).available(), 0);
-    }
+#[tokio::test(start_paused = true)]
+async fn an_empty_budget_stops_the_retries() {
+    let budget = BudgetLayer::new(
+        BudgetPolicy::builder()
+            .ratio(0.5)
+            .min_per_second(0.0)
+            .build()
+            .unwrap(),
+    );
+    let mock = Script::new((0..20).map(|_| status(503)));
+    let stack = Stack::new(retries()).budget(&budget);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    // Half a retry per call: the first call cannot retry, the second can once.
+    let res = call(&mut client, A).await.unwrap();
+    let history = res.extensions().get::<History>().unwrap();
+    assert_eq!(history.stop_reason(), Some(StopReason::Budget));
+    assert_eq!(mock.calls(), 1);
+    call(&mut client, A).await.unwrap();
+    assert_eq!(mock.calls(), 3);
+    assert_eq!(budget.account(&head(A)).available(), 0);
 }
 
 // ---------------------------------------------------------------------------------
 // Holds
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_hold_whose_pause_is_extended_waits_for_the_new_end(shape) {
-        let budget = unspread();
-        let mock = Script::new([]);
-        let stack = Stack::new(retries()).budget(&budget);
-        let client: Client = crate::shaped!(shape, stack, mock.clone());
-        let t0 = Instant::now();
-        let account = budget.account(&head(A));
-        account.pause(t0 + ms(1000));
-        let held = {
-            let mut client = client.clone();
-            tokio::spawn(async move { call(&mut client, A).await })
-        };
-        let mut short = get(A);
-        within(&mut short, ms(2500));
-        let short = {
-            let mut client = client.clone();
-            tokio::spawn(async move { client.ready().await?.call(short).await })
-        };
-        sleep(ms(500)).await;
-        assert_eq!(mock.calls(), 0);
-        // Another answer pushes the end to 3 s: past the second call's deadline.
-        account.pause(t0 + ms(3000));
-        let err = short.await.unwrap().unwrap_err();
-        assert!(err.is_paused(), "{err}");
-        assert_eq!(Instant::now(), t0 + ms(1000), "refused when its hold ended");
-        assert_eq!(err.paused_until(), Some(t0 + ms(3000)));
-        let res = held.await.unwrap().unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(mock.seen()[0].at, t0 + ms(3000));
-        assert_eq!(mock.calls(), 1);
-    }
+#[tokio::test(start_paused = true)]
+async fn a_hold_whose_pause_is_extended_waits_for_the_new_end() {
+    let budget = unspread();
+    let mock = Script::new([]);
+    let stack = Stack::new(retries()).budget(&budget);
+    let client: Client = crate::stacked!(stack, mock.clone());
+    let t0 = Instant::now();
+    let account = budget.account(&head(A));
+    account.pause(t0 + ms(1000));
+    let held = {
+        let mut client = client.clone();
+        tokio::spawn(async move { call(&mut client, A).await })
+    };
+    let mut short = get(A);
+    within(&mut short, ms(2500));
+    let short = {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.ready().await?.call(short).await })
+    };
+    sleep(ms(500)).await;
+    assert_eq!(mock.calls(), 0);
+    // Another answer pushes the end to 3 s: past the second call's deadline.
+    account.pause(t0 + ms(3000));
+    let err = short.await.unwrap().unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now(), t0 + ms(1000), "refused when its hold ended");
+    assert_eq!(err.paused_until(), Some(t0 + ms(3000)));
+    let res = held.await.unwrap().unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.seen()[0].at, t0 + ms(3000));
+    assert_eq!(mock.calls(), 1);
 }
 
 /// A scripted transport whose readiness fails once `broken`.
@@ -477,39 +542,37 @@ async fn a_held_call_whose_service_fails_readiness_ends_with_that_error() {
 // ---------------------------------------------------------------------------------
 // A future dropped before it ends
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn a_held_probe_dropped_gives_its_slot_back(shape) {
-        // A 503 that opens the breaker and pauses the origin for 5 s.
-        let mock = Script::new([status_with(503, &[("retry-after", "5")])]);
-        let breakers = breaker(1, ms(1000));
-        let budget = unspread();
-        let stack = guard(RetryPolicy::none(), &breakers, &budget);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        call(&mut client, A).await.unwrap();
-        assert_eq!(breakers.state(&head(A)), State::Open);
-        sleep(ms(1000)).await;
-        // The probe is admitted, then held by the pause.
-        let mut probe = client.ready().await.unwrap().call(get(A));
-        assert!((&mut probe).now_or_never().is_none(), "held");
-        let err = client
-            .ready()
-            .await
-            .unwrap()
-            .call(get(A))
-            .now_or_never()
-            .expect("refused at once")
-            .unwrap_err();
-        assert!(err.is_circuit_open(), "the probe's slot is taken: {err}");
-        drop(probe);
-        assert_eq!(breakers.state(&head(A)), State::HalfOpen);
-        // The slot is free again: the next call is the probe, held in its turn.
-        let next = client.ready().await.unwrap().call(get(A));
-        let res = next.await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(mock.calls(), 2);
-        assert_eq!(breakers.state(&head(A)), State::Closed);
-    }
+#[tokio::test(start_paused = true)]
+async fn a_held_probe_dropped_gives_its_slot_back() {
+    // A 503 that opens the breaker and pauses the origin for 5 s.
+    let mock = Script::new([status_with(503, &[("retry-after", "5")])]);
+    let breakers = breaker(1, ms(1000));
+    let budget = unspread();
+    let stack = guard(RetryPolicy::none(), &breakers, &budget);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    call(&mut client, A).await.unwrap();
+    assert_eq!(breakers.state(&head(A)), State::Open);
+    sleep(ms(1000)).await;
+    // The probe is admitted, then held by the pause.
+    let mut probe = client.ready().await.unwrap().call(get(A));
+    assert!((&mut probe).now_or_never().is_none(), "held");
+    let err = client
+        .ready()
+        .await
+        .unwrap()
+        .call(get(A))
+        .now_or_never()
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(err.is_circuit_open(), "the probe's slot is taken: {err}");
+    drop(probe);
+    assert_eq!(breakers.state(&head(A)), State::HalfOpen);
+    // The slot is free again: the next call is the probe, held in its turn.
+    let next = client.ready().await.unwrap().call(get(A));
+    let res = next.await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 2);
+    assert_eq!(breakers.state(&head(A)), State::Closed);
 }
 
 // ---------------------------------------------------------------------------------
@@ -532,32 +595,26 @@ fn recording(handed: &Handed) -> Script {
 
 #[tokio::test(start_paused = true)]
 async fn a_stack_that_may_hedge_hands_the_budget_and_breaker_to_every_call() {
-    for shape in SHAPES {
-        let handed = Handed::default();
-        let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default())
-            .hedge(HedgePolicy::after(ms(100)));
-        let mut client: Client = crate::shaped!(shape, stack, recording(&handed));
-        let post = Request::post(A).body(Full::default()).unwrap();
-        client.ready().await.unwrap().call(post).await.unwrap();
-        // A call that carries a context already gets them in every shape.
-        let mut own = get(A);
-        CallContext::of_mut(own.extensions_mut());
-        client.ready().await.unwrap().call(own).await.unwrap();
-        let handed = handed.lock().unwrap().clone();
-        assert_eq!(
-            handed,
-            [(true, true, true), (true, true, false)],
-            "{shape:?}"
-        );
-    }
+    let handed = Handed::default();
+    let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default())
+        .hedge(HedgePolicy::after(ms(100)));
+    let mut client: Client = crate::stacked!(stack, recording(&handed));
+    let post = Request::post(A).body(Full::default()).unwrap();
+    client.ready().await.unwrap().call(post).await.unwrap();
+    // A call that carries a context already gets them.
+    let mut own = get(A);
+    CallContext::of_mut(own.extensions_mut());
+    client.ready().await.unwrap().call(own).await.unwrap();
+    let handed = handed.lock().unwrap().clone();
+    assert_eq!(handed, [(true, true, true), (true, true, false)]);
 }
 
-/// Retry (in `shape`) → Hedge (a copy after 100 ms) → `mock`.
-fn hedged(shape: Shape, budget: &BudgetLayer, mock: &Script) -> Client {
+/// The stack: budget, retry and hedge (a copy after 100 ms) over `mock`.
+fn hedged(budget: &BudgetLayer, mock: &Script) -> Client {
     let stack = Stack::new(retries())
         .budget(budget)
         .hedge(HedgePolicy::after(ms(100)));
-    crate::shaped!(shape, stack, mock.clone())
+    crate::stacked!(stack, mock.clone())
 }
 
 fn one_retry_per_call() -> BudgetLayer {
@@ -571,50 +628,33 @@ fn one_retry_per_call() -> BudgetLayer {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hedge_spends_from_the_calls_budget_in_every_shape() {
-    for shape in SHAPES {
-        let budget = one_retry_per_call();
-        let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200), slow(ms(300), 200)]);
-        let mut client = hedged(shape, &budget, &mock);
-        let res = call(&mut client, A).await.unwrap();
-        let hedged = Hedged::of(&res).unwrap();
-        assert_eq!(hedged.copies(), 1, "{shape:?}");
-        // The call's deposit paid for its hedge.
-        let account = budget.account(&head(A));
-        assert_eq!(account.available(), 0, "{shape:?}");
-    }
-    // With nothing deposited (a ratio of 0), the budget refuses the hedge.
-    for shape in SHAPES {
-        let budget = BudgetLayer::new(
-            BudgetPolicy::builder()
-                .ratio(0.0)
-                .min_per_second(0.0)
-                .build()
-                .unwrap(),
-        );
-        let mock = Script::new([slow(ms(300), 200)]);
-        let res = call(&mut hedged(shape, &budget, &mock), A).await.unwrap();
-        let hedged = Hedged::of(&res).unwrap();
-        assert_eq!(hedged.not_sent(), Some(NotHedged::Budget), "{shape:?}");
-        assert_eq!(mock.calls(), 1, "{shape:?}");
-    }
+async fn a_hedge_spends_from_the_calls_budget() {
+    let budget = one_retry_per_call();
+    let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200), slow(ms(300), 200)]);
+    let mut client = hedged(&budget, &mock);
+    let res = call(&mut client, A).await.unwrap();
+    let hedged = Hedged::of(&res).unwrap();
+    assert_eq!(hedged.copies(), 1);
+    // The call's deposit paid for its hedge.
+    let account = budget.account(&head(A));
+    assert_eq!(account.available(), 0);
+    // With nothing deposited, the budget refuses the hedge: `composition.rs`,
+    // `a_hedge_spends_the_calls_budget`.
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_keyed_post_with_its_own_header_is_hedged_in_every_shape() {
-    for shape in SHAPES {
-        let keys = IdempotencyKeyLayer::new().header(http::HeaderName::from_static("x-op-key"));
-        let stack = Stack::new(retries())
-            .keys(keys)
-            .hedge(HedgePolicy::after(ms(100)));
-        let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200)]);
-        let mut client: Client = crate::shaped!(shape, stack, mock.clone());
-        let post = Request::post(A).body(Full::default()).unwrap();
-        let res = client.ready().await.unwrap().call(post).await.unwrap();
-        // Keyed by the mark alone (the hedge does not know the header): hedged.
-        assert_eq!(Hedged::of(&res).unwrap().copies(), 1, "{shape:?}");
-        assert_eq!(mock.calls(), 2, "{shape:?}");
-    }
+async fn a_keyed_post_with_its_own_header_is_hedged() {
+    let keys = IdempotencyKeyLayer::new().header(http::HeaderName::from_static("x-op-key"));
+    let stack = Stack::new(retries())
+        .keys(keys)
+        .hedge(HedgePolicy::after(ms(100)));
+    let mock = Script::new([slow(ms(300), 200), slow(ms(300), 200)]);
+    let mut client: Client = crate::stacked!(stack, mock.clone());
+    let post = Request::post(A).body(Full::default()).unwrap();
+    let res = client.ready().await.unwrap().call(post).await.unwrap();
+    // Keyed by the mark alone (the hedge does not know the header): hedged.
+    assert_eq!(Hedged::of(&res).unwrap().copies(), 1);
+    assert_eq!(mock.calls(), 2);
 }
 
 // ---------------------------------------------------------------------------------
@@ -623,7 +663,6 @@ async fn a_keyed_post_with_its_own_header_is_hedged_in_every_shape() {
 #[cfg(feature = "test-util")]
 mod wire {
     use super::*;
-    use crate::support::shape::with_every;
     use crate::support::wire::{empty, quick, transport, upstream, within_10s, Body, BOTH};
     use backstop::test_util::{Reply as Answer, Step};
 
@@ -633,7 +672,7 @@ mod wire {
     #[tokio::test]
     async fn a_keyed_post_is_retried_after_a_503_with_one_key() {
         within_10s(async {
-            for (shape, protocol) in with_every(BOTH) {
+            for protocol in BOTH {
                 let up = upstream(
                     protocol,
                     vec![Step::Reply(Answer::status(503)), Step::Reply(Answer::ok())],
@@ -642,14 +681,14 @@ mod wire {
                 let breakers = breaker(5, ms(1000));
                 let budget = BudgetLayer::default();
                 let stack = guard(quick(), &breakers, &budget);
-                let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
+                let mut client: WireClient = crate::stacked!(stack, transport(protocol));
                 let post = Request::post(up.uri("/orders"))
                     .body(crate::support::wire::full("amount=42"))
                     .unwrap();
                 let res = client.ready().await.unwrap().call(post).await.unwrap();
-                assert_eq!(res.status(), StatusCode::OK, "{shape:?} {protocol:?}");
+                assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
                 let seen = up.requests();
-                assert_eq!(seen.len(), 2, "{shape:?} {protocol:?}");
+                assert_eq!(seen.len(), 2, "{protocol:?}");
                 let key = seen[0].idempotency_key.clone().expect("stamped");
                 assert_eq!(seen[1].idempotency_key.as_deref(), Some(&*key));
                 assert!(seen.iter().all(|r| r.body == "amount=42"));
@@ -662,7 +701,7 @@ mod wire {
     #[tokio::test]
     async fn a_429_pause_holds_the_next_call() {
         within_10s(async {
-            for (shape, protocol) in with_every(BOTH) {
+            for protocol in BOTH {
                 let up = upstream(
                     protocol,
                     vec![Step::Reply(
@@ -671,14 +710,14 @@ mod wire {
                 )
                 .await;
                 let budget = BudgetLayer::default();
-                // One guard's breaker and budget for both clients, in every shape.
+                // One stack's breaker and budget for both clients.
                 let breakers = breaker(5, ms(1000));
                 let once = Stack::new(RetryPolicy::none())
                     .breaker(&breakers)
                     .budget(&budget);
-                let mut once: WireClient = crate::shaped!(shape, once, transport(protocol));
+                let mut once: WireClient = crate::stacked!(once, transport(protocol));
                 let stack = guard(quick(), &breakers, &budget);
-                let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
+                let mut client: WireClient = crate::stacked!(stack, transport(protocol));
                 let get = || Request::get(up.uri("/items")).body(empty()).unwrap();
                 let res = once.ready().await.unwrap().call(get()).await.unwrap();
                 assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -687,9 +726,9 @@ mod wire {
                     .paused_until()
                     .expect("paused");
                 let res = client.ready().await.unwrap().call(get()).await.unwrap();
-                assert_eq!(res.status(), StatusCode::OK, "{shape:?} {protocol:?}");
-                assert!(Instant::now() >= until, "{shape:?} {protocol:?}: held");
-                assert_eq!(up.requests().len(), 2, "{shape:?} {protocol:?}");
+                assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
+                assert!(Instant::now() >= until, "{protocol:?}: held");
+                assert_eq!(up.requests().len(), 2, "{protocol:?}");
             }
         })
         .await;

@@ -1,9 +1,10 @@
-//! The two shapes of a client, so one test body states a behaviour for both: the
-//! separate layers
+//! The two shapes of a client: the separate layers
 //! `IdempotencyKeyLayer → CircuitBreakerLayer → BudgetLayer → RetryLayer → inner`,
 //! and the `Backstop` stack built with the same policies. Both run the same
-//! admission code; the kit's `CircuitBreakerLayer` and `BudgetLayer` read the state
-//! of whichever shape ran.
+//! admission code. A behaviour test builds one of them ([`stacked!`] for the
+//! stack); the composition suite in `tests/stack/` builds both ([`shaped!`]) and
+//! compares. The kit's `CircuitBreakerLayer` and `BudgetLayer` read the state of
+//! whichever shape ran.
 
 use std::sync::{Arc, OnceLock};
 
@@ -23,9 +24,6 @@ pub enum Shape {
     /// The `Backstop` stack.
     Stack,
 }
-
-/// Every shape, for a test that loops over them.
-pub const SHAPES: [Shape; 2] = [Shape::Layers, Shape::Stack];
 
 /// The stack layer whose breakers and accounts every stack built with the same
 /// breaker and budget shares, once one is built. With it, whether it was built with
@@ -324,40 +322,10 @@ macro_rules! shaped {
     }};
 }
 
-/// A test run once per shape: `over_shapes! { #[attr] async fn name(shape) { .. } }`
-/// makes a module `name` with one test per shape (`Layers`, `Stack`);
-/// `over_shapes! { only(Layers) #[attr] async fn .. }` runs those only.
+/// `$stack` built as the `Backstop` stack over `$inner`, as a `BoxCloneService`.
 #[macro_export]
-macro_rules! over_shapes {
-    (only($($s:ident),+) #[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use $crate::support::shape::Shape;
-
-            async fn run($shape: Shape) $body
-
-            $(
-                #[$attr]
-                #[allow(non_snake_case)]
-                async fn $s() {
-                    run(Shape::$s).await
-                }
-            )+
-        }
+macro_rules! stacked {
+    ($stack:expr, $inner:expr) => {
+        $crate::shaped!($crate::support::shape::Shape::Stack, $stack, $inner)
     };
-    (#[$attr:meta] async fn $name:ident($shape:ident) $body:block) => {
-        $crate::over_shapes! {
-            only(Layers, Stack) #[$attr] async fn $name($shape) $body
-        }
-    };
-}
-
-/// Every shape with every one of `xs` (a protocol, say), for a test that loops.
-pub fn with_every<T: Copy>(xs: impl IntoIterator<Item = T>) -> Vec<(Shape, T)> {
-    let xs: Vec<T> = xs.into_iter().collect();
-    SHAPES
-        .iter()
-        .flat_map(|&shape| xs.iter().map(move |&x| (shape, x)))
-        .collect()
 }

@@ -3,7 +3,6 @@
 use crate::support::shape::BudgetLayer;
 use std::time::Duration;
 
-use crate::over_shapes;
 use crate::support::requests::call_with;
 use crate::support::script::{status_with, Reply, Script};
 use crate::support::shape::Stack;
@@ -15,7 +14,7 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use tower::{Service, ServiceExt};
 
-/// A boxed client of the shape under test (also for `guard.rs`).
+/// A boxed client (also for `guard.rs`).
 pub(crate) type Client =
     tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 
@@ -30,59 +29,57 @@ pub(crate) fn get(deadline: Option<Duration>) -> Request<Full<Bytes>> {
     req
 }
 
-over_shapes! {
-    #[tokio::test(start_paused = true)]
-    async fn tracing_tells_paused_resumed_waited_and_refused_without_urls(shape) {
-        let (out, _guard) = Captured::debug();
+#[tokio::test(start_paused = true)]
+async fn tracing_tells_paused_resumed_waited_and_refused_without_urls() {
+    let (out, _guard) = Captured::debug();
 
-        let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
-        let policy = RetryPolicy::builder()
-            .max_attempts(3)
-            .backoff(Duration::from_millis(10), Duration::from_millis(10))
-            .build()
-            .unwrap();
-        let stack = Stack::new(policy).budget(&BudgetLayer::default());
-        let mut svc: Client = crate::shaped!(shape, stack, mock.clone());
-        // The 429 pauses the origin for 2 s; the call's own retry waits it out.
-        let pausing = {
-            let mut svc = svc.clone();
-            tokio::spawn(async move {
-                ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
-                    .await?
-                    .call(get(None))
-                    .await
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        // Refused: its deadline ends inside the pause.
-        let err = call_with(&mut svc, get(Some(Duration::from_secs(1))))
-            .await
-            .unwrap_err();
-        assert!(err.is_paused());
-        // Waits, then goes after the pause.
-        let res = call_with(&mut svc, get(None)).await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(pausing.await.unwrap().unwrap().status(), StatusCode::OK);
-        assert_eq!(mock.calls(), 3);
+    let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let stack = Stack::new(policy).budget(&BudgetLayer::default());
+    let mut svc: Client = crate::stacked!(stack, mock.clone());
+    // The 429 pauses the origin for 2 s; the call's own retry waits it out.
+    let pausing = {
+        let mut svc = svc.clone();
+        tokio::spawn(async move {
+            ServiceExt::<Request<Full<Bytes>>>::ready(&mut svc)
+                .await?
+                .call(get(None))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // Refused: its deadline ends inside the pause.
+    let err = call_with(&mut svc, get(Some(Duration::from_secs(1))))
+        .await
+        .unwrap_err();
+    assert!(err.is_paused());
+    // Waits, then goes after the pause.
+    let res = call_with(&mut svc, get(None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(pausing.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(mock.calls(), 3);
 
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        assert_eq!(
-            text.matches("origin paused pause_ms=2000").count(),
-            1,
-            "{text}"
-        );
-        assert!(
-            text.contains("call refused: origin paused left_ms=1999"),
-            "{text}"
-        );
-        assert_eq!(
-            text.matches("call waits for origin pause").count(),
-            1,
-            "{text}"
-        );
-        assert_eq!(text.matches("origin resumed").count(), 1, "{text}");
-        for secret in ["s3cret", "upstream.test", "/items"] {
-            assert!(!text.contains(secret), "{secret} leaked into {text}");
-        }
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("origin paused pause_ms=2000").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("call refused: origin paused left_ms=1999"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("call waits for origin pause").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("origin resumed").count(), 1, "{text}");
+    for secret in ["s3cret", "upstream.test", "/items"] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
     }
 }
