@@ -28,8 +28,8 @@ use axum::routing::post;
 use axum::Router;
 use backstop::config::{self, Reloader};
 use backstop::progress::ProgressTracking;
-use backstop::stack::WithHedge;
-use backstop::{Backstop, BoxError, ProgressTrackingLayer, ReplayBody};
+use backstop::stack::{Reloadable, WithHedge};
+use backstop::{BoxError, ProgressTrackingLayer, ReplayBody};
 use bytes::Bytes;
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -39,8 +39,8 @@ use tower::{ServiceBuilder, ServiceExt};
 
 const CALLS: usize = 40;
 
-/// The upstream client: backstop's stack over a hyper-util client.
-type Upstreams = Backstop<ProgressTracking<Client<HttpConnector, ReplayBody<Body>>>, WithHedge>;
+/// The upstream client: backstop's stack, reloadable, over a hyper-util client.
+type Upstreams = Reloadable<ProgressTracking<Client<HttpConnector, ReplayBody<Body>>>, WithHedge>;
 
 #[derive(Clone)]
 struct Gateway {

@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::routes::StackSpec;
 use super::{ConfigError, StackConfig};
-use crate::stack::{BackstopLayer, HedgeMode, ReloadHandle};
+use crate::stack::{HedgeMode, ReloadHandle, ReloadableLayer};
 
 /// Reloads a running stack from new settings (read from a file): its routes, each
 /// route's retry policy and hedging, and the default's are swapped at once, in
@@ -32,7 +32,7 @@ use crate::stack::{BackstopLayer, HedgeMode, ReloadHandle};
 /// let refused = reloader.reload(config::from_toml("budget = false\n[retry]\nmax_attempts = 5")?);
 /// assert_eq!(refused.unwrap_err().path(), "budget");
 /// let req = http::Request::get("http://api.test/").body(()).unwrap();
-/// assert_eq!(layer.reload_handle().unwrap().routes().policy_for(&req).max_attempts(), 2);
+/// assert_eq!(layer.reload_handle().routes().policy_for(&req).max_attempts(), 2);
 /// # Ok::<(), backstop::config::ConfigError>(())
 /// ```
 pub struct Reloader {
@@ -72,25 +72,20 @@ fn spec_of(config: &StackConfig) -> Result<StackSpec, ConfigError> {
 }
 
 impl Reloader {
-    /// A reloader of `layer`, which runs `config` now.
+    /// A reloader of `layer` (see
+    /// [`BackstopLayer::reloadable`](crate::BackstopLayer::reloadable)), which
+    /// runs `config` now.
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] when the layer is not
-    /// [reloadable](BackstopLayer::reloadable), or `config` holds code no file
-    /// can hold (so a reload could not be compared with it).
+    /// A [`ConfigError`] when `config` holds code no file can hold (so a reload
+    /// could not be compared with it).
     pub fn new<H: HedgeMode>(
-        layer: &BackstopLayer<H>,
+        layer: &ReloadableLayer<H>,
         config: &StackConfig,
     ) -> Result<Self, ConfigError> {
-        let handle = layer.reload_handle().ok_or_else(|| {
-            ConfigError::new(
-                "",
-                "the layer is not reloadable: build it with BackstopLayer::reloadable",
-            )
-        })?;
         Ok(Reloader {
-            handle,
+            handle: layer.reload_handle(),
             current: Mutex::new(spec_of(config)?),
         })
     }

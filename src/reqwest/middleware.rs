@@ -68,7 +68,7 @@ enum Stack {
 
 impl Stack {
     /// The retry policy of the route `req` takes.
-    fn policy_for<B>(&self, req: &http::Request<B>) -> std::sync::Arc<RetryPolicy> {
+    fn policy_for<B>(&self, req: &http::Request<B>) -> &RetryPolicy {
         match self {
             Stack::Plain(layer) => layer.policy_for(req),
             Stack::Hedged(layer) => layer.policy_for(req),
@@ -280,7 +280,7 @@ impl BackstopMiddleware {
             return;
         };
         let policy = match req.extensions().get::<RetryPolicy>() {
-            Some(policy) => std::sync::Arc::new(policy.clone()),
+            Some(policy) => policy,
             None => self.inner.stack.policy_for(req),
         };
         if policy.max_attempts() > 1 && len > policy.replay_cap() {

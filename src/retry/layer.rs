@@ -52,29 +52,12 @@ impl RetryLayer {
     /// This layer with policies by route instead of its own (see
     /// [`policy`](RetryLayer::policy)).
     pub fn routes(mut self, routes: Routes) -> Self {
-        let settings = Arc::make_mut(&mut self.settings);
-        settings.routes = routes;
-        // Fixed routes: a reloadable layer's copy no longer follows its reloads.
-        settings.live = None;
+        Arc::make_mut(&mut self.settings).routes = routes;
         self
     }
 }
 
 impl RetryLayer {
-    /// This layer reading its routes, when each call starts, from a table a
-    /// [`ReloadHandle`](crate::stack::ReloadHandle) swaps; the table it starts
-    /// with is its routes now.
-    pub(crate) fn live(mut self) -> (Self, Arc<super::route::LiveRoutes>) {
-        if let Some(live) = &self.settings.live {
-            let live = live.clone();
-            return (self, live);
-        }
-        let settings = Arc::make_mut(&mut self.settings);
-        let live = Arc::new(super::route::LiveRoutes::new(settings.routes.clone()));
-        settings.live = Some(live.clone());
-        (self, live)
-    }
-
     /// This layer running `admission` in its own future, before each call's first
     /// attempt: the stack's retry layer.
     pub(crate) fn admitting(mut self, admission: Admission) -> Self {

@@ -86,7 +86,7 @@ mod future;
 mod head;
 mod layer;
 mod policy;
-pub(crate) mod route;
+mod route;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -117,9 +117,6 @@ pub struct Retry<S> {
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) routes: Routes,
-    /// The route table of a reloadable stack, read by each call when it starts
-    /// (then `routes` is the table it started with, and unused).
-    pub(crate) live: Option<Arc<route::LiveRoutes>>,
     /// The admission the retry layer runs in its own future, when a stack gave it
     /// one ([`Backstop`](crate::Backstop)); a `RetryLayer` alone has none.
     pub(crate) admission: Option<Admission>,
@@ -129,18 +126,7 @@ impl Settings {
     pub(crate) fn new(routes: Routes) -> Self {
         Settings {
             routes,
-            live: None,
             admission: None,
-        }
-    }
-
-    /// Runs `f` on the route table: the live one of a reloadable stack, as it is
-    /// now, else the fixed one.
-    #[inline]
-    pub(crate) fn with_routes<R>(&self, f: impl FnOnce(&Routes) -> R) -> R {
-        match &self.live {
-            None => f(&self.routes),
-            Some(live) => f(&live.current()),
         }
     }
 }
@@ -158,6 +144,11 @@ impl<S> Retry<S> {
 
     pub(crate) fn from_settings(inner: S, settings: Arc<Settings>) -> Self {
         Retry { inner, settings }
+    }
+
+    /// The settings the next call starts under, to swap (a reloadable stack's).
+    pub(crate) fn settings_mut(&mut self) -> &mut Arc<Settings> {
+        &mut self.settings
     }
 
     crate::inner_accessors!();
@@ -197,9 +188,7 @@ where
         } else {
             None
         };
-        let policy = self
-            .settings
-            .with_routes(|routes| routes.choose(&mut req, given));
+        let policy = self.settings.routes.choose(&mut req, given);
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness. Without
         // admission (a retry layer alone) the call starts at once.

@@ -317,10 +317,8 @@ impl<H: HedgeMode> BackstopLayer<H> {
     #[cfg(feature = "reqwest-middleware")]
     /// The retry policy of a call (its route's, or the stack's), before any policy
     /// the call carries itself.
-    pub(crate) fn policy_for<B>(&self, req: &http::Request<B>) -> Arc<RetryPolicy> {
-        self.retry
-            .settings
-            .with_routes(|routes| routes.policy_for(req).clone())
+    pub(crate) fn policy_for<B>(&self, req: &http::Request<B>) -> &RetryPolicy {
+        self.retry.settings.routes.policy_for(req)
     }
 
     super::inspection!(self => self.retry.settings.admission.as_ref());

@@ -138,7 +138,7 @@ use tower_service::Service;
 
 pub use builder::{BackstopBuilder, BackstopLayer};
 pub use hedging::{HedgeMode, NoHedge, WithHedge};
-pub use reload::ReloadHandle;
+pub use reload::{ReloadHandle, Reloadable, ReloadableLayer};
 
 use crate::observe::Observer;
 use crate::policy::error::Error;

@@ -1,18 +1,45 @@
 //! A stack whose routes and policies change while it runs.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
 
-use super::{BackstopLayer, HedgeMode};
+use http::Request;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::{Backstop, BackstopLayer, HedgeMode, NoHedge};
 use crate::policy::{InvalidConfig, Rules};
-use crate::retry::route::LiveRoutes;
-use crate::retry::Routes;
+use crate::retry::{Routes, Settings};
+
+/// The current settings (route table and admission) of a reloadable stack, shared
+/// by all its services.
+#[derive(Debug)]
+struct LiveSettings(RwLock<Arc<Settings>>);
+
+impl LiveSettings {
+    fn current(&self) -> Arc<Settings> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Makes `settings` the current ones, when they are not already.
+    #[inline]
+    fn refresh(&self, settings: &mut Arc<Settings>) {
+        let current = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        if !Arc::ptr_eq(&current, settings) {
+            *settings = current.clone();
+        }
+    }
+}
 
 /// Swaps the routes (each route's retry policy and hedging, and the default's) of
 /// a [reloadable](BackstopLayer::reloadable) stack, in every service it made and
 /// will make, at once.
 ///
-/// A call reads the table when it starts and keeps what it picked to its end: the
+/// A call takes the table when it starts and keeps what it picked to its end: the
 /// calls in flight finish under the policies they started with. Breakers, budget
 /// accounts and latency estimates are kept; the stack's
 /// [rules](super::BackstopBuilder::rules) decide for the new routes as for the old.
@@ -24,7 +51,7 @@ use crate::retry::Routes;
 /// use backstop::{Backstop, RetryPolicy};
 ///
 /// let layer = Backstop::builder().build()?.reloadable();
-/// let reload = layer.reload_handle().expect("a reloadable layer");
+/// let reload = layer.reload_handle();
 /// let req = http::Request::post("http://api.test/payments").body(())?;
 /// assert_eq!(reload.routes().policy_for(&req).max_attempts(), 3);
 ///
@@ -36,15 +63,15 @@ use crate::retry::Routes;
 /// ```
 #[derive(Clone)]
 pub struct ReloadHandle {
-    live: Arc<LiveRoutes>,
+    live: Arc<LiveSettings>,
     rules: Option<Rules>,
     hedges: bool,
 }
 
 impl ReloadHandle {
     /// The routes every call that starts now picks its policy from.
-    pub fn routes(&self) -> Arc<Routes> {
-        self.live.current()
+    pub fn routes(&self) -> Routes {
+        self.live.current().routes.clone()
     }
 
     /// Puts `routes` in place for every call that starts from now on.
@@ -66,7 +93,11 @@ impl ReloadHandle {
                     .to_owned(),
             ));
         }
-        self.live.swap(routes);
+        let mut lock = self.live.0.write().unwrap_or_else(PoisonError::into_inner);
+        // The admission stays: breakers and accounts are kept.
+        let mut settings = Settings::clone(&lock);
+        settings.routes = routes;
+        *lock = Arc::new(settings);
         Ok(())
     }
 }
@@ -74,31 +105,132 @@ impl ReloadHandle {
 impl fmt::Debug for ReloadHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReloadHandle")
-            .field("routes", &self.live.current())
+            .field("routes", &self.live.current().routes)
             .finish_non_exhaustive()
     }
 }
 
 impl<H: HedgeMode> BackstopLayer<H> {
-    /// This layer with routes that a [`ReloadHandle`] swaps while it runs (see
-    /// [`reload_handle`](BackstopLayer::reload_handle)), in every service it makes.
+    /// This layer with routes that its [`ReloadHandle`] swaps while it runs, in
+    /// every service it makes ([`Reloadable`]).
     ///
-    /// Each call then reads the table once more when it starts (a lock taken for
-    /// reading and a reference count); a layer that is not reloadable does not.
-    pub fn reloadable(mut self) -> Self {
-        let (retry, _) = self.retry.live();
-        self.retry = retry;
-        self
+    /// A call through a reloadable stack reads the settings in place when it
+    /// starts (a lock taken for reading); a stack that is not reloadable pays
+    /// nothing for reloads.
+    pub fn reloadable(self) -> ReloadableLayer<H> {
+        let live = Arc::new(LiveSettings(RwLock::new(self.retry.settings.clone())));
+        ReloadableLayer { layer: self, live }
+    }
+}
+
+/// A [`BackstopLayer`] whose routes a [`ReloadHandle`] swaps while it runs; see
+/// [`BackstopLayer::reloadable`].
+#[derive(Clone)]
+pub struct ReloadableLayer<H: HedgeMode = NoHedge> {
+    layer: BackstopLayer<H>,
+    live: Arc<LiveSettings>,
+}
+
+impl<H: HedgeMode> ReloadableLayer<H> {
+    /// The handle that swaps the routes of this layer's services.
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle {
+            live: self.live.clone(),
+            rules: self.layer.rules.clone(),
+            hedges: self.layer.hedge.hedges(),
+        }
     }
 
-    /// The handle that swaps this layer's routes, if it is
-    /// [reloadable](BackstopLayer::reloadable).
-    pub fn reload_handle(&self) -> Option<ReloadHandle> {
-        let live = self.retry.settings.live.clone()?;
-        Some(ReloadHandle {
-            live,
-            rules: self.rules.clone(),
-            hedges: self.hedge.hedges(),
-        })
+    /// The stack's layer as it was built (its services do not follow reloads).
+    pub fn get_ref(&self) -> &BackstopLayer<H> {
+        &self.layer
+    }
+}
+
+impl<S, H: HedgeMode> Layer<S> for ReloadableLayer<H> {
+    type Service = Reloadable<S, H>;
+
+    fn layer(&self, inner: S) -> Reloadable<S, H> {
+        let mut stack = self.layer.layer(inner);
+        self.live.refresh(stack.inner.settings_mut());
+        Reloadable {
+            stack,
+            live: self.live.clone(),
+        }
+    }
+}
+
+impl<H: HedgeMode + fmt::Debug> fmt::Debug for ReloadableLayer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadableLayer")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The [`Backstop`] stack, taking the routes in place when each call starts; see
+/// [`BackstopLayer::reloadable`].
+pub struct Reloadable<S, H: HedgeMode = NoHedge> {
+    stack: Backstop<S, H>,
+    live: Arc<LiveSettings>,
+}
+
+impl<S, H: HedgeMode> Reloadable<S, H> {
+    /// The stack, with the routes of its last call.
+    pub fn get_ref(&self) -> &Backstop<S, H> {
+        &self.stack
+    }
+
+    /// The transport.
+    pub fn into_inner(self) -> S {
+        self.stack.into_inner()
+    }
+}
+
+impl<S, H> Clone for Reloadable<S, H>
+where
+    H: HedgeMode,
+    Backstop<S, H>: Clone,
+{
+    fn clone(&self) -> Self {
+        Reloadable {
+            stack: self.stack.clone(),
+            live: self.live.clone(),
+        }
+    }
+}
+
+impl<S, H> fmt::Debug for Reloadable<S, H>
+where
+    H: HedgeMode,
+    Backstop<S, H>: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reloadable")
+            .field("stack", &self.stack)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, H, B> Service<Request<B>> for Reloadable<S, H>
+where
+    H: HedgeMode,
+    Backstop<S, H>: Service<Request<B>>,
+{
+    type Response = <Backstop<S, H> as Service<Request<B>>>::Response;
+    type Error = <Backstop<S, H> as Service<Request<B>>>::Error;
+    type Future = <Backstop<S, H> as Service<Request<B>>>::Future;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.stack.poll_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The call starts under the settings in place now, and keeps the policy it
+        // picks from them.
+        self.live.refresh(self.stack.inner.settings_mut());
+        self.stack.call(req)
     }
 }

@@ -8,9 +8,7 @@ use super::RetryPolicy;
 use crate::hedge::{HedgeChoice, HedgePolicy};
 use crate::policy::{CallContext, InvalidConfig, Rules};
 
-mod live;
 mod matches;
-pub(crate) use live::LiveRoutes;
 pub use matches::{PathMatch, Route};
 
 /// What a route does: its retry policy, and whether and how its calls are hedged.
