@@ -53,6 +53,10 @@ pub use load::{from_toml, to_toml};
 #[cfg(feature = "serde")]
 pub use registry::Registry;
 
+#[cfg(feature = "yaml")]
+#[cfg_attr(docsrs, doc(cfg(feature = "yaml")))]
+pub mod gateway;
+
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
 use crate::hedge::HedgePolicy;
