@@ -3,7 +3,8 @@
 //!
 //! A gateway's routes already say how each path is retried and how long it may
 //! take ([GEP-1731] retries, [GEP-1742] timeouts); [`from_yaml`] reads them, so a
-//! client stack in front of the same services needs no second table.
+//! client stack in front of the same services needs no second table. (backstop's
+//! own format is read by [`config::from_yaml`](crate::config::from_yaml).)
 //!
 //! | `HTTPRoute` (`gateway.networking.k8s.io/v1`) | backstop |
 //! |---|---|
@@ -73,7 +74,8 @@
 //! `path`, `retry`, `timeouts`), an unknown path type or method, a status outside
 //! 400 to 599, `attempts` below 1, a duration that is not a Gateway API duration
 //! ([GEP-2257]: `"10s"`, `"1m30s"`, `"500ms"`), a `backendRequest` longer than
-//! `request`, and a file over 1 MiB (refused before it is parsed).
+//! `request`, and a file over [`MAX_FILE`](crate::config::MAX_FILE) (1 MiB, refused
+//! before it is parsed).
 //!
 //! [GEP-1731]: https://gateway-api.sigs.k8s.io/geps/gep-1731/
 //! [GEP-1742]: https://gateway-api.sigs.k8s.io/geps/gep-1742/

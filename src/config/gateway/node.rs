@@ -7,9 +7,6 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::config::ConfigError;
 
-/// The largest file read: anything longer is refused unread.
-pub(super) const MAX_BYTES: usize = 1024 * 1024;
-
 /// The deepest nesting read (an `HTTPRoute` nests about ten levels).
 const MAX_DEPTH: usize = 64;
 
@@ -148,12 +145,7 @@ pub(super) fn join(parent: &str, key: &str) -> String {
 
 /// Every document of `text` (empty ones skipped).
 pub(super) fn documents(text: &str) -> Result<Vec<Node>, ConfigError> {
-    if text.len() > MAX_BYTES {
-        return Err(ConfigError::new(
-            "",
-            format!("the file is over {} KiB", MAX_BYTES / 1024),
-        ));
-    }
+    crate::config::load::refuse_large(text)?;
     let options = serde_saphyr::Options {
         // Bounds of its own for what a 1 MiB file can ask: a deep nesting, many
         // nodes, an alias bomb.
@@ -306,11 +298,9 @@ mod tests {
         }
         let err = documents(&bomb).unwrap_err();
         assert!(!err.to_string().contains('\n'), "{err}");
-        let huge = " ".repeat(MAX_BYTES + 1);
-        assert_eq!(
-            documents(&huge).unwrap_err().to_string(),
-            "the file is over 1024 KiB"
-        );
+        let huge = " ".repeat(crate::config::MAX_FILE + 1);
+        let err = documents(&huge).unwrap_err();
+        assert!(err.message().starts_with("the file is over"), "{err}");
     }
 
     #[test]
