@@ -164,14 +164,20 @@ impl Registry {
         text: &str,
         parse: impl FnOnce(&str) -> Result<StackSpec, ConfigError>,
     ) -> Result<StackConfig, ConfigError> {
-        if text.len() > MAX_FILE {
-            return Err(ConfigError::new(
-                "",
-                format!("the file is over {MAX_FILE} bytes; a configuration is far smaller"),
-            ));
-        }
+        refuse_large(text)?;
         self.scope(|| parse(text)?.build())
     }
+}
+
+/// Refuses a file over [`MAX_FILE`], before anything parses it.
+pub(super) fn refuse_large(text: &str) -> Result<(), ConfigError> {
+    if text.len() > MAX_FILE {
+        return Err(ConfigError::new(
+            "",
+            format!("the file is over {MAX_FILE} bytes; a configuration is far smaller"),
+        ));
+    }
+    Ok(())
 }
 
 /// Deserializes the file's spec, tracking the path of the field at fault.

@@ -57,6 +57,10 @@ pub use registry::Registry;
 #[cfg(feature = "serde")]
 pub use reload::{Change, Reloader};
 
+#[cfg(feature = "yaml")]
+#[cfg_attr(docsrs, doc(cfg(feature = "yaml")))]
+pub mod gateway;
+
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
 use crate::hedge::HedgePolicy;

@@ -47,3 +47,9 @@ fn replay_body_corpus() {
 fn head_copy_corpus() {
     replay("head_copy", checks::head_copy::check, 10);
 }
+
+#[cfg(feature = "yaml")]
+#[test]
+fn gateway_httproute_corpus() {
+    replay("gateway_httproute", checks::gateway_httproute::check, 10);
+}
