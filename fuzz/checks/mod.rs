@@ -5,6 +5,8 @@
 //! disagrees with the check's own model.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(all(feature = "toml", feature = "json", feature = "yaml"))]
+pub mod config_file;
 #[cfg(feature = "yaml")]
 pub mod gateway_httproute;
 pub mod head_copy;

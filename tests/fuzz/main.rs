@@ -53,3 +53,9 @@ fn head_copy_corpus() {
 fn gateway_httproute_corpus() {
     replay("gateway_httproute", checks::gateway_httproute::check, 10);
 }
+
+#[cfg(all(feature = "toml", feature = "json", feature = "yaml"))]
+#[test]
+fn config_file_corpus() {
+    replay("config_file", checks::config_file::check, 10);
+}
