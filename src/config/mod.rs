@@ -61,6 +61,9 @@ pub use reload::{Change, Reloader};
 #[cfg_attr(docsrs, doc(cfg(feature = "yaml")))]
 pub mod gateway;
 
+#[cfg(all(feature = "json", feature = "grpc"))]
+pub mod grpc;
+
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
 use crate::hedge::HedgePolicy;
