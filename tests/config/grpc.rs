@@ -1,0 +1,291 @@
+//! gRPC service configs, written as gRPC's own documentation and examples write
+//! them, read by `backstop::config::grpc`; and one through the built stack against
+//! a real HTTP/2 server answering trailers-only responses.
+
+use std::time::Duration;
+
+use backstop::config::grpc::from_json;
+use backstop::config::StackConfig;
+use backstop::grpc::Code;
+use backstop::policy::{classify, Classification, Outcome, RequestFacts};
+use backstop::RetryPolicy;
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+
+fn call(path: &str) -> Request<()> {
+    Request::post(format!("http://greeter.test{path}"))
+        .body(())
+        .unwrap()
+}
+
+/// Whether `policy` retries a trailers-only response with `code`.
+fn retries(policy: &RetryPolicy, code: Code) -> bool {
+    let mut headers = HeaderMap::new();
+    headers.insert("grpc-status", HeaderValue::from(code as u32));
+    let outcome = Outcome::Response {
+        status: StatusCode::OK,
+        headers: &headers,
+    };
+    // GET: a method the ladder takes as idempotent, so only the code decides.
+    let facts = RequestFacts {
+        method: &Method::GET,
+        keyed: false,
+    };
+    matches!(
+        classify(policy, facts, outcome, None),
+        Classification::Retryable(_)
+    )
+}
+
+/// A retry policy for the echo service, as grpc-go's retry example writes it:
+/// capitalised keys, `waitForReady`, and a multiplier of 1 with the first wait at
+/// the cap already.
+const GRPC_GO_RETRY: &str = r#"{
+    "methodConfig": [{
+        "name": [{"service": "grpc.examples.echo.Echo"}],
+        "waitForReady": true,
+        "retryPolicy": {
+            "MaxAttempts": 4,
+            "InitialBackoff": ".01s",
+            "MaxBackoff": ".01s",
+            "BackoffMultiplier": 1.0,
+            "RetryableStatusCodes": [ "UNAVAILABLE" ]
+        }
+    }]
+}"#;
+
+#[test]
+fn grpc_go_retry_example() {
+    let imported = from_json(GRPC_GO_RETRY).unwrap();
+    let unmapped: Vec<_> = imported.unmapped().iter().map(|u| u.path()).collect();
+    assert_eq!(unmapped, ["methodConfig[0].waitForReady"]);
+    let config = imported.lenient();
+    let echo = config
+        .routes
+        .route_policy_for(&call("/grpc.examples.echo.Echo/UnaryEcho"));
+    let retry = echo.retry_policy();
+    assert_eq!(retry.max_attempts(), 4);
+    assert_eq!(retry.backoff().base(), Duration::from_millis(10));
+    assert_eq!(retry.backoff().max(), Duration::from_millis(10));
+    assert!(retries(retry, Code::Unavailable));
+    assert!(!retries(retry, Code::DeadlineExceeded));
+    assert_eq!(
+        config
+            .routes
+            .route_for(&call("/grpc.examples.echo.Echo/UnaryEcho"))
+            .and_then(|r| r.name()),
+        Some("grpc.examples.echo.Echo")
+    );
+    // Another service gets the default: no status code retried.
+    let other = config
+        .routes
+        .policy_for(&call("/helloworld.Greeter/SayHello"));
+    assert!(!retries(other, Code::Unavailable));
+}
+
+/// gRPC's retry design (A6) as its examples write it: a method, a service-wide
+/// entry with hedging, a default, and throttling.
+const A6_STYLE: &str = r#"{
+  "loadBalancingPolicy": "round_robin",
+  "methodConfig": [
+    {
+      "name": [ { "service": "helloworld.Greeter" } ],
+      "hedgingPolicy": {
+        "maxAttempts": 3,
+        "hedgingDelay": "0.5s",
+        "nonFatalStatusCodes": [ "UNAVAILABLE", "INTERNAL", "ABORTED" ]
+      }
+    },
+    {
+      "name": [ { "service": "helloworld.Greeter", "method": "SayHello" } ],
+      "timeout": "10s",
+      "retryPolicy": {
+        "maxAttempts": 5,
+        "initialBackoff": "0.5s",
+        "maxBackoff": "30s",
+        "backoffMultiplier": 2,
+        "retryableStatusCodes": [ "UNAVAILABLE", "RESOURCE_EXHAUSTED" ]
+      }
+    },
+    {
+      "name": [ {} ],
+      "timeout": "1.000340012s"
+    }
+  ],
+  "retryThrottling": { "maxTokens": 10, "tokenRatio": 0.1 }
+}"#;
+
+#[test]
+fn a6_style_config_picks_the_right_policy_per_method() {
+    let imported = from_json(A6_STYLE).unwrap();
+    assert_eq!(imported.unmapped()[0].path(), "loadBalancingPolicy");
+    assert_eq!(imported.unmapped().len(), 1);
+    let config: StackConfig = imported.lenient();
+    let routes = &config.routes;
+
+    let hello = routes.route_policy_for(&call("/helloworld.Greeter/SayHello"));
+    let retry = hello.retry_policy();
+    assert_eq!(retry.max_attempts(), 5);
+    assert_eq!(retry.backoff().base(), Duration::from_millis(500));
+    assert_eq!(retry.backoff().max(), Duration::from_secs(30));
+    assert_eq!(retry.timeout(), Some(Duration::from_secs(10)));
+    assert!(retries(retry, Code::ResourceExhausted));
+    assert!(!retries(retry, Code::Internal));
+    assert!(hello.hedging().unwrap().is_off());
+
+    let other = routes.route_policy_for(&call("/helloworld.Greeter/SayGoodbye"));
+    let hedge = other.hedging().unwrap().policy().expect("hedged");
+    assert_eq!(hedge.max_extra(), 2);
+    assert!(!retries(other.retry_policy(), Code::Unavailable));
+
+    let default = routes.route_policy_for(&call("/other.Service/Call"));
+    assert_eq!(
+        default.retry_policy().timeout(),
+        Some(Duration::new(1, 340_012))
+    );
+
+    let budget = config.budget.clone().unwrap();
+    assert_eq!(budget.ratio(), 0.1);
+    assert_eq!(budget.floor(), 5.0);
+
+    let hedge = config.hedge.clone().expect("a stack that hedges");
+    assert!(config.builder().hedge(hedge).build().is_ok());
+}
+
+/// grpc-java's retrying example: one method, five attempts.
+#[test]
+fn grpc_java_retrying_example() {
+    let config = from_json(
+        r#"{
+          "methodConfig": [
+            {
+              "name": [ { "service": "helloworld.Greeter", "method": "SayHello" } ],
+              "retryPolicy": {
+                "maxAttempts": 5,
+                "initialBackoff": "0.5s",
+                "maxBackoff": "30s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": [ "UNAVAILABLE" ]
+              }
+            }
+          ]
+        }"#,
+    )
+    .unwrap()
+    .strict()
+    .unwrap();
+    let route = config
+        .routes
+        .route_for(&call("/helloworld.Greeter/SayHello"))
+        .expect("a route");
+    assert_eq!(route.name(), Some("helloworld.Greeter/SayHello"));
+    assert_eq!(
+        config
+            .routes
+            .policy_for(&call("/helloworld.Greeter/SayHello"))
+            .max_attempts(),
+        5
+    );
+    assert!(config
+        .routes
+        .route_for(&call("/helloworld.Greeter/SayHelloAgain"))
+        .is_none());
+}
+
+#[test]
+fn a_mis_nested_config_is_refused_not_ignored() {
+    // `retryPolicy` one level too high: gRPC would never retry. Here the field is
+    // reported, and a strict read refuses the file.
+    let text = r#"{
+        "methodConfig": [{"name": [{"service": "a.B"}]}],
+        "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+    }"#;
+    let err = from_json(text).unwrap().strict().unwrap_err();
+    assert_eq!(err.path(), "retryPolicy");
+    assert_eq!(err.to_string(), "retryPolicy: not mapped: unknown field");
+    // A retry policy gRPC finds illegal (and would drop) is an error.
+    let text = r#"{"methodConfig": [{"name": [{"service": "a.B"}],
+        "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                        "backoffMultiplier": 2, "retryableStatusCodes": []}}]}"#;
+    let err = from_json(text).unwrap_err();
+    assert_eq!(
+        err.path(),
+        "methodConfig[0].retryPolicy.retryableStatusCodes"
+    );
+}
+
+#[cfg(feature = "test-util")]
+mod wire {
+    use super::*;
+    use crate::support::wire::{empty, transport, upstream, within_10s};
+    use backstop::test_util::{Protocol, Reply, Step};
+    use tower::{Layer, Service, ServiceExt};
+
+    /// A trailers-only gRPC response with `code`.
+    fn trailers_only(code: u32) -> Step {
+        Reply::ok()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", code.to_string())
+            .into()
+    }
+
+    const CONFIG: &str = r#"{
+        "methodConfig": [{
+            "name": [{"service": "shop.Catalog"}],
+            "retryPolicy": {
+                "maxAttempts": 3,
+                "initialBackoff": "0.001s",
+                "maxBackoff": "0.005s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"]
+            }
+        }, {
+            "name": [{"service": "shop.Orders"}],
+            "retryPolicy": {
+                "maxAttempts": 3,
+                "initialBackoff": "0.001s",
+                "maxBackoff": "0.005s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["ABORTED"]
+            }
+        }]
+    }"#;
+
+    /// Calls `path` through the stack built from `CONFIG`, against a server that
+    /// answers UNAVAILABLE once, then OK; returns the final `grpc-status` and how
+    /// many calls the server saw.
+    async fn through_stack(path: &str) -> (String, usize) {
+        let up = upstream(Protocol::Http2, vec![trailers_only(14), trailers_only(0)]).await;
+        let config = from_json(CONFIG).unwrap().strict().unwrap();
+        let layer = config.builder().build().unwrap();
+        let mut client = layer.layer(transport(Protocol::Http2));
+        let req = Request::post(up.uri(path))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(empty())
+            .unwrap();
+        let res = client.ready().await.unwrap().call(req).await.unwrap();
+        let status = res.headers()["grpc-status"].to_str().unwrap().to_owned();
+        let seen = up.requests();
+        assert!(seen
+            .iter()
+            .all(|r| r.path == path && r.method == Method::POST));
+        (status, seen.len())
+    }
+
+    #[tokio::test]
+    async fn a_listed_unavailable_is_retried() {
+        within_10s(async {
+            assert_eq!(through_stack("/shop.Catalog/Get").await, ("0".into(), 2));
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_unlisted_unavailable_is_not() {
+        within_10s(async {
+            assert_eq!(through_stack("/shop.Orders/Place").await, ("14".into(), 1));
+        })
+        .await;
+    }
+}
