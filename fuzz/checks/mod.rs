@@ -7,6 +7,8 @@
 
 #[cfg(feature = "yaml")]
 pub mod gateway_httproute;
+#[cfg(all(feature = "grpc", feature = "json"))]
+pub mod grpc_service_config;
 pub mod head_copy;
 pub mod input;
 pub mod replay_body;

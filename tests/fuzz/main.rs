@@ -53,3 +53,13 @@ fn head_copy_corpus() {
 fn gateway_httproute_corpus() {
     replay("gateway_httproute", checks::gateway_httproute::check, 10);
 }
+
+#[cfg(all(feature = "grpc", feature = "json"))]
+#[test]
+fn grpc_service_config_corpus() {
+    replay(
+        "grpc_service_config",
+        checks::grpc_service_config::check,
+        10,
+    );
+}
