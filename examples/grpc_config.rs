@@ -14,9 +14,8 @@ use std::error::Error;
 
 use backstop::config::grpc;
 use backstop::grpc::Code;
-use backstop::policy::{classify, Classification, Outcome, RequestFacts, Rules};
+use backstop::policy::Rules;
 use backstop::retry::{PathMatch, RoutePolicy};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let path = std::env::args().nth(1).unwrap_or_else(|| {
@@ -34,7 +33,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("routes, tried in this order:");
     for (route, policy) in config.routes.iter() {
         let matches = match route.path() {
-            Some(PathMatch::Exact(path)) => format!("{path}"),
+            Some(PathMatch::Exact(path)) => path.clone(),
             Some(PathMatch::Prefix(prefix)) => format!("{prefix}/*"),
             _ => "any".to_owned(),
         };
@@ -89,27 +88,11 @@ fn describe(policy: &RoutePolicy) {
     }
 }
 
-/// The status codes `policy`'s rules retry, by asking them about each.
-fn codes(policy: &(impl AsRef<Rules> + ?Sized)) -> String {
+/// The status codes `rules` retry (or, a hedge's, survive).
+fn codes(rules: &(impl AsRef<Rules> + ?Sized)) -> String {
     let retried: Vec<String> = (1..=16)
         .filter_map(|n: u32| n.to_string().parse::<Code>().ok())
-        .filter(|code| {
-            let mut headers = HeaderMap::new();
-            headers.insert("grpc-status", HeaderValue::from(*code as u32));
-            let outcome = Outcome::Response {
-                status: StatusCode::OK,
-                headers: &headers,
-            };
-            // A method the ladder takes as idempotent, so only the code decides.
-            let facts = RequestFacts {
-                method: &Method::GET,
-                keyed: false,
-            };
-            matches!(
-                classify(policy, facts, outcome, None),
-                Classification::Retryable(_)
-            )
-        })
+        .filter(|code| grpc::retries_code(rules, *code))
         .map(|code| code.to_string())
         .collect();
     if retried.is_empty() {

@@ -7,9 +7,8 @@ use std::time::Duration;
 use backstop::config::grpc::from_json;
 use backstop::config::StackConfig;
 use backstop::grpc::Code;
-use backstop::policy::{classify, Classification, Outcome, RequestFacts};
 use backstop::RetryPolicy;
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http::{Method, Request};
 
 fn call(path: &str) -> Request<()> {
     Request::post(format!("http://greeter.test{path}"))
@@ -17,23 +16,8 @@ fn call(path: &str) -> Request<()> {
         .unwrap()
 }
 
-/// Whether `policy` retries a trailers-only response with `code`.
 fn retries(policy: &RetryPolicy, code: Code) -> bool {
-    let mut headers = HeaderMap::new();
-    headers.insert("grpc-status", HeaderValue::from(code as u32));
-    let outcome = Outcome::Response {
-        status: StatusCode::OK,
-        headers: &headers,
-    };
-    // GET: a method the ladder takes as idempotent, so only the code decides.
-    let facts = RequestFacts {
-        method: &Method::GET,
-        keyed: false,
-    };
-    matches!(
-        classify(policy, facts, outcome, None),
-        Classification::Retryable(_)
-    )
+    backstop::config::grpc::retries_code(policy, code)
 }
 
 /// A retry policy for the echo service, as grpc-go's retry example writes it:

@@ -91,13 +91,16 @@
 
 use std::collections::HashMap;
 
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::Value;
 
 use super::{ConfigError, Imported, StackConfig, Unmapped};
 use crate::admit::budget::BudgetPolicy;
+use crate::grpc::Code;
 use crate::hedge::HedgePolicy;
+use crate::policy::{classify, Classification, Outcome, RequestFacts, Rules};
 #[cfg(doc)]
-use crate::retry::RetryPolicyBuilder;
+use crate::retry::{RetryPolicy, RetryPolicyBuilder};
 use crate::retry::{Route, RoutePolicy, Routes};
 
 mod json;
@@ -131,6 +134,9 @@ const UNMAPPED: &[(&str, &str)] = &[
 
 /// Reads a gRPC service config (JSON) into a [`StackConfig`], with the fields
 /// it could not map. See the [module docs](self) for the mapping.
+///
+/// The unmapped fields come in the document's order, each object's keys in
+/// alphabetical order; the text is read whole (at most [`MAX_LEN`] bytes).
 ///
 /// # Errors
 ///
@@ -197,6 +203,45 @@ pub fn from_json(text: &str) -> Result<Imported<StackConfig>, ConfigError> {
         ..StackConfig::default()
     };
     Ok(Imported::new(config, unmapped))
+}
+
+/// Whether `rules` retry a gRPC call that failed with `code` (a trailers-only
+/// response), on a method they take as idempotent: what a file's
+/// `retryableStatusCodes` became, given a route's [`RetryPolicy`]; or its
+/// `nonFatalStatusCodes`, given a hedge policy's [`rules`](HedgePolicy::rules)
+/// (the codes that leave the other copies running).
+///
+/// # Examples
+///
+/// ```
+/// use backstop::config::grpc;
+/// use backstop::grpc::Code;
+///
+/// let config = grpc::from_json(r#"{"methodConfig": [{"name": [{}],
+///     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s",
+///     "maxBackoff": "1s", "backoffMultiplier": 2,
+///     "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#)?.strict()?;
+/// let policy = config.routes.default_policy().retry_policy();
+/// assert!(grpc::retries_code(policy, Code::Unavailable));
+/// assert!(!grpc::retries_code(policy, Code::Internal));
+/// # Ok::<(), backstop::config::ConfigError>(())
+/// ```
+pub fn retries_code(rules: &(impl AsRef<Rules> + ?Sized), code: Code) -> bool {
+    let mut headers = HeaderMap::new();
+    headers.insert("grpc-status", HeaderValue::from(code as u32));
+    let outcome = Outcome::Response {
+        status: StatusCode::OK,
+        headers: &headers,
+    };
+    // GET: a method the ladder takes as idempotent, so the code alone decides.
+    let facts = RequestFacts {
+        method: &Method::GET,
+        keyed: false,
+    };
+    matches!(
+        classify(rules, facts, outcome, None),
+        Classification::Retryable(_)
+    )
 }
 
 /// The routes of every entry: each method's first, then each service's, then

@@ -1,34 +1,18 @@
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http::{Method, Request};
 
 use super::*;
 use crate::grpc::Code;
 use crate::hedge::HedgePolicy;
-use crate::policy::{classify, Classification, Outcome, RequestFacts};
 use crate::retry::RetryPolicy;
 
 fn call(path: &str) -> Request<()> {
     Request::post(format!("http://h{path}")).body(()).unwrap()
 }
 
-/// Whether `policy` retries a trailers-only response with `code` (on a method it
-/// treats as idempotent).
 fn retries(policy: &RetryPolicy, code: Code) -> bool {
-    let mut headers = HeaderMap::new();
-    headers.insert("grpc-status", HeaderValue::from(code as u32));
-    let outcome = Outcome::Response {
-        status: StatusCode::OK,
-        headers: &headers,
-    };
-    let facts = RequestFacts {
-        method: &Method::GET,
-        keyed: false,
-    };
-    matches!(
-        classify(policy, facts, outcome, None),
-        Classification::Retryable(_)
-    )
+    retries_code(policy, code)
 }
 
 /// A hedge policy's fixed delay, as its `Debug` shows it.
