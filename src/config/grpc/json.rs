@@ -197,11 +197,15 @@ impl<'a> Object<'a> {
 
     /// Every field not taken, as unmapped: with the reason `known` gives for its
     /// name, or as an unknown field.
+    /// They come in alphabetical order, whether or not serde_json keeps the
+    /// file's (its `preserve_order` feature).
     pub(super) fn rest(self, known: &[(&str, &str)], unmapped: &mut Vec<Unmapped>) {
-        for (i, key) in self.map.keys().enumerate() {
-            if self.taken[i] {
-                continue;
-            }
+        let mut rest: Vec<&String> = (self.map.keys().enumerate())
+            .filter(|(i, _)| !self.taken[*i])
+            .map(|(_, key)| key)
+            .collect();
+        rest.sort();
+        for key in rest {
             let reason = known
                 .iter()
                 .find(|(name, _)| same_name(name, key))

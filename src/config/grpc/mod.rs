@@ -8,6 +8,8 @@
 //! beside them ([`Imported`]): call [`strict`](Imported::strict) to refuse a file
 //! with any, or read them with [`unmapped`](Imported::unmapped).
 //!
+//! (Backstop's own format, in JSON, is read by [`config::from_json`](super::from_json).)
+//!
 //! Where gRPC would quietly ignore a policy it finds illegal (and the client would
 //! never retry), the file is refused with an error that names the field.
 //!
@@ -94,7 +96,7 @@ use std::collections::HashMap;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::Value;
 
-use super::{ConfigError, Imported, StackConfig, Unmapped};
+use super::{ConfigError, Imported, StackConfig, Unmapped, MAX_FILE};
 use crate::admit::budget::BudgetPolicy;
 use crate::grpc::Code;
 use crate::hedge::HedgePolicy;
@@ -108,10 +110,6 @@ mod method;
 
 use json::{error, Field};
 use method::{Entry, Name};
-
-/// The largest service config read, in bytes: a larger text is refused before it
-/// is parsed.
-pub const MAX_LEN: usize = 1024 * 1024;
 
 /// The budget's window, over which `maxTokens / 2` is the floor of retries.
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
@@ -136,12 +134,12 @@ const UNMAPPED: &[(&str, &str)] = &[
 /// it could not map. See the [module docs](self) for the mapping.
 ///
 /// The unmapped fields come in the document's order, each object's keys in
-/// alphabetical order; the text is read whole (at most [`MAX_LEN`] bytes).
+/// alphabetical order; the text is read whole (at most [`MAX_FILE`](super::MAX_FILE) bytes).
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] in one line that names the field's path and shows nothing of
-/// the file but field names: a text over [`MAX_LEN`], malformed JSON (with its
+/// the file but field names: a text over [`MAX_FILE`](super::MAX_FILE), malformed JSON (with its
 /// line and column), a value of the wrong type, a policy gRPC calls illegal (a
 /// `maxAttempts` under 2, a zero or missing backoff, no retryable code), an
 /// unknown status code or `OK` among the retryable ones, a method with both a
@@ -160,10 +158,10 @@ const UNMAPPED: &[(&str, &str)] = &[
 /// assert_eq!(err.path(), "methodConfig[0].retryPolicy.maxAttempts");
 /// ```
 pub fn from_json(text: &str) -> Result<Imported<StackConfig>, ConfigError> {
-    if text.len() > MAX_LEN {
+    if text.len() > MAX_FILE {
         return Err(ConfigError::new(
             "",
-            format!("a service config is at most {MAX_LEN} bytes; this one is longer"),
+            format!("a service config is at most {MAX_FILE} bytes; this one is longer"),
         ));
     }
     let value: Value = serde_json::from_str(text).map_err(|e| {
