@@ -134,12 +134,12 @@ const UNMAPPED: &[(&str, &str)] = &[
 /// it could not map. See the [module docs](self) for the mapping.
 ///
 /// The unmapped fields come in the document's order, each object's keys in
-/// alphabetical order; the text is read whole (at most [`MAX_FILE`](super::MAX_FILE) bytes).
+/// alphabetical order; the text is read whole (at most [`MAX_FILE`] bytes).
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] in one line that names the field's path and shows nothing of
-/// the file but field names: a text over [`MAX_FILE`](super::MAX_FILE), malformed JSON (with its
+/// the file but field names: a text over [`MAX_FILE`], malformed JSON (with its
 /// line and column), a value of the wrong type, a policy gRPC calls illegal (a
 /// `maxAttempts` under 2, a zero or missing backoff, no retryable code), an
 /// unknown status code or `OK` among the retryable ones, a method with both a
