@@ -7,7 +7,7 @@ use std::time::Duration;
 use backstop::config::grpc::from_json;
 use backstop::config::StackConfig;
 use backstop::grpc::Code;
-use backstop::RetryPolicy;
+use backstop::policy::Rules;
 use http::{Method, Request};
 
 fn call(path: &str) -> Request<()> {
@@ -16,8 +16,8 @@ fn call(path: &str) -> Request<()> {
         .unwrap()
 }
 
-fn retries(policy: &RetryPolicy, code: Code) -> bool {
-    backstop::config::grpc::retries_code(policy, code)
+fn retries(rules: &(impl AsRef<Rules> + ?Sized), code: Code) -> bool {
+    backstop::config::grpc::retries_code(rules, code)
 }
 
 /// A retry policy for the echo service, as grpc-go's retry example writes it:
@@ -63,7 +63,7 @@ fn grpc_go_retry_example() {
     let other = config
         .routes
         .policy_for(&call("/helloworld.Greeter/SayHello"));
-    assert!(!retries(other, Code::Unavailable));
+    assert!(!retries(other.as_ref(), Code::Unavailable));
 }
 
 /// gRPC's retry design (A6) as its examples write it: a method, a service-wide
@@ -119,7 +119,10 @@ fn a6_style_config_picks_the_right_policy_per_method() {
     let other = routes.route_policy_for(&call("/helloworld.Greeter/SayGoodbye"));
     let hedge = other.hedging().unwrap().policy().expect("hedged");
     assert_eq!(hedge.max_extra(), 2);
-    assert!(!retries(other.retry_policy(), Code::Unavailable));
+    assert!(retries(hedge.rules(), Code::Internal));
+    assert!(!retries(hedge.rules(), Code::DeadlineExceeded));
+    // Every copy sent failed with a non-fatal code: the next goes at once.
+    assert!(retries(other.retry_policy(), Code::Aborted));
 
     let default = routes.route_policy_for(&call("/other.Service/Call"));
     assert_eq!(
@@ -255,6 +258,74 @@ mod wire {
             .iter()
             .all(|r| r.path == path && r.method == Method::POST));
         (status, seen.len())
+    }
+
+    #[tokio::test]
+    async fn a_hedged_method_takes_the_first_answer() {
+        within_10s(async {
+            // The first copy is slow; the hedge, 50 ms later, answers at once.
+            let slow: Step = Reply::ok()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "0")
+                .header("x-copy", "first")
+                .delay(Duration::from_secs(3))
+                .into();
+            let up = upstream(Protocol::Http2, vec![slow, trailers_only(0)]).await;
+            let config = from_json(
+                r#"{"methodConfig": [{"name": [{"service": "kv.Store", "method": "Get"}],
+                    "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
+                                      "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
+            )
+            .unwrap()
+            .strict()
+            .unwrap();
+            let hedge = config.hedge.clone().expect("the stack hedges");
+            let layer = config.builder().hedge(hedge).build().unwrap();
+            let mut client = layer.layer(transport(Protocol::Http2));
+            let req = Request::post(up.uri("/kv.Store/Get"))
+                .header("content-type", "application/grpc")
+                .body(empty())
+                .unwrap();
+            let started = tokio::time::Instant::now();
+            let res = client.ready().await.unwrap().call(req).await.unwrap();
+            assert!(started.elapsed() < Duration::from_secs(2));
+            assert_eq!(res.headers()["grpc-status"], "0");
+            assert!(!res.headers().contains_key("x-copy"));
+            assert_eq!(up.requests().len(), 2);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_non_fatal_code_leaves_the_hedge_to_answer_a_fatal_one_ends_the_call() {
+        within_10s(async {
+            for (first, want, sent) in [(14, "0", 2), (13, "13", 1)] {
+                let up = upstream(
+                    Protocol::Http2,
+                    vec![trailers_only(first), trailers_only(0)],
+                )
+                .await;
+                let config = from_json(
+                    r#"{"methodConfig": [{"name": [{"service": "kv.Store"}],
+                        "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
+                                          "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
+                )
+                .unwrap()
+                .strict()
+                .unwrap();
+                let hedge = config.hedge.clone().expect("the stack hedges");
+                let layer = config.builder().hedge(hedge).build().unwrap();
+                let mut client = layer.layer(transport(Protocol::Http2));
+                let req = Request::post(up.uri("/kv.Store/Get"))
+                    .header("content-type", "application/grpc")
+                    .body(empty())
+                    .unwrap();
+                let res = client.ready().await.unwrap().call(req).await.unwrap();
+                assert_eq!(res.headers()["grpc-status"], want, "first {first}");
+                assert_eq!(up.requests().len(), sent, "first {first}");
+            }
+        })
+        .await;
     }
 
     #[tokio::test]

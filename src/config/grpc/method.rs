@@ -94,8 +94,7 @@ pub(super) fn entry(field: &Field<'_>, unmapped: &mut Vec<Unmapped>) -> Result<E
             (RoutePolicy::new(policy).no_hedging(), None)
         }
         (None, Some(hedging)) => {
-            let hedge = hedging_policy(&hedging, unmapped)?;
-            let retry = transparent(timeout).map_err(|e| error(&timeout_path, e.to_string()))?;
+            let (retry, hedge) = hedging_policy(&hedging, timeout, &timeout_path, unmapped)?;
             let policy = RoutePolicy::new(retry)
                 .hedge(hedge.clone())
                 .map_err(|e| error(&hedging.path, e.to_string()))?;
@@ -136,7 +135,7 @@ fn name(field: &Field<'_>, unmapped: &mut Vec<Unmapped>) -> Result<Name, ConfigE
         if text.contains('/') || text.trim() != text || text.chars().any(char::is_control) {
             return Err(error(
                 &part.path,
-                "a service or method name has no `/`, space or control character",
+                "a service or method name has no `/`, no control character and no space around it",
             ));
         }
         Ok(text.to_owned())
@@ -253,11 +252,22 @@ fn retry_policy(
     })
 }
 
-/// `hedgingPolicy`.
+/// `hedgingPolicy`: the hedge policy, and the retry policy of the method that
+/// hedges.
+///
+/// The hedge layer sends copies within one attempt, and ends it when every copy
+/// sent has failed, even before the next copy is due; gRPC sends the next copy at
+/// once when one fails with a non-fatal code. So the retry policy retries the
+/// non-fatal codes at once (no backoff), up to `maxAttempts` attempts, each hedged
+/// again. Its rules are the hedge's, on every method: the service config declares
+/// a method that hedges safe to send twice, and the hedge layer copies only a call
+/// its retry policy finds idempotent.
 fn hedging_policy(
     field: &Field<'_>,
+    timeout: Option<Duration>,
+    timeout_path: &str,
     unmapped: &mut Vec<Unmapped>,
-) -> Result<HedgePolicy, ConfigError> {
+) -> Result<(RetryPolicy, HedgePolicy), ConfigError> {
     let mut object = field.object()?;
     let attempts = max_attempts(&mut object)?;
     let delay = object
@@ -268,17 +278,30 @@ fn hedging_policy(
     let codes_path = format!("{}.nonFatalStatusCodes", object.path());
     let codes = codes(object.take("nonFatalStatusCodes")?, &codes_path, false)?;
     object.rest(&[], unmapped);
-    HedgePolicy::builder()
+    let rules = rules_for(codes, &codes_path)?;
+    let mut retry = RetryPolicy::builder()
+        .max_attempts(attempts)
+        .backoff(Duration::ZERO, Duration::ZERO)
+        .rules(rules.clone());
+    if let Some(timeout) = timeout {
+        retry = retry.timeout(timeout);
+    }
+    let retry = retry
+        .build()
+        .map_err(|e| error(timeout_path, e.to_string()))?;
+    let hedge = HedgePolicy::builder()
         .after(delay)
         .max_extra(attempts - 1)
-        .rules(rules_for(codes, &codes_path)?)
+        .rules(rules)
         .build()
-        .map_err(|e| error(&field.path, e.to_string()))
+        .map_err(|e| error(&field.path, e.to_string()))?;
+    Ok((retry, hedge))
 }
 
-/// The policy of a method without a retry policy: no status code is retried, as
-/// gRPC retries none, but a call the server never processed (a refused stream, a
-/// `GOAWAY`, a failed connect) is sent once more, as gRPC's transparent retry does.
+/// The policy of a method without a retry or hedging policy: no status code is
+/// retried, as gRPC retries none, but a call the server never processed (a
+/// refused stream, a `GOAWAY`, a failed connect) is sent once more, as gRPC's
+/// transparent retry does.
 pub(super) fn transparent(timeout: Option<Duration>) -> Result<RetryPolicy, InvalidConfig> {
     let mut builder = RetryPolicy::builder()
         .max_attempts(2)

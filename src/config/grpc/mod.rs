@@ -26,7 +26,7 @@
 //! | `backoffMultiplier` | backstop's backoff doubles: another multiplier is read as 2 and reported unmapped (unless `initialBackoff` ≥ `maxBackoff`, where every multiplier gives the same waits) | for 2 |
 //! | `retryableStatusCodes` | [`grpc::rules()`](crate::grpc::rules)[`.retryable_codes(…)`](crate::grpc::GrpcRulesBuilder::retryable_codes)[`.all_idempotent()`](crate::grpc::GrpcRulesBuilder::all_idempotent): the service config declares its methods safe to send again | yes |
 //! | `hedgingPolicy` | the route's own [`HedgePolicy`] ([`RoutePolicy::hedge`]): `maxAttempts − 1` extra copies ([`max_extra`](crate::hedge::HedgePolicyBuilder::max_extra), 5 at most as in gRPC), each `hedgingDelay` (default 0) after the one before ([`after`](crate::hedge::HedgePolicyBuilder::after)) | see below |
-//! | `hedgingPolicy.nonFatalStatusCodes` | the codes that leave the other copies running (the hedge's rules' retryable codes); any other code ends the call | yes |
+//! | `hedgingPolicy.nonFatalStatusCodes` | the codes that leave the other copies running (the hedge's rules' retryable codes), and that the route retries at once when every copy sent has failed; any other code ends the call | see below |
 //! | `timeout` | [`RetryPolicyBuilder::timeout`]: the whole call's, every attempt and wait included | yes |
 //! | `retryThrottling {maxTokens, tokenRatio}` | [`StackConfig::budget`]: a [`BudgetPolicy`] with [`ratio`](crate::budget::BudgetPolicyBuilder::ratio) `tokenRatio` and a floor of `maxTokens / 2` retries per 10 s window ([`min_per_second`](crate::budget::BudgetPolicyBuilder::min_per_second) `maxTokens / 20`) | approximately, see below |
 //! | no `retryThrottling` | backstop's default budget stays (gRPC would not throttle): set [`StackConfig::budget`] to `None` for none | no |
@@ -34,13 +34,17 @@
 //!
 //! Where it is approximate:
 //!
-//! - **Hedging**: gRPC sends the next copy at once when one fails with a
-//!   non-fatal code; backstop sends it at its delay. A method that hedges is not
-//!   retried on a status code once its copies have failed (gRPC's rule: retry or
-//!   hedging, not both); it keeps the transparent re-send of a call never
-//!   processed. Every route (and the default) chooses its own hedging, so
-//!   [`StackConfig::hedge`] is set, to the first entry's hedging policy, only to
-//!   give the stack the hedge layer its routes need: give it to
+//! - **Hedging**: backstop's hedge layer sends copies within one attempt and
+//!   ends it once every copy sent has failed, where gRPC sends the next copy at
+//!   once on a non-fatal code. So a method that hedges also retries its non-fatal
+//!   codes, at once, up to `maxAttempts` attempts, each hedged again: a copy that
+//!   fails fast is followed by another at once, as in gRPC, but copies that are
+//!   slow and then fail can add up to more than `maxAttempts` sends (each paid from
+//!   the budget). A fatal code ends the call, as in gRPC. The method is taken as
+//!   idempotent (its service config declares it safe to send twice). Every route
+//!   (and the default) chooses its own hedging, so [`StackConfig::hedge`] is set,
+//!   to the first entry's hedging policy, only to give the stack the hedge layer
+//!   its routes need: give it to
 //!   [`BackstopBuilder::hedge`](crate::stack::BackstopBuilder::hedge).
 //! - **Throttling**: gRPC keeps one token bucket per channel that failures
 //!   empty and successes refill by `tokenRatio`, and stops retrying below half of

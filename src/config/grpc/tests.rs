@@ -191,9 +191,14 @@ fn hedging_maps_onto_the_route_and_the_stack() {
     assert_eq!(hedge.max_extra(), 4);
     assert_eq!(delay(hedge), "50ms");
     assert!(hedge.hedges(&Method::POST, &"http://h/kv.Store/Get".parse().unwrap()));
-    // Not retried on a code: gRPC hedges or retries.
-    assert!(!retries(get.retry_policy(), Code::Unavailable));
-    assert_eq!(get.retry_policy().timeout(), Some(Duration::from_secs(1)));
+    // When every copy sent has failed with a non-fatal code, the next goes at once.
+    let retry = get.retry_policy();
+    assert!(retries(retry, Code::Unavailable) && !retries(retry, Code::Aborted));
+    assert_eq!(
+        (retry.max_attempts(), retry.backoff().max()),
+        (5, Duration::ZERO)
+    );
+    assert_eq!(retry.timeout(), Some(Duration::from_secs(1)));
     let put = config.routes.route_policy_for(&call("/kv.Store/Put"));
     let hedge = put.hedging().unwrap().policy().expect("hedged");
     assert_eq!((hedge.max_extra(), delay(hedge).as_str()), (1, "0ns"));
