@@ -8,7 +8,7 @@ use backstop::config::grpc::from_json;
 use backstop::config::StackConfig;
 use backstop::grpc::Code;
 use backstop::policy::Rules;
-use http::{Method, Request};
+use http::Request;
 
 fn call(path: &str) -> Request<()> {
     Request::post(format!("http://greeter.test{path}"))
@@ -205,7 +205,8 @@ fn a_mis_nested_config_is_refused_not_ignored() {
 mod wire {
     use super::*;
     use crate::support::wire::{empty, transport, upstream, within_10s};
-    use backstop::test_util::{Protocol, Reply, Step};
+    use backstop::test_util::{Protocol, Recorded, Reply, Step};
+    use http::{HeaderMap, Method};
     use tower::{Layer, Service, ServiceExt};
 
     /// A trailers-only gRPC response with `code`.
@@ -216,7 +217,37 @@ mod wire {
             .into()
     }
 
-    const CONFIG: &str = r#"{
+    /// One call to `path` through the stack built from the service config `text`,
+    /// against an HTTP/2 server following `script`: the response's headers, what
+    /// the server saw, and how long the call took.
+    async fn send(
+        text: &str,
+        script: Vec<Step>,
+        path: &str,
+    ) -> (HeaderMap, Vec<Recorded>, Duration) {
+        let up = upstream(Protocol::Http2, script).await;
+        let config = from_json(text).unwrap().strict().unwrap();
+        // Every route chooses its own hedging: the stack's policy is only the
+        // layer they need, so a stack of a file that hedges nothing may have any.
+        let hedge = config.hedge.clone().unwrap_or_default();
+        let layer = config.builder().hedge(hedge).build().unwrap();
+        let mut client = layer.layer(transport(Protocol::Http2));
+        let req = Request::post(up.uri(path))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(empty())
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let res = client.ready().await.unwrap().call(req).await.unwrap();
+        let took = started.elapsed();
+        let seen = up.requests();
+        assert!(seen
+            .iter()
+            .all(|r| r.path == path && r.method == Method::POST));
+        (res.headers().clone(), seen, took)
+    }
+
+    const RETRIES: &str = r#"{
         "methodConfig": [{
             "name": [{"service": "shop.Catalog"}],
             "retryPolicy": {
@@ -238,26 +269,30 @@ mod wire {
         }]
     }"#;
 
-    /// Calls `path` through the stack built from `CONFIG`, against a server that
-    /// answers UNAVAILABLE once, then OK; returns the final `grpc-status` and how
-    /// many calls the server saw.
-    async fn through_stack(path: &str) -> (String, usize) {
-        let up = upstream(Protocol::Http2, vec![trailers_only(14), trailers_only(0)]).await;
-        let config = from_json(CONFIG).unwrap().strict().unwrap();
-        let layer = config.builder().build().unwrap();
-        let mut client = layer.layer(transport(Protocol::Http2));
-        let req = Request::post(up.uri(path))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(empty())
-            .unwrap();
-        let res = client.ready().await.unwrap().call(req).await.unwrap();
-        let status = res.headers()["grpc-status"].to_str().unwrap().to_owned();
-        let seen = up.requests();
-        assert!(seen
-            .iter()
-            .all(|r| r.path == path && r.method == Method::POST));
-        (status, seen.len())
+    const HEDGES: &str = r#"{"methodConfig": [{"name": [{"service": "kv.Store"}],
+        "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
+                          "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#;
+
+    #[tokio::test]
+    async fn a_listed_unavailable_is_retried() {
+        within_10s(async {
+            let script = vec![trailers_only(14), trailers_only(0)];
+            let (headers, seen, _) = send(RETRIES, script, "/shop.Catalog/Get").await;
+            assert_eq!(headers["grpc-status"], "0");
+            assert_eq!(seen.len(), 2);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_unlisted_unavailable_is_not() {
+        within_10s(async {
+            let script = vec![trailers_only(14), trailers_only(0)];
+            let (headers, seen, _) = send(RETRIES, script, "/shop.Orders/Place").await;
+            assert_eq!(headers["grpc-status"], "14");
+            assert_eq!(seen.len(), 1);
+        })
+        .await;
     }
 
     #[tokio::test]
@@ -270,28 +305,12 @@ mod wire {
                 .header("x-copy", "first")
                 .delay(Duration::from_secs(3))
                 .into();
-            let up = upstream(Protocol::Http2, vec![slow, trailers_only(0)]).await;
-            let config = from_json(
-                r#"{"methodConfig": [{"name": [{"service": "kv.Store", "method": "Get"}],
-                    "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
-                                      "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
-            )
-            .unwrap()
-            .strict()
-            .unwrap();
-            let hedge = config.hedge.clone().expect("the stack hedges");
-            let layer = config.builder().hedge(hedge).build().unwrap();
-            let mut client = layer.layer(transport(Protocol::Http2));
-            let req = Request::post(up.uri("/kv.Store/Get"))
-                .header("content-type", "application/grpc")
-                .body(empty())
-                .unwrap();
-            let started = tokio::time::Instant::now();
-            let res = client.ready().await.unwrap().call(req).await.unwrap();
-            assert!(started.elapsed() < Duration::from_secs(2));
-            assert_eq!(res.headers()["grpc-status"], "0");
-            assert!(!res.headers().contains_key("x-copy"));
-            assert_eq!(up.requests().len(), 2);
+            let script = vec![slow, trailers_only(0)];
+            let (headers, seen, took) = send(HEDGES, script, "/kv.Store/Get").await;
+            assert!(took < Duration::from_secs(2), "{took:?}");
+            assert_eq!(headers["grpc-status"], "0");
+            assert!(!headers.contains_key("x-copy"));
+            assert_eq!(seen.len(), 2);
         })
         .await;
     }
@@ -300,46 +319,11 @@ mod wire {
     async fn a_non_fatal_code_leaves_the_hedge_to_answer_a_fatal_one_ends_the_call() {
         within_10s(async {
             for (first, want, sent) in [(14, "0", 2), (13, "13", 1)] {
-                let up = upstream(
-                    Protocol::Http2,
-                    vec![trailers_only(first), trailers_only(0)],
-                )
-                .await;
-                let config = from_json(
-                    r#"{"methodConfig": [{"name": [{"service": "kv.Store"}],
-                        "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
-                                          "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
-                )
-                .unwrap()
-                .strict()
-                .unwrap();
-                let hedge = config.hedge.clone().expect("the stack hedges");
-                let layer = config.builder().hedge(hedge).build().unwrap();
-                let mut client = layer.layer(transport(Protocol::Http2));
-                let req = Request::post(up.uri("/kv.Store/Get"))
-                    .header("content-type", "application/grpc")
-                    .body(empty())
-                    .unwrap();
-                let res = client.ready().await.unwrap().call(req).await.unwrap();
-                assert_eq!(res.headers()["grpc-status"], want, "first {first}");
-                assert_eq!(up.requests().len(), sent, "first {first}");
+                let script = vec![trailers_only(first), trailers_only(0)];
+                let (headers, seen, _) = send(HEDGES, script, "/kv.Store/Get").await;
+                assert_eq!(headers["grpc-status"], want, "first {first}");
+                assert_eq!(seen.len(), sent, "first {first}");
             }
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_listed_unavailable_is_retried() {
-        within_10s(async {
-            assert_eq!(through_stack("/shop.Catalog/Get").await, ("0".into(), 2));
-        })
-        .await;
-    }
-
-    #[tokio::test]
-    async fn an_unlisted_unavailable_is_not() {
-        within_10s(async {
-            assert_eq!(through_stack("/shop.Orders/Place").await, ("14".into(), 1));
         })
         .await;
     }
