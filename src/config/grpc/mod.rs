@@ -100,7 +100,9 @@ use std::collections::HashMap;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::Value;
 
-use super::{ConfigError, Imported, StackConfig, Unmapped, MAX_FILE};
+#[cfg(doc)]
+use super::MAX_FILE;
+use super::{ConfigError, Imported, StackConfig, Unmapped};
 use crate::admit::budget::BudgetPolicy;
 use crate::grpc::Code;
 use crate::hedge::HedgePolicy;
@@ -162,12 +164,7 @@ const UNMAPPED: &[(&str, &str)] = &[
 /// assert_eq!(err.path(), "methodConfig[0].retryPolicy.maxAttempts");
 /// ```
 pub fn from_json(text: &str) -> Result<Imported<StackConfig>, ConfigError> {
-    if text.len() > MAX_FILE {
-        return Err(ConfigError::new(
-            "",
-            format!("a service config is at most {MAX_FILE} bytes; this one is longer"),
-        ));
-    }
+    super::load::refuse_large(text)?;
     let value: Value = serde_json::from_str(text).map_err(|e| {
         let what = match e.classify() {
             serde_json::error::Category::Eof => "the JSON ends too early",

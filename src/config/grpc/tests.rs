@@ -294,7 +294,7 @@ fn fields_without_a_setting_are_reported_by_path() {
 
 #[test]
 fn bad_input_is_one_line_naming_the_path() {
-    let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(MAX_FILE));
+    let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(crate::config::MAX_FILE));
     let deep = "[".repeat(10_000);
     let cases: Vec<(String, &str)> = vec![
         ("".into(), ""),
