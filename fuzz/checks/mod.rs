@@ -9,6 +9,8 @@
 pub mod config_file;
 #[cfg(feature = "yaml")]
 pub mod gateway_httproute;
+#[cfg(all(feature = "grpc", feature = "json"))]
+pub mod grpc_service_config;
 pub mod head_copy;
 pub mod input;
 pub mod replay_body;

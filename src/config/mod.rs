@@ -8,6 +8,9 @@
 //! format other tools write) ends in one, and a stack is built from it with
 //! [`StackConfig::builder`].
 //!
+//! Importers: `config::grpc` reads gRPC's service config (with both features
+//! `json` and `grpc`).
+//!
 //! # Examples
 //!
 //! ```
@@ -60,6 +63,10 @@ pub use reload::{Change, Reloader};
 #[cfg(feature = "yaml")]
 #[cfg_attr(docsrs, doc(cfg(feature = "yaml")))]
 pub mod gateway;
+
+#[cfg(all(feature = "json", feature = "grpc"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "json", feature = "grpc"))))]
+pub mod grpc;
 
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;

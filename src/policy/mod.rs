@@ -43,6 +43,8 @@ pub(crate) use context::Given;
 pub use deadline::Deadline;
 pub(crate) use deadline::{call_deadline, later, MIN_ATTEMPT_TIME};
 pub(crate) use error_kind::chain;
+#[cfg(all(feature = "json", feature = "grpc"))]
+pub(crate) use error_kind::same_name;
 pub use handles::{BreakerGate, BreakerHandle, BudgetAccount, BudgetHandle};
 pub use hedged::{Hedged, NotHedged, Sent};
 pub use history::{AttemptOutcome, AttemptRecord, History, NoRetry, NotReplayable, StopReason};

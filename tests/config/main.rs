@@ -8,5 +8,7 @@ mod support;
 mod files;
 #[cfg(feature = "yaml")]
 mod gateway;
+#[cfg(all(feature = "grpc", feature = "json"))]
+mod grpc;
 #[cfg(feature = "toml")]
 mod reload;

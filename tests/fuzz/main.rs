@@ -59,3 +59,13 @@ fn gateway_httproute_corpus() {
 fn config_file_corpus() {
     replay("config_file", checks::config_file::check, 10);
 }
+
+#[cfg(all(feature = "grpc", feature = "json"))]
+#[test]
+fn grpc_service_config_corpus() {
+    replay(
+        "grpc_service_config",
+        checks::grpc_service_config::check,
+        10,
+    );
+}
