@@ -120,7 +120,8 @@ impl fmt::Display for ErrorKind {
 
 /// Reads a kind by its [name](ErrorKind::as_str), as configuration files write
 /// it: without regard to case, `_` or `-` (`refused_stream`, `REFUSED_STREAM`,
-/// `RefusedStream`, `go-away`).
+/// `RefusedStream`, `go-away`); or by the text its `Display` writes (`stream
+/// refused`), so what is displayed reads back.
 ///
 /// # Examples
 ///
@@ -129,6 +130,9 @@ impl fmt::Display for ErrorKind {
 ///
 /// assert_eq!("REFUSED_STREAM".parse(), Ok(ErrorKind::RefusedStream));
 /// assert_eq!("ConnectTimeout".parse(), Ok(ErrorKind::ConnectTimeout));
+/// for kind in ErrorKind::ALL {
+///     assert_eq!(kind.to_string().parse(), Ok(kind));
+/// }
 /// assert!("flaky".parse::<ErrorKind>().is_err());
 /// ```
 impl std::str::FromStr for ErrorKind {
@@ -137,7 +141,9 @@ impl std::str::FromStr for ErrorKind {
     fn from_str(text: &str) -> Result<Self, UnknownName> {
         ErrorKind::ALL
             .into_iter()
-            .find(|kind| same_name(kind.as_str(), text))
+            .find(|kind| {
+                same_name(kind.as_str(), text) || kind.to_string().eq_ignore_ascii_case(text)
+            })
             .ok_or(UnknownName("error kind"))
     }
 }
