@@ -98,6 +98,7 @@
 //! overhead -- added`). With one, each event is a call through a `dyn Observer`
 //! with borrowed data: an observer that must do slow work should hand it off.
 
+mod many;
 #[cfg(feature = "metrics")]
 mod metrics;
 
@@ -117,6 +118,7 @@ pub use crate::policy::event::{
     Origin, OriginPauseExtended, OriginPaused, OriginResumed, Refusal, RetryScheduled,
     RetrySkipped,
 };
+pub use many::Observers;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::MetricsObserver;

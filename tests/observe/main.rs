@@ -5,6 +5,7 @@
 mod support;
 
 mod events;
+mod many;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod record;
