@@ -27,12 +27,14 @@ fn recorder() -> (
     (seen, observer)
 }
 
+type Answer = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>;
+
 /// A 503 on the first attempt, a 200 on the second.
 fn flaky() -> impl tower::Service<
     Request<ReplayBody<Full<Bytes>>>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
-    Future = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
+    Future = Answer,
 > + Clone {
     let sent = Arc::new(AtomicUsize::new(0));
     tower::service_fn(move |_req: Request<ReplayBody<Full<Bytes>>>| {
