@@ -15,6 +15,7 @@ use crate::budget::{BudgetLayer, BudgetPolicy};
 use crate::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
+use crate::observe::Observer;
 use crate::policy::{Deadline, Keyed};
 use crate::retry::{RetryPolicy, Routes};
 use crate::stack::{Backstop, BackstopLayer, WithHedge};
@@ -79,13 +80,27 @@ impl Stack {
 /// The middleware's settings. The breakers and the accounts live in the layers, so
 /// that a stack built again (and every clone, and whatever else was given the
 /// layers) keeps them.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Config {
     routes: Routes,
     hedge: Option<HedgePolicy>,
     key: Option<IdempotencyKeyLayer>,
     breaker: Option<CircuitBreakerLayer>,
     budget: Option<BudgetLayer>,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("routes", &self.routes)
+            .field("hedge", &self.hedge)
+            .field("key", &self.key)
+            .field("breaker", &self.breaker)
+            .field("budget", &self.budget)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Config {
@@ -111,6 +126,9 @@ impl Config {
             Some(budget) => builder.budget_of(budget),
             None => builder.no_budget(),
         };
+        if let Some(observer) = &self.observer {
+            builder = builder.shared_observer(observer.clone());
+        }
         let built = match hedge {
             Some(hedge) => builder.hedge(hedge).build().map(Stack::Hedged),
             None => builder.build().map(Stack::Plain),
@@ -139,6 +157,7 @@ impl BackstopMiddleware {
             key: None,
             breaker: None,
             budget: None,
+            observer: None,
         };
         let stack = config.stack();
         BackstopMiddleware {
@@ -194,6 +213,15 @@ impl BackstopMiddleware {
     /// generator).
     pub fn with_idempotency_key_layer(self, layer: IdempotencyKeyLayer) -> Self {
         self.set(|config| config.key = Some(layer))
+    }
+
+    /// Tells `observer` what the middleware decides for each call (see
+    /// [`observe`](crate::observe)): the same events, and with feature `metrics` the
+    /// same [`MetricsObserver`](crate::observe::MetricsObserver), as a tower stack.
+    /// For several, give [`Observers`](crate::observe::Observers).
+    pub fn with_observer(self, observer: impl Observer) -> Self {
+        let observer: Arc<dyn Observer> = Arc::new(observer);
+        self.set(|config| config.observer = Some(observer))
     }
 
     /// A client with this middleware over a reqwest client from

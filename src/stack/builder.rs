@@ -125,8 +125,14 @@ impl<H: HedgeMode> BackstopBuilder<H> {
 
     /// Tells `observer` what the stack decides for each call (see
     /// [`observe`](crate::observe)); an observer a call carries in its context wins.
-    pub fn observer(mut self, observer: impl Observer) -> Self {
-        self.observer = Some(Arc::new(observer));
+    pub fn observer(self, observer: impl Observer) -> Self {
+        self.shared_observer(Arc::new(observer))
+    }
+
+    /// [`observer`](BackstopBuilder::observer), for an observer you keep a handle
+    /// on (the metrics you also read, or one shared by several stacks).
+    pub fn shared_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
         self
     }
 

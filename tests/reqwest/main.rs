@@ -8,4 +8,5 @@ mod support;
 mod delegated;
 mod kit;
 mod middleware;
+mod observed;
 mod own_retry;
