@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::policy::event::{Event, Observer};
 
 /// Several observers as one, for an [`ObserveLayer`](super::ObserveLayer) or a
-/// stack ([`BackstopBuilder::observer`](crate::BackstopBuilder::observer)): each
+/// stack ([`BackstopBuilder::observer`](crate::stack::BackstopBuilder::observer)): each
 /// event is told to each observer, in the order they were added. Keep the
 /// metrics and count something of your own, without a forwarding closure.
 ///
