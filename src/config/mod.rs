@@ -154,6 +154,16 @@ impl ConfigError {
         }
     }
 
+    /// The same error, inside the table at `prefix` (a path of its own).
+    pub(crate) fn under(mut self, prefix: &str) -> Self {
+        self.path = match (prefix.is_empty(), self.path.is_empty()) {
+            (true, _) => self.path,
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{}", self.path),
+        };
+        self
+    }
+
     /// Where in the file: a dotted path with indices (`routes[2].retry`); empty
     /// for the file as a whole.
     pub fn path(&self) -> &str {

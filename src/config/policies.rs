@@ -7,8 +7,8 @@ use serde::de::{self, Deserializer};
 use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
-use super::registry;
 use super::values::{Dur, Header, Meth, Statuses};
+use super::{registry, ConfigError};
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::{BudgetPolicy, PauseMode};
 use crate::hedge::HedgePolicy;
@@ -35,9 +35,15 @@ macro_rules! through_spec {
     };
 }
 
-/// A builder's refusal as a file's error message.
-fn refused(e: crate::policy::InvalidConfig) -> String {
-    e.to_string()
+/// A builder's refusal as a file's error, at the field of the setting it names
+/// (relative to the spec's table).
+fn refused(e: crate::policy::InvalidConfig) -> ConfigError {
+    let field = match e.setting() {
+        // The rules' statuses, whichever setter gave them.
+        "retry_on" => "retryable_statuses",
+        setting => setting,
+    };
+    ConfigError::new(field, e.to_string())
 }
 
 /// The name of registered rules, checked against the registry in scope as it is
@@ -86,9 +92,11 @@ impl RulesSpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<Rules, String> {
+    pub(crate) fn build(self) -> Result<Rules, ConfigError> {
         let base = match &self.name {
-            Some(RulesName(name)) => registry::named(name)?,
+            Some(RulesName(name)) => {
+                registry::named(name).map_err(|m| ConfigError::new("name", m))?
+            }
             None => Rules::default(),
         };
         let mut b = Rules::builder();
@@ -165,10 +173,10 @@ impl RetrySpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<RetryPolicy, String> {
+    pub(crate) fn build(self) -> Result<RetryPolicy, ConfigError> {
         let mut b = RetryPolicy::builder();
         if let Some(rules) = self.rules {
-            b = b.rules(rules.build()?);
+            b = b.rules(rules.build().map_err(|e| e.under("rules"))?);
         }
         if let Some(n) = self.max_attempts {
             b = b.max_attempts(n);
@@ -250,7 +258,7 @@ impl HedgeSpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<HedgePolicy, String> {
+    pub(crate) fn build(self) -> Result<HedgePolicy, ConfigError> {
         let mut b = HedgePolicy::builder();
         if let Some(d) = self.delay {
             b = b.after(d.0);
@@ -274,7 +282,7 @@ impl HedgeSpec {
             b = b.methods(methods.into_iter().map(|m| m.0));
         }
         if let Some(rules) = self.rules {
-            b = b.rules(rules.build()?);
+            b = b.rules(rules.build().map_err(|e| e.under("rules"))?);
         }
         if let Some(d) = self.min_attempt_time {
             b = b.min_attempt_time(d.0);
@@ -350,7 +358,7 @@ impl BudgetSpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<BudgetPolicy, String> {
+    pub(crate) fn build(self) -> Result<BudgetPolicy, ConfigError> {
         let mut b = BudgetPolicy::builder();
         if let Some(r) = self.ratio {
             b = b.ratio(r);
@@ -425,7 +433,7 @@ impl BreakerSpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<CircuitBreakerPolicy, String> {
+    pub(crate) fn build(self) -> Result<CircuitBreakerPolicy, ConfigError> {
         let mut b = CircuitBreakerPolicy::builder();
         if let Some(r) = self.failure_ratio {
             b = b.failure_ratio(r);
@@ -452,7 +460,7 @@ impl BreakerSpec {
             b = b.probes(n);
         }
         if let Some(rules) = self.rules {
-            b = b.rules(rules.build()?);
+            b = b.rules(rules.build().map_err(|e| e.under("rules"))?);
         }
         if let Some(p) = self.partition {
             b = b.partition(p.partition());
@@ -483,7 +491,7 @@ impl KeySpec {
         })
     }
 
-    pub(crate) fn build(self) -> Result<IdempotencyKeyLayer, String> {
+    pub(crate) fn build(self) -> Result<IdempotencyKeyLayer, ConfigError> {
         let mut layer = IdempotencyKeyLayer::new();
         if let Some(Header(name)) = self.header {
             layer = layer.header(name);

@@ -153,9 +153,7 @@ fn route_policy(
     hedge_base: Option<&HedgeSpec>,
     at: &str,
 ) -> Result<RoutePolicy, ConfigError> {
-    let retry = retry
-        .build()
-        .map_err(|m| ConfigError::new(join(at, "retry"), m))?;
+    let retry = retry.build().map_err(|e| e.under(&join(at, "retry")))?;
     let policy = RoutePolicy::new(retry);
     match hedging {
         None | Some(Toggle::On) => Ok(policy),
@@ -165,9 +163,7 @@ fn route_policy(
                 Some(base) => spec.merged_over(base),
                 None => spec,
             };
-            let hedge = spec
-                .build()
-                .map_err(|m| ConfigError::new(join(at, "hedge"), m))?;
+            let hedge = spec.build().map_err(|e| e.under(&join(at, "hedge")))?;
             policy
                 .hedge(hedge)
                 .map_err(|e| ConfigError::new(join(at, "hedge"), e.to_string()))
@@ -295,7 +291,7 @@ impl StackSpec {
     /// The stack's settings, each built and checked by its builder; the first
     /// refused one is the error, at its path.
     pub(crate) fn build(self) -> Result<StackConfig, ConfigError> {
-        let at = |field: &'static str| move |m: String| ConfigError::new(field, m);
+        let at = |field: &'static str| move |e: ConfigError| e.under(field);
         let hedge = self.hedge.clone().map(HedgeSpec::build).transpose();
         let hedge = hedge.map_err(at("hedge"))?;
         let table = RoutesSpec {

@@ -410,7 +410,11 @@ fn every_error_is_one_line_naming_its_path() {
             "routes[2].retry.max_atempts",
             "unknown field",
         ),
-        ("[retry]\nmax_attempts = 0", "retry", "max_attempts"),
+        (
+            "[retry]\nmax_attempts = 0",
+            "retry.max_attempts",
+            "between 1 and 100",
+        ),
         (
             "[retry]\nmax_attempts = \"three\"",
             "retry.max_attempts",
@@ -438,7 +442,7 @@ fn every_error_is_one_line_naming_its_path() {
             "routes[0].hedge",
             "one attempt",
         ),
-        ("[budget]\nratio = -1.0", "budget", "ratio"),
+        ("[budget]\nratio = -1.0", "budget.ratio", "ratio"),
     ];
     for (file, path, says) in cases {
         let err = config::from_toml(file).expect_err(file);
