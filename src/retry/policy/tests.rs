@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::same_in_every_order;
+use crate::policy::{same_in_every_order, InvalidConfig};
 
 #[test]
 fn defaults_retry_the_transient_statuses() {
