@@ -6,7 +6,7 @@ use http::header::HeaderName;
 use http::Method;
 
 use super::{RetryPolicy, MAX_ATTEMPTS_LIMIT, MAX_SETTING};
-use crate::policy::{Backoff, ErrorKind, FirstError, InvalidConfig, Rules, RulesBuilder};
+use crate::policy::{Backoff, ErrorKind, FirstError, InvalidConfig, Jitter, Rules, RulesBuilder};
 
 /// Builds a [`RetryPolicy`], checking every number.
 ///
@@ -44,10 +44,58 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// Full-jitter backoff: `base` for the first retry, doubling up to `max`
-    /// (`base <= max`).
+    /// The backoff's bounds: `base` for the first retry, growing up to `max`
+    /// (`base <= max`, at most one day). Unless [`jitter`](RetryPolicyBuilder::jitter)
+    /// or [`backoff_multiplier`](RetryPolicyBuilder::backoff_multiplier) say
+    /// otherwise, the backoff doubles and draws each wait with full jitter.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.policy.backoff = Backoff::new(base, max);
+        let b = self.policy.backoff;
+        self.policy.backoff = Backoff::new(base, max)
+            .with_jitter(b.jitter())
+            .with_multiplier(b.multiplier());
+        self
+    }
+
+    /// How each backoff wait is drawn (default [`Jitter::Full`]; from 0 to 1 for
+    /// [`Jitter::Proportional`]); the table of shapes is at [`Jitter`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::policy::Jitter;
+    /// use backstop::RetryPolicy;
+    ///
+    /// // 0.1 s doubling up to 10 s, each wait within ±20 %.
+    /// let policy = RetryPolicy::builder()
+    ///     .backoff(Duration::from_millis(100), Duration::from_secs(10))
+    ///     .jitter(Jitter::Proportional(0.2))
+    ///     .build()?;
+    /// assert_eq!(policy.backoff().jitter(), Jitter::Proportional(0.2));
+    /// assert!(RetryPolicy::builder().jitter(Jitter::Proportional(2.0)).build().is_err());
+    /// # Ok::<(), backstop::policy::InvalidConfig>(())
+    /// ```
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.policy.backoff = self.policy.backoff.with_jitter(jitter);
+        self
+    }
+
+    /// How much the backoff grows each retry: finite, from 1 to 10 (default 2).
+    /// Decorrelated jitter grows from the previous wait instead, and refuses any
+    /// multiplier but 2.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::builder()
+    ///     .backoff(Duration::from_millis(100), Duration::from_secs(10))
+    ///     .backoff_multiplier(1.5)
+    ///     .build()?;
+    /// assert_eq!(policy.backoff().ceiling(3), Duration::from_millis(225));
+    /// assert!(RetryPolicy::builder().backoff_multiplier(0.5).build().is_err());
+    /// # Ok::<(), backstop::policy::InvalidConfig>(())
+    /// ```
+    pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
+        self.policy.backoff = self.policy.backoff.with_multiplier(multiplier);
         self
     }
 
@@ -203,19 +251,7 @@ impl RetryPolicyBuilder {
 fn check_numbers(p: &RetryPolicy) -> Result<(), InvalidConfig> {
     let mut error = FirstError::default();
     error.count("max_attempts", p.max_attempts, MAX_ATTEMPTS_LIMIT);
-    let (base, max) = (p.backoff.base(), p.backoff.max());
-    if max > MAX_SETTING {
-        error.fail(
-            "backoff",
-            format!("max must be at most one day, got {max:?}"),
-        );
-    }
-    if base > max {
-        error.fail(
-            "backoff",
-            format!("base {base:?} is larger than max {max:?}"),
-        );
-    }
+    p.backoff.check(&mut error, MAX_SETTING);
     if p.max_retry_after > MAX_SETTING {
         error.fail(
             "max_retry_after",

@@ -28,7 +28,7 @@ pub use builder::RetryPolicyBuilder;
 /// | setting | default | why |
 /// |---|---|---|
 /// | `max_attempts` | 3 (two retries) | the Google SRE book's limit: more attempts multiply load across layers |
-/// | backoff | full jitter, 100 ms doubling to 5 s | spreads clients that failed together |
+/// | backoff | full jitter, 100 ms doubling to 5 s ([`jitter`](RetryPolicyBuilder::jitter) and [`backoff_multiplier`](RetryPolicyBuilder::backoff_multiplier) change the shape) | spreads clients that failed together |
 /// | retryable statuses | 408, 429, 502, 503, 504 | transient by definition; 500 is opt-in ([`RetryPolicyBuilder::retry_on`]); 425 is always retried |
 /// | `max_retry_after` | 10 s | a longer `Retry-After` ends the call and is reported to the caller instead |
 /// | `attempt_timeout`, `timeout` | none | as hyper; set them for a deadline |
