@@ -25,6 +25,11 @@ use super::FirstError;
 /// | [`Proportional(x)`](Jitter::Proportional) | `t` · uniform in `[1 − x, 1 + x]` | a jitter of ±x (0.2 is ±20 %) |
 /// | [`None`](Jitter::None) | exactly `t` | `backoff_factor · 2^(n−1)` capped by a `max_delay` |
 ///
+/// A configuration file (feature `serde`) names a shape in the retry policy's
+/// backoff: `backoff = { base = "100ms", max = "10s", jitter = "equal" }`, one of
+/// `"full"`, `"equal"`, `"decorrelated"`, `"none"`, or `jitter = { proportional =
+/// 0.2 }`, with an optional `multiplier = 1.5`.
+///
 /// # Examples
 ///
 /// ```
