@@ -7,7 +7,7 @@ use serde::de::{self, Deserializer};
 use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
-use super::values::{Dur, Header, Meth, Statuses};
+use super::values::{BackoffSpec, Dur, Header, Meth, Statuses};
 use super::{registry, ConfigError};
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::{BudgetPolicy, PauseMode};
@@ -41,6 +41,9 @@ fn refused(e: crate::policy::InvalidConfig) -> ConfigError {
     let field = match e.setting() {
         // The rules' statuses, whichever setter gave them.
         "retry_on" => "retryable_statuses",
+        // The backoff's settings, in its own table.
+        "backoff_multiplier" => "backoff.multiplier",
+        "jitter" => "backoff.jitter",
         setting => setting,
     };
     ConfigError::new(field, e.to_string())
@@ -120,14 +123,6 @@ impl RulesSpec {
 }
 through_spec!(Rules, RulesSpec);
 
-/// The backoff's bounds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BackoffSpec {
-    base: Dur,
-    max: Dur,
-}
-
 /// How much of a failed response's body is drained.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,10 +151,7 @@ impl RetrySpec {
         let none = std::time::Duration::ZERO;
         Ok(RetrySpec {
             max_attempts: Some(p.max_attempts()),
-            backoff: Some(BackoffSpec {
-                base: Dur(p.backoff().base()),
-                max: Dur(p.backoff().max()),
-            }),
+            backoff: Some(BackoffSpec::of(p.backoff())),
             rules: Some(RulesSpec::of(p.rules())?),
             max_retry_after: Some(Dur(p.max_retry_after())),
             attempt_timeout: Some(Dur(p.attempt_timeout().unwrap_or(none))),
@@ -181,8 +173,8 @@ impl RetrySpec {
         if let Some(n) = self.max_attempts {
             b = b.max_attempts(n);
         }
-        if let Some(BackoffSpec { base, max }) = self.backoff {
-            b = b.backoff(base.0, max.0);
+        if let Some(backoff) = self.backoff {
+            b = backoff.apply(b);
         }
         if let Some(d) = self.max_retry_after {
             b = b.max_retry_after(d.0);

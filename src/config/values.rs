@@ -1,6 +1,6 @@
 //! How single values are written in a file: durations (`"250ms"`), statuses
 //! (`503`, `"5xx"`, `"500-504"`), methods (`"POST"`), header names, error kinds
-//! and gRPC codes by name.
+//! and gRPC codes by name, and the backoff with its jitter.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,7 +10,69 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{format_duration, parse_duration};
-use crate::policy::ErrorKind;
+use crate::policy::{Backoff, ErrorKind, Jitter};
+use crate::retry::RetryPolicyBuilder;
+
+/// The backoff: its bounds, its [`Jitter`] and its multiplier, the last two
+/// defaulting to full jitter doubling. `jitter` is `"full"`, `"equal"`,
+/// `"decorrelated"`, `"none"`, or `{ proportional = 0.2 }` for ±20 %.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackoffSpec {
+    base: Dur,
+    max: Dur,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jitter: Option<Jitter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    multiplier: Option<f64>,
+}
+
+impl BackoffSpec {
+    /// Every setting of `backoff`.
+    pub(crate) fn of(backoff: Backoff) -> Self {
+        BackoffSpec {
+            base: Dur(backoff.base()),
+            max: Dur(backoff.max()),
+            jitter: Some(backoff.jitter()),
+            multiplier: Some(backoff.multiplier()),
+        }
+    }
+
+    /// `b` with the settings given.
+    pub(crate) fn apply(self, mut b: RetryPolicyBuilder) -> RetryPolicyBuilder {
+        b = b.backoff(self.base.0, self.max.0);
+        if let Some(jitter) = self.jitter {
+            b = b.jitter(jitter);
+        }
+        if let Some(m) = self.multiplier {
+            b = b.backoff_multiplier(m);
+        }
+        b
+    }
+}
+
+/// [`Jitter`] by name, the proportional band as `{ proportional = x }`.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Jitter", rename_all = "snake_case")]
+enum JitterDef {
+    Full,
+    Equal,
+    Decorrelated,
+    None,
+    Proportional(f64),
+}
+
+impl Serialize for Jitter {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        JitterDef::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Jitter {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        JitterDef::deserialize(d)
+    }
+}
 
 /// A duration, written as [`format_duration`] writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

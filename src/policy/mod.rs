@@ -32,7 +32,7 @@ mod rules;
 pub use classify::{classify, Classification, Outcome, RequestFacts, RetryReason};
 pub use error_kind::{classify_error, ErrorKind, UnknownName};
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, Jitter, Waits};
 pub(crate) use classify::{is_answer_under, ladder};
 #[cfg(test)]
 pub(crate) use config::same_in_every_order;

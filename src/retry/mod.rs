@@ -5,8 +5,8 @@
 //! retryable outcome through the gates (attempts left, a replayable body, the
 //! `Retry-After` cap, the deadline, the circuit breaker, the retry budget), reads
 //! and drops the head of a failed response's body so its connection is reused,
-//! waits (full-jitter backoff, or exactly the server's `Retry-After`), and sends
-//! again.
+//! waits (the policy's [backoff](crate::policy::Jitter), full jitter unless set, or
+//! exactly the server's `Retry-After`), and sends again.
 //!
 //! The transport receives the request body wrapped in a [`ReplayBody`], which
 //! streams the first attempt straight through while keeping its chunks (up to the

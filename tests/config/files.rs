@@ -8,7 +8,7 @@ use backstop::circuit_breaker::CircuitBreakerPolicy;
 use backstop::config::{self, Registry, StackConfig};
 use backstop::hedge::HedgePolicy;
 use backstop::idempotency_key::IdempotencyKeyLayer;
-use backstop::policy::{classify_fn, ErrorKind, Observed, Rules, Verdict};
+use backstop::policy::{classify_fn, ErrorKind, Jitter, Observed, Rules, Verdict};
 use backstop::retry::{Route, RoutePolicy, Routes};
 use backstop::{BudgetPolicy, RetryPolicy};
 use http::{Method, Request};
@@ -93,6 +93,98 @@ fn a_retry_policy_reads_back_the_same() {
     assert_eq!(back.timeout(), None);
     assert_eq!(back.attempt_timeout(), None);
     assert_eq!(back.max_attempts(), 3);
+}
+
+#[test]
+fn every_backoff_shape_reads_back_the_same() {
+    let seconds = |base: f64, max: f64| {
+        RetryPolicy::builder().backoff(Duration::from_secs_f64(base), Duration::from_secs_f64(max))
+    };
+    let policies = [
+        // AWS's three (base 5 ms, cap 2 s).
+        seconds(0.005, 2.0).jitter(Jitter::Full),
+        seconds(0.005, 2.0).jitter(Jitter::Equal),
+        seconds(0.005, 2.0).jitter(Jitter::Decorrelated),
+        // clientwright: 0.1 s, ×2, 10 s, ±20 %.
+        seconds(0.1, 10.0)
+            .backoff_multiplier(2.0)
+            .jitter(Jitter::Proportional(0.2)),
+        // ahttp_client: 0.5 s doubling, 4 s at most, no jitter.
+        seconds(0.5, 4.0).jitter(Jitter::None),
+        seconds(0.1, 1.0).backoff_multiplier(1.5),
+    ];
+    for b in policies {
+        let policy = b.build().unwrap();
+        let back = round_trip(&policy);
+        assert_eq!(back.backoff(), policy.backoff());
+    }
+    // Each shape as it is written in a file; a file that names none is full jitter
+    // doubling, as before.
+    for (written, jitter, multiplier) in [
+        (r#"{ base = "5ms", max = "2s" }"#, Jitter::Full, 2.0),
+        (
+            r#"{ base = "5ms", max = "2s", jitter = "equal" }"#,
+            Jitter::Equal,
+            2.0,
+        ),
+        (
+            r#"{ base = "5ms", max = "2s", jitter = "decorrelated" }"#,
+            Jitter::Decorrelated,
+            2.0,
+        ),
+        (
+            r#"{ base = "100ms", max = "10s", multiplier = 2.0, jitter = { proportional = 0.2 } }"#,
+            Jitter::Proportional(0.2),
+            2.0,
+        ),
+        (
+            r#"{ base = "500ms", max = "4s", jitter = "none" }"#,
+            Jitter::None,
+            2.0,
+        ),
+        (
+            r#"{ base = "100ms", max = "4s", jitter = "full", multiplier = 3 }"#,
+            Jitter::Full,
+            3.0,
+        ),
+    ] {
+        let file = format!("[retry]\nbackoff = {written}");
+        let config = config::from_toml(&file).expect(&file);
+        let backoff = config.routes.policy_for(&get("http://h/")).backoff();
+        assert_eq!(
+            (backoff.jitter(), backoff.multiplier()),
+            (jitter, multiplier),
+            "{file}"
+        );
+    }
+    let yaml = "retry:\n  backoff: {base: 5ms, max: 2s, jitter: {proportional: 0.5}}\n";
+    let config = config::from_yaml(yaml).unwrap();
+    let backoff = config.routes.policy_for(&get("http://h/")).backoff();
+    assert_eq!(backoff.jitter(), Jitter::Proportional(0.5));
+    // Bad shapes are the builder's errors, at their path.
+    for (written, says) in [
+        (
+            r#"{ base = "5ms", max = "2s", jitter = "wobbly" }"#,
+            "unknown variant",
+        ),
+        (
+            r#"{ base = "5ms", max = "2s", jitter = { proportional = 2.0 } }"#,
+            "jitter",
+        ),
+        (
+            r#"{ base = "5ms", max = "2s", multiplier = 0.5 }"#,
+            "backoff_multiplier",
+        ),
+        (
+            r#"{ base = "5ms", max = "2s", jitter = "decorrelated", multiplier = 3 }"#,
+            "backoff_multiplier",
+        ),
+    ] {
+        let file = format!("[retry]\nbackoff = {written}");
+        let err = config::from_toml(&file).expect_err(&file);
+        assert!(err.message().contains(says), "{file}: {err}");
+        assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    }
 }
 
 #[test]

@@ -7,5 +7,6 @@ mod support;
 mod record;
 
 mod attempts;
+mod backoff;
 mod replay;
 mod wire;

@@ -7,7 +7,7 @@ use super::json::{error, Field, Object};
 use crate::config::{ConfigError, Unmapped};
 use crate::grpc::{self, Code};
 use crate::hedge::HedgePolicy;
-use crate::policy::InvalidConfig;
+use crate::policy::{Backoff, InvalidConfig};
 use crate::retry::{RetryPolicy, RoutePolicy};
 
 /// gRPC's own limit on `maxAttempts`, of a retry or a hedging policy: a larger
@@ -224,13 +224,14 @@ fn retry_policy(
     }
     let codes_path = format!("{}.retryableStatusCodes", object.path());
     let codes = codes(object.take("retryableStatusCodes")?, &codes_path, true)?;
-    // Backstop's backoff doubles; with the first ceiling at the cap already, every
-    // multiplier gives the same waits.
-    if factor != 2.0 && initial < max {
+    // gRPC's wait is random(0, min(initial · multiplier^(n−1), max)): full jitter
+    // with the multiplier. Backstop's multiplier is from 1 to 10; with the first
+    // ceiling at the cap already, every multiplier gives the same waits.
+    let within = factor.clamp(1.0, Backoff::MAX_MULTIPLIER);
+    if within != factor && initial < max {
         unmapped.push(Unmapped::new(
             multiplier.path.clone(),
-            "backstop's backoff doubles each retry (up to maxBackoff); another multiplier \
-             is read as 2",
+            format!("backstop's backoff multiplier is from 1 to 10; {factor} is read as {within}"),
         ));
     }
     object.rest(&[], unmapped);
@@ -238,6 +239,7 @@ fn retry_policy(
         .max_attempts(attempts)
         // gRPC caps each wait at maxBackoff, even the first.
         .backoff(initial.min(max), max)
+        .backoff_multiplier(within)
         .rules(rules_for(codes, &codes_path)?);
     if let Some(timeout) = timeout {
         builder = builder.timeout(timeout);

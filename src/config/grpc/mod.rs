@@ -22,8 +22,8 @@
 //! | `name[]` `{}` (or an empty `service`) | the routes' [default](Routes::new) | yes |
 //! | no default entry | the default retries no status code; a call the server never processed (refused stream, `GOAWAY`, failed connect) is sent once more | gRPC's transparent retry, approximately |
 //! | `retryPolicy.maxAttempts` | [`RetryPolicyBuilder::max_attempts`]; at least 2, and a value over 5 is read as 5, as gRPC reads it | yes |
-//! | `initialBackoff`, `maxBackoff` | [`RetryPolicyBuilder::backoff`]`(initial, max)`: full jitter, as gRPC's | yes |
-//! | `backoffMultiplier` | backstop's backoff doubles: another multiplier is read as 2 and reported unmapped (unless `initialBackoff` ≥ `maxBackoff`, where every multiplier gives the same waits) | for 2 |
+//! | `initialBackoff`, `maxBackoff` | [`RetryPolicyBuilder::backoff`]`(initial, max)`: full jitter, as gRPC's `random(0, min(initial · multiplier^(n−1), max))` | yes |
+//! | `backoffMultiplier` | [`RetryPolicyBuilder::backoff_multiplier`]; one below 1 or above 10 (outside backstop's range) is read as 1 or 10 and reported unmapped, unless `initialBackoff` ≥ `maxBackoff`, where every multiplier gives the same waits | from 1 to 10 |
 //! | `retryableStatusCodes` | [`grpc::rules()`](crate::grpc::rules)[`.retryable_codes(…)`](crate::grpc::GrpcRulesBuilder::retryable_codes)[`.all_idempotent()`](crate::grpc::GrpcRulesBuilder::all_idempotent): the service config declares its methods safe to send again | yes |
 //! | `hedgingPolicy` | the route's own [`HedgePolicy`] ([`RoutePolicy::hedge`]): `maxAttempts − 1` extra copies ([`max_extra`](crate::hedge::HedgePolicyBuilder::max_extra), 5 at most as in gRPC), each `hedgingDelay` (default 0) after the one before ([`after`](crate::hedge::HedgePolicyBuilder::after)) | see below |
 //! | `hedgingPolicy.nonFatalStatusCodes` | the codes that leave the other copies running (the hedge's rules' retryable codes), and that the route retries at once when every copy sent has failed; any other code ends the call | see below |

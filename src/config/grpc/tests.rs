@@ -118,7 +118,7 @@ fn max_attempts_is_two_to_five() {
 }
 
 #[test]
-fn backoff_maps_and_a_multiplier_other_than_two_is_reported() {
+fn backoff_and_multiplier_map_exactly() {
     let with = |initial: &str, max: &str, multiplier: &str| {
         format!(
             r#"{{"methodConfig": [{{"name": [{{}}], "retryPolicy": {{"maxAttempts": 3,
@@ -126,26 +126,44 @@ fn backoff_maps_and_a_multiplier_other_than_two_is_reported() {
             "backoffMultiplier": {multiplier}, "retryableStatusCodes": ["UNAVAILABLE"]}}}}]}}"#
         )
     };
-    let imported = from_json(&with("0.1s", "1s", "1.5")).unwrap();
-    assert_eq!(imported.unmapped().len(), 1);
-    assert_eq!(
-        imported.unmapped()[0].path(),
-        "methodConfig[0].retryPolicy.backoffMultiplier"
-    );
-    let backoff = imported
-        .lenient()
-        .routes
-        .default_policy()
-        .retry_policy()
-        .backoff();
-    assert_eq!(backoff.base(), Duration::from_millis(100));
-    assert_eq!(backoff.max(), Duration::from_secs(1));
-    // Exact: doubling, or a first wait at the cap already.
-    assert!(from_json(&with("0.1s", "1s", "2"))
-        .unwrap()
-        .unmapped()
-        .is_empty());
-    assert!(from_json(&with(".01s", ".01s", "1.0"))
+    let backoff_of = |imported: &Imported<StackConfig>| {
+        imported
+            .clone()
+            .lenient()
+            .routes
+            .default_policy()
+            .retry_policy()
+            .backoff()
+    };
+    // gRPC's random(0, min(initial · multiplier^(n−1), max)): full jitter with the
+    // multiplier, whatever the multiplier from 1 to 10.
+    for (multiplier, ceilings) in [
+        ("1.5", [100, 150, 225, 337, 506]),
+        ("2", [100, 200, 400, 800, 1000]),
+        ("1", [100, 100, 100, 100, 100]),
+        ("10", [100, 1000, 1000, 1000, 1000]),
+    ] {
+        let imported = from_json(&with("0.1s", "1s", multiplier)).unwrap();
+        assert!(imported.unmapped().is_empty(), "{multiplier}");
+        let backoff = backoff_of(&imported);
+        assert_eq!(backoff.jitter(), crate::policy::Jitter::Full);
+        assert_eq!(backoff.base(), Duration::from_millis(100));
+        assert_eq!(backoff.max(), Duration::from_secs(1));
+        let got: Vec<_> = (1..=5).map(|n| backoff.ceiling(n).as_millis()).collect();
+        assert_eq!(got, ceilings, "{multiplier}");
+    }
+    // Outside backstop's range: read as the nearer bound, and reported.
+    for (multiplier, read) in [("0.5", 1.0), ("12", 10.0)] {
+        let imported = from_json(&with("0.1s", "1s", multiplier)).unwrap();
+        assert_eq!(imported.unmapped().len(), 1);
+        assert_eq!(
+            imported.unmapped()[0].path(),
+            "methodConfig[0].retryPolicy.backoffMultiplier"
+        );
+        assert_eq!(backoff_of(&imported).multiplier(), read);
+    }
+    // With the first wait at the cap already, every multiplier is exact.
+    assert!(from_json(&with(".01s", ".01s", "0.5"))
         .unwrap()
         .unmapped()
         .is_empty());

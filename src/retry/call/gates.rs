@@ -38,7 +38,16 @@ where
                 return Err(StopReason::RetryAfterTooLong)
             }
             Some(hint) => hint,
-            None => policy.backoff().wait(self.attempt),
+            None => {
+                // Decorrelated jitter draws from the call's previous backoff wait.
+                let ledger = self.ledger.as_deref_mut();
+                let previous = ledger.as_ref().and_then(|l| l.last_backoff);
+                let wait = policy.backoff().next_wait(self.attempt, previous);
+                if let Some(ledger) = ledger {
+                    ledger.last_backoff = Some(wait);
+                }
+                wait
+            }
         };
         if let Some(deadline) = self.deadline() {
             let needed = wait.saturating_add(policy.min_attempt_time());

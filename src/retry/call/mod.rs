@@ -169,6 +169,8 @@ struct Ledger {
     last_error: Option<(ErrorKind, BoxError)>,
     /// The end of the origin's pause that stopped the call, when one did.
     paused: Option<Instant>,
+    /// The last wait the backoff drew, which decorrelated jitter draws the next from.
+    last_backoff: Option<Duration>,
 }
 
 impl Ledger {
@@ -182,6 +184,7 @@ impl Ledger {
             history: History::new(max_attempts),
             last_error: None,
             paused: None,
+            last_backoff: None,
         })
     }
 }

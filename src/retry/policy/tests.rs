@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::same_in_every_order;
+use crate::policy::{same_in_every_order, InvalidConfig, Jitter};
 
 #[test]
 fn defaults_retry_the_transient_statuses() {
@@ -107,6 +107,15 @@ fn built(b: RetryPolicyBuilder) -> Result<String, InvalidConfig> {
     b.build().map(|p| format!("{p:?}"))
 }
 
+/// The policy of every step, in order.
+fn all(steps: &[&Step<'_>]) -> RetryPolicy {
+    steps
+        .iter()
+        .fold(RetryPolicy::builder(), |b, step| step(b))
+        .build()
+        .unwrap()
+}
+
 /// Rules with a classifier, a status list, error kinds and methods of their own.
 fn own_rules() -> Rules {
     Rules::builder()
@@ -135,11 +144,7 @@ fn the_rule_settings_apply_on_top_of_the_rules_whichever_came_first() {
         &|b| b.max_attempts(5),
     ];
     same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap();
-    let p = steps
-        .iter()
-        .fold(RetryPolicy::builder(), |b, step| step(b))
-        .build()
-        .unwrap();
+    let p = all(&steps);
     // The rules' own statuses, classifier and header are kept; the settings win.
     assert!(p.is_retryable_status(StatusCode::INTERNAL_SERVER_ERROR));
     assert!(p.is_retryable_status(StatusCode::IM_A_TEAPOT));
@@ -206,4 +211,75 @@ fn a_setter_given_twice_keeps_its_last_value() {
         .build()
         .unwrap();
     assert_eq!(p.max_attempts(), 4);
+}
+
+#[test]
+fn the_backoff_shape_does_not_depend_on_the_order_of_the_calls() {
+    let steps: [&Step<'_>; 4] = [
+        &|b| b.backoff(Duration::from_millis(500), Duration::from_secs(4)),
+        &|b| b.jitter(Jitter::Proportional(0.25)),
+        &|b| b.backoff_multiplier(3.0),
+        &|b| b.max_attempts(5),
+    ];
+    same_in_every_order(&RetryPolicy::builder(), &steps, built).unwrap();
+    let p = all(&steps);
+    let backoff = p.backoff();
+    assert_eq!(
+        (backoff.base(), backoff.max()),
+        (Duration::from_millis(500), Duration::from_secs(4))
+    );
+    assert_eq!(backoff.jitter(), Jitter::Proportional(0.25));
+    assert_eq!(backoff.multiplier(), 3.0);
+    // `backoff(base, max)` alone means what it always meant: full jitter, doubling.
+    let plain = RetryPolicy::builder()
+        .backoff(Duration::from_millis(50), Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .backoff();
+    assert_eq!(
+        plain,
+        crate::policy::Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+    );
+}
+
+#[test]
+fn bad_backoff_shapes_are_refused_not_a_panic() {
+    for (b, setting) in [
+        (
+            RetryPolicy::builder().backoff_multiplier(0.9),
+            "backoff_multiplier",
+        ),
+        (
+            RetryPolicy::builder().backoff_multiplier(11.0),
+            "backoff_multiplier",
+        ),
+        (
+            RetryPolicy::builder().backoff_multiplier(f64::NAN),
+            "backoff_multiplier",
+        ),
+        (
+            RetryPolicy::builder().jitter(Jitter::Proportional(-1.0)),
+            "jitter",
+        ),
+        (
+            RetryPolicy::builder().jitter(Jitter::Proportional(f64::INFINITY)),
+            "jitter",
+        ),
+        (
+            RetryPolicy::builder()
+                .jitter(Jitter::Decorrelated)
+                .backoff_multiplier(1.5),
+            "backoff_multiplier",
+        ),
+    ] {
+        assert_eq!(b.build().unwrap_err().setting(), setting);
+    }
+    for jitter in [
+        Jitter::Full,
+        Jitter::Equal,
+        Jitter::Decorrelated,
+        Jitter::None,
+    ] {
+        assert!(RetryPolicy::builder().jitter(jitter).build().is_ok());
+    }
 }
