@@ -496,7 +496,12 @@ fn the_same_file_in_json_and_yaml() {
 
 #[test]
 fn every_error_is_one_line_naming_its_path() {
-    let cases: [(&str, &str, &str); 10] = [
+    let cases: [(&str, &str, &str); 11] = [
+        (
+            "[retry]\nbackoff = { base = \"1s\", max = \"2s\", multiplier = 20.0 }",
+            "retry.backoff.multiplier",
+            "multiplier",
+        ),
         (
             "[[routes]]\n[[routes]]\n[[routes]]\nretry = { max_atempts = 2 }",
             "routes[2].retry.max_atempts",
