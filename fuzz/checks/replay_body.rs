@@ -9,11 +9,14 @@
 //! - every reader's data is a prefix of the original's; a reader that ends yields
 //!   all of it, then the original's trailers, and only if the original did not fail;
 //! - `replayable()` is `Ok` exactly when the body started empty, or everything
-//!   pulled so far fits in the cap and the original did not fail, whatever its size
-//!   hint announced; the layer sends the next attempt exactly then;
+//!   readers were given so far fits in the cap and the original did not fail,
+//!   whatever its size hint announced (a chunk crossing the cap is split there, and
+//!   its rest read past the cap only once a reader is given it); the layer sends the
+//!   next attempt exactly then;
 //! - the original is pulled once: a reader of an earlier attempt, polled after a
-//!   later attempt began, errs at the front rather than pull (so it cannot take the
-//!   rest of the body away from the later attempt, nor push it past the cap);
+//!   later attempt began, errs at the front rather than pull, nor is given the rest
+//!   of a split chunk (so it cannot take the rest of the body away from the later
+//!   attempt, nor push it past the cap);
 //! - with an honest exact size hint, every reader's hint is exact and counts the
 //!   bytes it has left;
 //! - no lost wake-up: once the original's pending poll is released (or at once,
@@ -314,7 +317,16 @@ impl Harness {
 
     fn model_replayable(&self) -> bool {
         let seen = self.seen.lock().unwrap();
-        self.starts_empty || (seen.yielded <= self.plan.cap as u64 && !seen.failed)
+        self.starts_empty || (self.front() <= self.plan.cap as u64 && !seen.failed)
+    }
+
+    /// The most data any reader was given: readers' data are prefixes of one body.
+    fn front(&self) -> u64 {
+        self.readers
+            .iter()
+            .map(|r| r.data.len() as u64)
+            .max()
+            .unwrap_or(0)
     }
 
     fn check_wakeups(&self) {
@@ -416,6 +428,7 @@ impl Harness {
         }
         let stale = self.plan.stale_polls[n].clone();
         let pulled = self.seen.lock().unwrap().yielded;
+        let front = self.front();
         for (i, polls) in stale.into_iter().enumerate() {
             for _ in 0..polls {
                 self.poll(i);
@@ -425,6 +438,11 @@ impl Harness {
             self.seen.lock().unwrap().yielded,
             pulled,
             "a reader of an earlier attempt pulled from the original"
+        );
+        assert_eq!(
+            self.front(),
+            front,
+            "a reader of an earlier attempt was given bytes no reader had"
         );
         self.readers.push(Reader {
             body,

@@ -31,7 +31,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
 use super::reader::Reader;
-use super::shared::{hint_plus, lock_shared, stopped, Failure, ReplayError, Shared};
+use super::shared::{lock_shared, stopped, Failure, ReplayError, Shared};
 use super::{mark_complete, report_data};
 use crate::policy::{AttemptLog, NotReplayable};
 use crate::BoxError;
@@ -377,15 +377,7 @@ where
         let slot = self.lock_slot();
         let moved = self.moved.load(Ordering::Acquire);
         if let Some(shared) = slot.link.as_ref().filter(|_| moved) {
-            let shared = lock_shared(shared);
-            let behind = shared.pulled_bytes.saturating_sub(self.pulled_bytes);
-            if shared.ended {
-                return SizeHint::with_exact(behind);
-            }
-            return match (&shared.original, shared.failed) {
-                (Some(original), None) => hint_plus(behind, &original.size_hint()),
-                _ => hint_plus(behind, &SizeHint::new()),
-            };
+            return lock_shared(shared).remaining_hint(self.pulled_bytes);
         }
         if self.ended {
             return SizeHint::with_exact(0);

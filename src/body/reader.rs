@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use super::shared::{hint_plus, lock_shared, Failure, ReplayError, Shared};
+use super::shared::{lock_shared, Failure, ReplayError, Shared};
 use super::{mark_complete, report_data};
 use crate::policy::AttemptLog;
 use crate::BoxError;
@@ -137,37 +137,47 @@ where
             return Poll::Ready(Some(Err(ReplayError::Superseded.into())));
         }
 
-        // At the front, the original live: pull from it.
-        let Some(original) = shared.original.as_mut() else {
-            // Not reachable: a live original that is neither ended nor failed is
-            // present. Treat it as ended rather than panic.
-            shared.finish();
-            drop(guard);
-            self.done = true;
-            mark_complete(progress);
-            return Poll::Ready(None);
-        };
-        // Read before polling: a fan-out wake after this point moves it, and then
-        // the registration below fails rather than wait for a wake that happened.
-        let epoch = shared.wakers.epoch();
-        let polled = {
-            let mut fanout_cx = Context::from_waker(&shared.fanout);
-            original.as_mut().poll_frame(&mut fanout_cx)
-        };
-        let polled = match polled {
-            Poll::Pending => {
-                // Under the shared lock: no other reader pulls between the poll and
-                // the registration, so their news cannot be missed either.
-                if shared.wakers.register(self.id, cx.waker(), epoch) {
-                    self.registered = true;
-                } else {
-                    // The original woke the readers while this one was not yet
-                    // listed: poll again soon instead of waiting.
-                    cx.waker().wake_by_ref();
+        // At the front, the original live: pull from it, the held rest of a chunk
+        // split at the cap first.
+        let polled = if let Some(rest) = shared.held.take() {
+            Some(Ok(Frame::data(rest)))
+        } else {
+            let Some(original) = shared.original.as_mut() else {
+                // Not reachable: a live original that is neither ended nor failed is
+                // present. Treat it as ended rather than panic.
+                shared.finish();
+                drop(guard);
+                self.done = true;
+                mark_complete(progress);
+                return Poll::Ready(None);
+            };
+            // Read before polling: a fan-out wake after this point moves it, and
+            // then the registration below fails rather than wait for a wake that
+            // happened.
+            let epoch = shared.wakers.epoch();
+            let polled = {
+                let mut fanout_cx = Context::from_waker(&shared.fanout);
+                original.as_mut().poll_frame(&mut fanout_cx)
+            };
+            match polled {
+                Poll::Pending => {
+                    // Under the shared lock: no other reader pulls between the poll
+                    // and the registration, so their news cannot be missed either.
+                    if shared.wakers.register(self.id, cx.waker(), epoch) {
+                        self.registered = true;
+                    } else {
+                        // The original woke the readers while this one was not yet
+                        // listed: poll again soon instead of waiting.
+                        cx.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
                 }
-                return Poll::Pending;
+                Poll::Ready(polled) => polled.map(|polled| {
+                    polled.map(|frame| {
+                        frame.map_data(|mut data| data.copy_to_bytes(data.remaining()))
+                    })
+                }),
             }
-            Poll::Ready(polled) => polled,
         };
         // News for the readers waiting on the original: a chunk, trailers, the end
         // or a failure. A reader that is not waiting needs no wake.
@@ -187,11 +197,10 @@ where
                 Poll::Ready(Some(Err(err.into())))
             }
             Some(Ok(frame)) => {
-                let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
                 match frame.into_data() {
-                    Ok(chunk) => {
+                    Ok(mut chunk) => {
                         if !chunk.is_empty() {
-                            shared.record_chunk(&chunk);
+                            chunk = shared.record_chunk(chunk);
                             self.pos = shared.pulled_chunks;
                             self.bytes = shared.pulled_bytes;
                         }
@@ -228,14 +237,6 @@ where
         if self.done {
             return SizeHint::with_exact(0);
         }
-        let shared = lock_shared(&self.shared);
-        let behind = shared.pulled_bytes.saturating_sub(self.bytes);
-        if shared.ended {
-            return SizeHint::with_exact(behind);
-        }
-        match (&shared.original, shared.failed) {
-            (Some(original), None) => hint_plus(behind, &original.size_hint()),
-            _ => hint_plus(behind, &SizeHint::new()),
-        }
+        lock_shared(&self.shared).remaining_hint(self.bytes)
     }
 }

@@ -4,6 +4,12 @@
 //! chunks pulled from it and kept (while their total stays within the cap), its
 //! trailers, whether it ended or failed, and whether a new reader could still
 //! replay the whole body.
+//!
+//! A chunk pulled from the original that would take the kept bytes past the cap is
+//! split there ([`Shared::record_chunk`]): the part up to the cap is kept and
+//! yielded as any chunk within the cap; the rest is held and yielded at the next
+//! pull, as the front of the original's untouched rest. Reading that rest is what
+//! reads past the cap.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -87,6 +93,10 @@ pub(super) struct Shared<B> {
     pub(super) pulled_chunks: usize,
     /// Bytes pulled from the original so far.
     pub(super) pulled_bytes: u64,
+    /// The rest of a chunk split at the cap: taken from the original but yielded to
+    /// no reader yet, so it is still the front of the original's untouched rest,
+    /// for whichever reader pulls next (not counted in `pulled_*`).
+    pub(super) held: Option<Bytes>,
     /// Trailers pulled from the original, if kept.
     pub(super) trailers: Option<HeaderMap>,
     /// Trailers were pulled but not kept.
@@ -126,7 +136,7 @@ pub(super) fn lock_shared<B>(mutex: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<
 }
 
 /// `hint` with `n` bytes more.
-pub(super) fn hint_plus(n: u64, hint: &SizeHint) -> SizeHint {
+fn hint_plus(n: u64, hint: &SizeHint) -> SizeHint {
     let mut out = SizeHint::new();
     out.set_lower(hint.lower().saturating_add(n));
     if let Some(upper) = hint.upper() {
@@ -151,6 +161,7 @@ impl<B> Shared<B> {
             kept_bytes: 0,
             pulled_chunks: 0,
             pulled_bytes: 0,
+            held: None,
             trailers: None,
             trailers_lost: false,
             ended: false,
@@ -206,6 +217,8 @@ impl<B> Shared<B> {
             self.failed = Some(failure);
         }
         self.stop_keeping(NotReplayable::BodyError);
+        // No reader yields data after a failure.
+        self.held = None;
         if failure == Failure::Error {
             self.original = None;
         }
@@ -225,20 +238,30 @@ impl<B> Shared<B> {
         !self.ended && self.failed.is_none() && self.original.is_some()
     }
 
-    /// Records a data chunk pulled from the original.
-    pub(super) fn record_chunk(&mut self, chunk: &Bytes) {
-        let n = chunk.len();
-        self.pulled_chunks = self.pulled_chunks.saturating_add(1);
-        self.pulled_bytes = self.pulled_bytes.saturating_add(n as u64);
+    /// Records a data chunk pulled from the original (or the held rest of one), and
+    /// returns the part to yield now.
+    ///
+    /// While chunks are kept, a chunk that would take the kept bytes past the cap
+    /// is split there (zero-copy): the part up to the cap is kept and returned, the
+    /// rest is held for the next pull. A chunk within the cap costs a comparison.
+    pub(super) fn record_chunk(&mut self, mut chunk: Bytes) -> Bytes {
         if self.keeping() {
-            match self.kept_bytes.checked_add(n) {
-                Some(total) if total <= self.cap => {
-                    self.chunks.push(chunk.clone());
-                    self.kept_bytes = total;
-                }
-                _ => self.stop_keeping(NotReplayable::CapExceeded),
+            // Kept bytes never exceed the cap while keeping.
+            let room = self.cap.saturating_sub(self.kept_bytes);
+            if chunk.len() <= room {
+                self.kept_bytes += chunk.len();
+                self.chunks.push(chunk.clone());
+            } else if room > 0 {
+                self.held = Some(chunk.split_off(room));
+                self.kept_bytes = self.cap;
+                self.chunks.push(chunk.clone());
+            } else {
+                self.stop_keeping(NotReplayable::CapExceeded);
             }
         }
+        self.pulled_chunks = self.pulled_chunks.saturating_add(1);
+        self.pulled_bytes = self.pulled_bytes.saturating_add(chunk.len() as u64);
+        chunk
     }
 
     pub(super) fn record_trailers(&mut self, trailers: &HeaderMap) {
@@ -266,7 +289,8 @@ impl<B: Body> Shared<B> {
     /// Whether a reader at `pos` that has (`trailers_done`) or has not yielded the
     /// trailers has nothing left to yield.
     pub(super) fn at_end(&mut self, pos: usize, trailers_done: bool) -> bool {
-        if pos < self.pulled_chunks {
+        // A held rest comes before the original's end, whatever the original says.
+        if pos < self.pulled_chunks || self.held.is_some() {
             return false;
         }
         self.check_original_end();
@@ -274,6 +298,23 @@ impl<B: Body> Shared<B> {
             trailers_done || (self.trailers.is_none() && !self.trailers_lost)
         } else {
             false
+        }
+    }
+
+    /// The size hint of what a reader that has yielded `yielded` bytes has left:
+    /// the pulled bytes it has not yielded, the held rest, then the original's.
+    pub(super) fn remaining_hint(&self, yielded: u64) -> SizeHint {
+        let held = self.held.as_ref().map_or(0, |rest| rest.len() as u64);
+        let behind = self
+            .pulled_bytes
+            .saturating_sub(yielded)
+            .saturating_add(held);
+        if self.ended {
+            return SizeHint::with_exact(behind);
+        }
+        match (&self.original, self.failed) {
+            (Some(original), None) => hint_plus(behind, &original.size_hint()),
+            _ => hint_plus(behind, &SizeHint::new()),
         }
     }
 }

@@ -662,8 +662,12 @@ async fn cap_crossed_mid_stream() {
     send(&tx, "9abc");
     send(&tx, "def");
     drop(tx);
+    // The chunk crossing the cap is split there: the part up to the cap is kept,
+    // and reading the rest is what reads past the cap.
+    assert_eq!(next(&mut first).await, Some(d("9a")));
+    assert_eq!(first.replayable(), Ok(()));
     // The first reader still gets every byte.
-    assert_eq!(all(&mut first).await, vec![d("9abc"), d("def")]);
+    assert_eq!(all(&mut first).await, vec![d("bc"), d("def")]);
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert!(!first.is_fully_kept());
     assert!(first.is_end_stream());
@@ -693,7 +697,7 @@ async fn cap_crossed_then_trailers() {
     let mut first = ReplayBody::new(stream_with_trailers(&["123", "456"], Some(trailers())), 4);
     assert_eq!(
         all(&mut first).await,
-        vec![d("123"), d("456"), F::Trailers(trailers())]
+        vec![d("123"), d("4"), d("56"), F::Trailers(trailers())]
     );
     assert_eq!(next(&mut first).await, None);
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
@@ -716,9 +720,13 @@ async fn size_hint_over_cap_is_whole_until_read_past_the_cap() {
     assert_eq!(first.replayable(), Ok(()));
     assert!(!first.is_direct_repr());
     assert_eq!(exact(first.size_hint()), Some(12));
-    assert_eq!(all(&mut first).await, vec![d("0123456789ab")]);
+    // The one chunk is split at the cap: read to the cap, the body is whole.
+    assert_eq!(next(&mut first).await, Some(d("0123456789")));
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(exact(first.size_hint()), Some(2));
+    assert_eq!(all(&mut first).await, vec![d("ab")]);
     assert_eq!(next(&mut first).await, None);
-    // Read past the cap: the one chunk was sent and not kept.
+    // Read past the cap: the rest was sent and not kept.
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert!(!first.is_fully_kept());
     let mut second = first.replay();
@@ -732,6 +740,157 @@ async fn size_hint_at_cap_is_kept() {
     assert_eq!(first.replayable(), Ok(()));
     assert_eq!(all(&mut first).await, vec![d("0123456789")]);
     assert!(first.is_fully_kept());
+}
+
+/// 64 KiB: the default replay cap.
+const CAP_64K: usize = 64 * 1024;
+
+/// `n` bytes that differ from byte to byte, so a byte sent twice, skipped or out of
+/// order shows.
+fn pattern(n: usize) -> Bytes {
+    let mut state = 0x2545_f491_u32;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// A counted body of one 96 KiB chunk (over the 64 KiB cap), then a short one.
+fn over_the_cap() -> (Counted, Arc<AtomicUsize>, Bytes) {
+    let whole = pattern(97 * 1024);
+    let polls = Arc::new(AtomicUsize::new(0));
+    let body = Counted {
+        chunks: [whole.slice(..96 * 1024), whole.slice(96 * 1024..)].into(),
+        trailers: None,
+        polls: Arc::clone(&polls),
+    };
+    (body, polls, whole)
+}
+
+/// The data a reader yields up to its end, joined.
+async fn joined<B>(body: &mut ReplayBody<B>) -> Vec<u8>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let mut out = Vec::new();
+    for frame in all(body).await {
+        match frame {
+            F::Data(data) => out.extend_from_slice(&data),
+            other => panic!("not data: {other:?}"),
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_chunk_crossing_the_cap_is_yielded_as_the_cap_then_the_rest() {
+    let (body, polls, whole) = over_the_cap();
+    let mut first = ReplayBody::new(body, CAP_64K);
+    assert_eq!(exact(first.size_hint()), Some(97 * 1024));
+    let Some(F::Data(head)) = next(&mut first).await else {
+        panic!("a data frame")
+    };
+    assert_eq!(head, whole.slice(..CAP_64K));
+    // Split, not copied.
+    assert_eq!(head.as_ptr(), whole.as_ptr());
+    // Read to the cap and not past it: the body can still be sent whole.
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(!first.is_end_stream());
+    assert_eq!(exact(first.size_hint()), Some(33 * 1024));
+    let Some(F::Data(rest)) = next(&mut first).await else {
+        panic!("a data frame")
+    };
+    assert_eq!(rest, whole.slice(CAP_64K..96 * 1024));
+    assert_eq!(rest.as_ptr(), whole[CAP_64K..].as_ptr());
+    // Reading the rest read past the cap.
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+    assert_eq!(exact(first.size_hint()), Some(1024));
+    assert_eq!(
+        all(&mut first).await,
+        vec![F::Data(whole.slice(96 * 1024..))]
+    );
+    assert!(first.is_end_stream());
+    // The held rest was no second pull: one per chunk.
+    assert_eq!(polls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_retry_after_the_cap_of_a_split_chunk_sends_the_whole_body_once() {
+    let (body, polls, whole) = over_the_cap();
+    let mut first = ReplayBody::new(body, CAP_64K);
+    let source = first.source();
+    assert_eq!(
+        next(&mut first).await,
+        Some(F::Data(whole.slice(..CAP_64K)))
+    );
+    // A retry: the kept prefix, the held rest, then the original's next chunk.
+    let mut second = source.replay().expect("read to the cap, not past it");
+    assert_eq!(exact(second.size_hint()), Some(97 * 1024));
+    assert_eq!(
+        next(&mut second).await,
+        Some(F::Data(whole.slice(..CAP_64K)))
+    );
+    assert!(!second.is_end_stream());
+    assert_eq!(exact(second.size_hint()), Some(33 * 1024));
+    assert_eq!(joined(&mut second).await, &whole[CAP_64K..]);
+    assert!(second.is_end_stream());
+    // The earlier attempt's late reader gets no byte of the rest.
+    assert!(matches!(next(&mut first).await, Some(F::Err(_))));
+    // The original was read once.
+    assert_eq!(polls.load(Ordering::SeqCst), 2);
+
+    // One chunk of 96 KiB, as a `Full` body.
+    let whole = pattern(96 * 1024);
+    let mut first = ReplayBody::new(Full::new(whole.clone()), CAP_64K);
+    let source = first.source();
+    assert_eq!(
+        next(&mut first).await,
+        Some(F::Data(whole.slice(..CAP_64K)))
+    );
+    assert!(!first.is_end_stream());
+    let mut second = source.replay().expect("read to the cap, not past it");
+    assert_eq!(joined(&mut second).await, &whole[..]);
+    assert!(second.is_end_stream());
+    assert_eq!(second.replayable(), Err(NotReplayable::CapExceeded));
+}
+
+#[tokio::test]
+async fn hedged_readers_of_a_split_chunk_then_a_retry_send_each_byte_once() {
+    let (body, polls, whole) = over_the_cap();
+    let mut a = ReplayBody::new(body, CAP_64K);
+    let mut b = a.replay();
+    let source = a.source();
+    // Both copies read to the cap: the one pull from the original, then the kept part.
+    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..CAP_64K))));
+    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..CAP_64K))));
+    assert_eq!(exact(b.size_hint()), Some(33 * 1024));
+    assert_eq!(a.replayable(), Ok(()));
+    // A retry takes the rest over from both.
+    let mut c = source.replay().expect("read to the cap, not past it");
+    assert_eq!(joined(&mut c).await, &whole[..]);
+    assert!(matches!(next(&mut a).await, Some(F::Err(_))));
+    assert!(matches!(next(&mut b).await, Some(F::Err(_))));
+    assert_eq!(polls.load(Ordering::SeqCst), 2);
+
+    // Without a retry, the copy that pulls next yields the held rest, once.
+    let (body, _, whole) = over_the_cap();
+    let mut a = ReplayBody::new(body, CAP_64K);
+    let mut b = a.replay();
+    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..CAP_64K))));
+    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..CAP_64K))));
+    assert_eq!(
+        next(&mut b).await,
+        Some(F::Data(whole.slice(CAP_64K..96 * 1024)))
+    );
+    assert_eq!(b.replayable(), Err(NotReplayable::CapExceeded));
+    // The other copy cannot get it again: an error, never a gap.
+    assert_eq!(next(&mut a).await, Some(not_kept()));
 }
 
 // ---------------------------------------------------------------------------
@@ -845,7 +1004,9 @@ async fn body_error_outranks_cap_exceeded() {
         Err(io::Error::other("boom")),
     ];
     let mut first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 2);
-    assert_eq!(next(&mut first).await, Some(d("too long")));
+    assert_eq!(next(&mut first).await, Some(d("to")));
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(next(&mut first).await, Some(d("o long")));
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert_eq!(next(&mut first).await, Some(F::Err("boom".into())));
     assert_eq!(first.replayable(), Err(NotReplayable::BodyError));
