@@ -8,14 +8,14 @@
 //!
 //! - every reader's data is a prefix of the original's; a reader that ends yields
 //!   all of it, then the original's trailers, and only if the original did not fail;
-//! - `replayable()` is `Ok` exactly when the body started empty, or everything
-//!   readers were given so far fits in the cap and the original did not fail,
-//!   whatever its size hint announced (a chunk crossing the cap is split there, and
-//!   its rest read past the cap only once a reader is given it); the layer sends the
+//! - `replayable()` is `Ok` exactly when the body started empty, or readers were
+//!   given nothing past the first chunk that crossed the cap (a chunk begun under
+//!   the cap is kept whole; within the cap when no chunk crosses it) and the
+//!   original did not fail, whatever its size hint announced; the layer sends the
 //!   next attempt exactly then;
 //! - the original is pulled once: a reader of an earlier attempt, polled after a
-//!   later attempt began, errs at the front rather than pull, nor is given the rest
-//!   of a split chunk (so it cannot take the rest of the body away from the later
+//!   later attempt began, errs at the front rather than pull, nor is given bytes no
+//!   reader had (so it cannot take the rest of the body away from the later
 //!   attempt, nor push it past the cap);
 //! - with an honest exact size hint, every reader's hint is exact and counts the
 //!   bytes it has left;
@@ -286,6 +286,9 @@ struct Harness {
     trailers: Option<HeaderMap>,
     fails: bool,
     starts_empty: bool,
+    /// How far readers may be given the body and it stays replayable: the end of
+    /// the first chunk that crosses the cap, or the cap when none does.
+    kept_up_to: u64,
     readers: Vec<Reader>,
     calls: usize,
     release_at: usize,
@@ -317,7 +320,7 @@ impl Harness {
 
     fn model_replayable(&self) -> bool {
         let seen = self.seen.lock().unwrap();
-        self.starts_empty || (self.front() <= self.plan.cap as u64 && !seen.failed)
+        self.starts_empty || (self.front() <= self.kept_up_to && !seen.failed)
     }
 
     /// The most data any reader was given: readers' data are prefixes of one body.
@@ -493,6 +496,28 @@ pub fn check(data: &[u8]) {
     super::in_runtime(|| check_in_runtime(data));
 }
 
+/// The model of `replay_cap`: a non-empty chunk begun with the bytes before it
+/// under the cap is kept whole; the first one begun at or past the cap reads the
+/// body past it. So readers may be given up to the end of the first chunk that
+/// crosses the cap (past it), or up to the cap when no chunk crosses it.
+fn kept_up_to(events: &[Event], cap: u64) -> u64 {
+    let mut start = 0u64;
+    for event in events {
+        let Event::Data(b) = event else { continue };
+        if b.is_empty() {
+            continue;
+        }
+        if start >= cap {
+            break;
+        }
+        start += b.len() as u64;
+        if start > cap {
+            return start;
+        }
+    }
+    cap
+}
+
 fn check_in_runtime(data: &[u8]) {
     let plan = plan(data);
     let seen = Arc::new(Mutex::new(Original::default()));
@@ -516,6 +541,7 @@ fn check_in_runtime(data: &[u8]) {
         }
     }
     let starts_empty = body.is_end_stream();
+    let kept_up_to = kept_up_to(&plan.events, plan.cap as u64);
     let policy = RetryPolicy::builder()
         .max_attempts(plan.attempts)
         .backoff(Duration::ZERO, Duration::ZERO)
@@ -530,6 +556,7 @@ fn check_in_runtime(data: &[u8]) {
         trailers,
         fails,
         starts_empty,
+        kept_up_to,
         readers: Vec::new(),
         calls: 0,
         release_at: 0,

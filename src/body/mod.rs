@@ -16,13 +16,13 @@
 //!
 //! A reader (`reader.rs`) is a position in that shared sequence. Behind the front it
 //! yields kept chunks; at the front it polls the original, appends what it pulled to
-//! the shared chunks and yields it. A chunk pulled from the original that would take
-//! the kept bytes past the cap is split there (zero-copy): the part up to the cap is
-//! kept and yielded, and the rest is held and yielded at the next pull, as the front
-//! of the original's untouched rest (`Shared::record_chunk`). Once a reader yields
-//! a byte past the cap the kept chunks are dropped and data only passes through to
-//! the reader that pulled it; a reader that is behind by then gets an error frame
-//! rather than wrong data, and nothing ever panics.
+//! the shared chunks and yields it. A chunk pulled while the kept bytes are under the
+//! cap is kept whole, even one that takes them past the cap (the `Bytes` yielded is
+//! the one kept: no copy); pulling the next chunk after that reads the body past the
+//! cap (`Shared::record_chunk`, the one place that decides). Then the kept chunks are
+//! dropped and data only passes through to the reader that pulled it; a reader that
+//! is behind by then gets an error frame rather than wrong data, and nothing ever
+//! panics.
 //!
 //! Whether the body can be sent again is a fact about what was read of it, never
 //! about its size hint: a body larger than the cap that no reader polled is whole,
@@ -86,10 +86,12 @@ pub struct OneShot;
 /// attempt with its own reader. The first reader streams the original body straight
 /// through while keeping the chunks it passed on (up to the configured cap); a later
 /// reader replays the kept chunks, then continues the original body where it stands.
-/// A chunk that crosses the cap is split there: its part up to the cap is yielded
-/// (and kept) first, the rest at the next poll, and only yielding that rest reads the
-/// body past the cap. A transport that stops polling once it has the cap's worth, until
-/// it can send more, leaves the body replayable.
+/// A chunk pulled while the kept bytes are under the cap is kept whole, even one that
+/// takes them past the cap: it is already in memory, and the `Bytes` yielded is the one
+/// kept (a reference count, no copy). Only pulling the next chunk after the cap was
+/// crossed reads the body past the cap, so at most the cap plus the one chunk that
+/// crosses it is kept, and a body of one chunk (a `Full` body), read whole, is kept
+/// whole whatever its size. A cap of 0 keeps nothing.
 ///
 /// Because the inner service receives `Request<ReplayBody<B>>`, a hyper-util client
 /// under the retry layer is declared with this body type: for a caller that sends
@@ -401,7 +403,6 @@ impl<B> fmt::Debug for ReplayBody<B> {
                         d.field("pulled_chunks", &shared.pulled_chunks)
                             .field("pulled_bytes", &shared.pulled_bytes)
                             .field("kept_bytes", &shared.kept_bytes)
-                            .field("held_bytes", &shared.held.as_ref().map_or(0, Bytes::len))
                             .field("cap", &shared.cap)
                             .field("ended", &shared.ended)
                             .field("failed", &shared.failed)

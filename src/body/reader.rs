@@ -137,47 +137,37 @@ where
             return Poll::Ready(Some(Err(ReplayError::Superseded.into())));
         }
 
-        // At the front, the original live: pull from it, the held rest of a chunk
-        // split at the cap first.
-        let polled = if let Some(rest) = shared.held.take() {
-            Some(Ok(Frame::data(rest)))
-        } else {
-            let Some(original) = shared.original.as_mut() else {
-                // Not reachable: a live original that is neither ended nor failed is
-                // present. Treat it as ended rather than panic.
-                shared.finish();
-                drop(guard);
-                self.done = true;
-                mark_complete(progress);
-                return Poll::Ready(None);
-            };
-            // Read before polling: a fan-out wake after this point moves it, and
-            // then the registration below fails rather than wait for a wake that
-            // happened.
-            let epoch = shared.wakers.epoch();
-            let polled = {
-                let mut fanout_cx = Context::from_waker(&shared.fanout);
-                original.as_mut().poll_frame(&mut fanout_cx)
-            };
-            match polled {
-                Poll::Pending => {
-                    // Under the shared lock: no other reader pulls between the poll
-                    // and the registration, so their news cannot be missed either.
-                    if shared.wakers.register(self.id, cx.waker(), epoch) {
-                        self.registered = true;
-                    } else {
-                        // The original woke the readers while this one was not yet
-                        // listed: poll again soon instead of waiting.
-                        cx.waker().wake_by_ref();
-                    }
-                    return Poll::Pending;
+        // At the front, the original live: pull from it.
+        let Some(original) = shared.original.as_mut() else {
+            // Not reachable: a live original that is neither ended nor failed is
+            // present. Treat it as ended rather than panic.
+            shared.finish();
+            drop(guard);
+            self.done = true;
+            mark_complete(progress);
+            return Poll::Ready(None);
+        };
+        // Read before polling: a fan-out wake after this point moves it, and then
+        // the registration below fails rather than wait for a wake that happened.
+        let epoch = shared.wakers.epoch();
+        let polled = {
+            let mut fanout_cx = Context::from_waker(&shared.fanout);
+            original.as_mut().poll_frame(&mut fanout_cx)
+        };
+        let polled = match polled {
+            Poll::Pending => {
+                // Under the shared lock: no other reader pulls between the poll and
+                // the registration, so their news cannot be missed either.
+                if shared.wakers.register(self.id, cx.waker(), epoch) {
+                    self.registered = true;
+                } else {
+                    // The original woke the readers while this one was not yet
+                    // listed: poll again soon instead of waiting.
+                    cx.waker().wake_by_ref();
                 }
-                Poll::Ready(polled) => polled.map(|polled| {
-                    polled.map(|frame| {
-                        frame.map_data(|mut data| data.copy_to_bytes(data.remaining()))
-                    })
-                }),
+                return Poll::Pending;
             }
+            Poll::Ready(polled) => polled,
         };
         // News for the readers waiting on the original: a chunk, trailers, the end
         // or a failure. A reader that is not waiting needs no wake.
@@ -197,10 +187,11 @@ where
                 Poll::Ready(Some(Err(err.into())))
             }
             Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
                 match frame.into_data() {
-                    Ok(mut chunk) => {
+                    Ok(chunk) => {
                         if !chunk.is_empty() {
-                            chunk = shared.record_chunk(chunk);
+                            shared.record_chunk(&chunk);
                             self.pos = shared.pulled_chunks;
                             self.bytes = shared.pulled_bytes;
                         }

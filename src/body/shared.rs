@@ -1,15 +1,15 @@
 //! The state every reader of a replayed body shares, and why a reader may fail.
 //!
 //! One `Shared` per call, behind an `Arc<Mutex<..>>`: the original body, the data
-//! chunks pulled from it and kept (while their total stays within the cap), its
+//! chunks pulled from it and kept (while the cap is not crossed), its
 //! trailers, whether it ended or failed, and whether a new reader could still
 //! replay the whole body.
 //!
-//! A chunk pulled from the original that would take the kept bytes past the cap is
-//! split there ([`Shared::record_chunk`]): the part up to the cap is kept and
-//! yielded as any chunk within the cap; the rest is held and yielded at the next
-//! pull, as the front of the original's untouched rest. Reading that rest is what
-//! reads past the cap.
+//! A chunk pulled from the original while the kept bytes are under the cap is kept
+//! whole, even when it takes them past the cap ([`Shared::record_chunk`]): it is
+//! already in memory, and the `Bytes` kept is the one yielded. Only pulling the
+//! next chunk after the cap was crossed reads the body past the cap, so at most the
+//! cap plus the one chunk that crosses it is kept.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -93,10 +93,6 @@ pub(super) struct Shared<B> {
     pub(super) pulled_chunks: usize,
     /// Bytes pulled from the original so far.
     pub(super) pulled_bytes: u64,
-    /// The rest of a chunk split at the cap: taken from the original but yielded to
-    /// no reader yet, so it is still the front of the original's untouched rest,
-    /// for whichever reader pulls next (not counted in `pulled_*`).
-    pub(super) held: Option<Bytes>,
     /// Trailers pulled from the original, if kept.
     pub(super) trailers: Option<HeaderMap>,
     /// Trailers were pulled but not kept.
@@ -161,7 +157,6 @@ impl<B> Shared<B> {
             kept_bytes: 0,
             pulled_chunks: 0,
             pulled_bytes: 0,
-            held: None,
             trailers: None,
             trailers_lost: false,
             ended: false,
@@ -217,8 +212,6 @@ impl<B> Shared<B> {
             self.failed = Some(failure);
         }
         self.stop_keeping(NotReplayable::BodyError);
-        // No reader yields data after a failure.
-        self.held = None;
         if failure == Failure::Error {
             self.original = None;
         }
@@ -238,30 +231,27 @@ impl<B> Shared<B> {
         !self.ended && self.failed.is_none() && self.original.is_some()
     }
 
-    /// Records a data chunk pulled from the original (or the held rest of one), and
-    /// returns the part to yield now.
+    /// Records a non-empty data chunk pulled from the original: the one place that
+    /// decides what is kept.
     ///
-    /// While chunks are kept, a chunk that would take the kept bytes past the cap
-    /// is split there (zero-copy): the part up to the cap is kept and returned, the
-    /// rest is held for the next pull. A chunk within the cap costs a comparison.
-    pub(super) fn record_chunk(&mut self, mut chunk: Bytes) -> Bytes {
+    /// While chunks are kept, a chunk pulled with the kept bytes under the cap is
+    /// kept whole, even one that takes them past the cap (the `Bytes` the reader
+    /// yields, a reference count, no copy). A chunk pulled once the kept bytes are
+    /// at or past the cap reads the body past the cap: nothing is kept from then
+    /// on. So a cap of 0 keeps nothing, and at most the cap plus the one chunk that
+    /// crosses it is kept.
+    pub(super) fn record_chunk(&mut self, chunk: &Bytes) {
+        let n = chunk.len();
+        self.pulled_chunks = self.pulled_chunks.saturating_add(1);
+        self.pulled_bytes = self.pulled_bytes.saturating_add(n as u64);
         if self.keeping() {
-            // Kept bytes never exceed the cap while keeping.
-            let room = self.cap.saturating_sub(self.kept_bytes);
-            if chunk.len() <= room {
-                self.kept_bytes += chunk.len();
-                self.chunks.push(chunk.clone());
-            } else if room > 0 {
-                self.held = Some(chunk.split_off(room));
-                self.kept_bytes = self.cap;
+            if self.kept_bytes < self.cap {
+                self.kept_bytes = self.kept_bytes.saturating_add(n);
                 self.chunks.push(chunk.clone());
             } else {
                 self.stop_keeping(NotReplayable::CapExceeded);
             }
         }
-        self.pulled_chunks = self.pulled_chunks.saturating_add(1);
-        self.pulled_bytes = self.pulled_bytes.saturating_add(chunk.len() as u64);
-        chunk
     }
 
     pub(super) fn record_trailers(&mut self, trailers: &HeaderMap) {
@@ -289,8 +279,7 @@ impl<B: Body> Shared<B> {
     /// Whether a reader at `pos` that has (`trailers_done`) or has not yielded the
     /// trailers has nothing left to yield.
     pub(super) fn at_end(&mut self, pos: usize, trailers_done: bool) -> bool {
-        // A held rest comes before the original's end, whatever the original says.
-        if pos < self.pulled_chunks || self.held.is_some() {
+        if pos < self.pulled_chunks {
             return false;
         }
         self.check_original_end();
@@ -302,13 +291,9 @@ impl<B: Body> Shared<B> {
     }
 
     /// The size hint of what a reader that has yielded `yielded` bytes has left:
-    /// the pulled bytes it has not yielded, the held rest, then the original's.
+    /// the pulled bytes it has not yielded, then the original's.
     pub(super) fn remaining_hint(&self, yielded: u64) -> SizeHint {
-        let held = self.held.as_ref().map_or(0, |rest| rest.len() as u64);
-        let behind = self
-            .pulled_bytes
-            .saturating_sub(yielded)
-            .saturating_add(held);
+        let behind = self.pulled_bytes.saturating_sub(yielded);
         if self.ended {
             return SizeHint::with_exact(behind);
         }

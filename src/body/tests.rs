@@ -662,12 +662,12 @@ async fn cap_crossed_mid_stream() {
     send(&tx, "9abc");
     send(&tx, "def");
     drop(tx);
-    // The chunk crossing the cap is split there: the part up to the cap is kept,
-    // and reading the rest is what reads past the cap.
-    assert_eq!(next(&mut first).await, Some(d("9a")));
+    // The chunk crossing the cap is kept whole and yielded whole; pulling the next
+    // one is what reads past the cap.
+    assert_eq!(next(&mut first).await, Some(d("9abc")));
     assert_eq!(first.replayable(), Ok(()));
     // The first reader still gets every byte.
-    assert_eq!(all(&mut first).await, vec![d("bc"), d("def")]);
+    assert_eq!(all(&mut first).await, vec![d("def")]);
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert!(!first.is_fully_kept());
     assert!(first.is_end_stream());
@@ -693,13 +693,40 @@ async fn cap_reached_exactly_is_kept() {
 }
 
 #[tokio::test]
+async fn cap_reached_exactly_then_a_chunk_is_past_the_cap() {
+    // A chunk begun at the cap does not cross it: it is wholly past it.
+    let mut first = ReplayBody::new(stream(&["12345", "67890", "x"]), 10);
+    assert_eq!(next(&mut first).await, Some(d("12345")));
+    assert_eq!(next(&mut first).await, Some(d("67890")));
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(next(&mut first).await, Some(d("x")));
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+}
+
+#[tokio::test]
 async fn cap_crossed_then_trailers() {
+    // The chunk crossing the cap and the trailers after it: all kept.
     let mut first = ReplayBody::new(stream_with_trailers(&["123", "456"], Some(trailers())), 4);
     assert_eq!(
         all(&mut first).await,
-        vec![d("123"), d("4"), d("56"), F::Trailers(trailers())]
+        vec![d("123"), d("456"), F::Trailers(trailers())]
     );
     assert_eq!(next(&mut first).await, None);
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(first.is_fully_kept());
+    let mut second = first.replay();
+    assert_eq!(
+        all(&mut second).await,
+        vec![d("123"), d("456"), F::Trailers(trailers())]
+    );
+
+    // A chunk after the crossing one reads past the cap: its trailers are lost.
+    let body = stream_with_trailers(&["123", "456", "7"], Some(trailers()));
+    let mut first = ReplayBody::new(body, 4);
+    assert_eq!(
+        all(&mut first).await,
+        vec![d("123"), d("456"), d("7"), F::Trailers(trailers())]
+    );
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     let mut second = first.replay();
     assert_eq!(next(&mut second).await, Some(not_kept()));
@@ -720,12 +747,19 @@ async fn size_hint_over_cap_is_whole_until_read_past_the_cap() {
     assert_eq!(first.replayable(), Ok(()));
     assert!(!first.is_direct_repr());
     assert_eq!(exact(first.size_hint()), Some(12));
-    // The one chunk is split at the cap: read to the cap, the body is whole.
-    assert_eq!(next(&mut first).await, Some(d("0123456789")));
-    assert_eq!(first.replayable(), Ok(()));
-    assert_eq!(exact(first.size_hint()), Some(2));
-    assert_eq!(all(&mut first).await, vec![d("ab")]);
+    // The one chunk crosses the cap: kept whole, so the body is whole.
+    assert_eq!(all(&mut first).await, vec![d("0123456789ab")]);
     assert_eq!(next(&mut first).await, None);
+    assert_eq!(first.replayable(), Ok(()));
+    assert!(first.is_fully_kept());
+    let mut second = first.source().replay().expect("kept whole");
+    assert_eq!(all(&mut second).await, vec![d("0123456789ab")]);
+
+    // Two chunks over the cap: the second is read past the cap.
+    let mut first = ReplayBody::new(stream(&["0123456789ab", "cd"]), 10);
+    assert_eq!(next(&mut first).await, Some(d("0123456789ab")));
+    assert_eq!(first.replayable(), Ok(()));
+    assert_eq!(all(&mut first).await, vec![d("cd")]);
     // Read past the cap: the rest was sent and not kept.
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert!(!first.is_fully_kept());
@@ -789,108 +823,129 @@ where
 }
 
 #[tokio::test]
-async fn a_chunk_crossing_the_cap_is_yielded_as_the_cap_then_the_rest() {
+async fn a_chunk_crossing_the_cap_is_kept_and_yielded_whole() {
     let (body, polls, whole) = over_the_cap();
     let mut first = ReplayBody::new(body, CAP_64K);
+    let source = first.source();
     assert_eq!(exact(first.size_hint()), Some(97 * 1024));
-    let Some(F::Data(head)) = next(&mut first).await else {
+    let Some(F::Data(chunk)) = next(&mut first).await else {
         panic!("a data frame")
     };
-    assert_eq!(head, whole.slice(..CAP_64K));
-    // Split, not copied.
-    assert_eq!(head.as_ptr(), whole.as_ptr());
-    // Read to the cap and not past it: the body can still be sent whole.
+    // The whole chunk, not copied.
+    assert_eq!(chunk, whole.slice(..96 * 1024));
+    assert_eq!(chunk.as_ptr(), whole.as_ptr());
+    // Past the cap, but within the chunk that crossed it: the body is whole.
     assert_eq!(first.replayable(), Ok(()));
     assert!(!first.is_end_stream());
-    assert_eq!(exact(first.size_hint()), Some(33 * 1024));
-    let Some(F::Data(rest)) = next(&mut first).await else {
+    assert!(!first.is_fully_kept());
+    assert_eq!(exact(first.size_hint()), Some(1024));
+    // The chunk kept is the one yielded: a replay yields the same bytes, no copy.
+    let mut second = first.replay();
+    let Some(F::Data(kept)) = next(&mut second).await else {
         panic!("a data frame")
     };
-    assert_eq!(rest, whole.slice(CAP_64K..96 * 1024));
-    assert_eq!(rest.as_ptr(), whole[CAP_64K..].as_ptr());
-    // Reading the rest read past the cap.
-    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
-    assert_eq!(exact(first.size_hint()), Some(1024));
+    assert_eq!(kept.as_ptr(), whole.as_ptr());
+    assert_eq!(kept.len(), 96 * 1024);
+    // Pulling the next chunk reads past the cap.
     assert_eq!(
-        all(&mut first).await,
-        vec![F::Data(whole.slice(96 * 1024..))]
+        next(&mut first).await,
+        Some(F::Data(whole.slice(96 * 1024..)))
     );
+    assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
+    assert!(source.replay().is_err());
+    assert_eq!(next(&mut first).await, None);
     assert!(first.is_end_stream());
-    // The held rest was no second pull: one per chunk.
+    // The copy behind the front cannot get that chunk: an error, never a gap.
+    assert_eq!(next(&mut second).await, Some(not_kept()));
+    // One pull per chunk.
     assert_eq!(polls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
-async fn a_retry_after_the_cap_of_a_split_chunk_sends_the_whole_body_once() {
+async fn a_retry_after_the_crossing_chunk_sends_the_whole_body_once() {
     let (body, polls, whole) = over_the_cap();
     let mut first = ReplayBody::new(body, CAP_64K);
     let source = first.source();
     assert_eq!(
         next(&mut first).await,
-        Some(F::Data(whole.slice(..CAP_64K)))
+        Some(F::Data(whole.slice(..96 * 1024)))
     );
-    // A retry: the kept prefix, the held rest, then the original's next chunk.
-    let mut second = source.replay().expect("read to the cap, not past it");
+    // A retry: the kept chunk, then the original's next chunk.
+    let mut second = source
+        .replay()
+        .expect("read to the end of the crossing chunk");
     assert_eq!(exact(second.size_hint()), Some(97 * 1024));
     assert_eq!(
         next(&mut second).await,
-        Some(F::Data(whole.slice(..CAP_64K)))
+        Some(F::Data(whole.slice(..96 * 1024)))
     );
     assert!(!second.is_end_stream());
-    assert_eq!(exact(second.size_hint()), Some(33 * 1024));
-    assert_eq!(joined(&mut second).await, &whole[CAP_64K..]);
+    assert_eq!(exact(second.size_hint()), Some(1024));
+    assert_eq!(joined(&mut second).await, &whole[96 * 1024..]);
     assert!(second.is_end_stream());
+    assert_eq!(second.replayable(), Err(NotReplayable::CapExceeded));
     // The earlier attempt's late reader gets no byte of the rest.
     assert!(matches!(next(&mut first).await, Some(F::Err(_))));
     // The original was read once.
     assert_eq!(polls.load(Ordering::SeqCst), 2);
 
-    // One chunk of 96 KiB, as a `Full` body.
+    // One chunk of 96 KiB, as a `Full` body: kept whole, re-sent byte for byte.
     let whole = pattern(96 * 1024);
     let mut first = ReplayBody::new(Full::new(whole.clone()), CAP_64K);
     let source = first.source();
-    assert_eq!(
-        next(&mut first).await,
-        Some(F::Data(whole.slice(..CAP_64K)))
-    );
-    assert!(!first.is_end_stream());
-    let mut second = source.replay().expect("read to the cap, not past it");
+    assert_eq!(joined(&mut first).await, &whole[..]);
+    assert!(first.is_end_stream());
+    assert!(first.is_fully_kept());
+    let mut second = source.replay().expect("kept whole");
+    assert_eq!(exact(second.size_hint()), Some(96 * 1024));
     assert_eq!(joined(&mut second).await, &whole[..]);
     assert!(second.is_end_stream());
-    assert_eq!(second.replayable(), Err(NotReplayable::CapExceeded));
+    assert_eq!(second.replayable(), Ok(()));
 }
 
 #[tokio::test]
-async fn hedged_readers_of_a_split_chunk_then_a_retry_send_each_byte_once() {
+async fn hedged_readers_of_a_crossing_chunk_then_a_retry_send_each_byte_once() {
     let (body, polls, whole) = over_the_cap();
     let mut a = ReplayBody::new(body, CAP_64K);
     let mut b = a.replay();
     let source = a.source();
-    // Both copies read to the cap: the one pull from the original, then the kept part.
-    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..CAP_64K))));
-    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..CAP_64K))));
-    assert_eq!(exact(b.size_hint()), Some(33 * 1024));
+    // Both copies read the crossing chunk: the one pull from the original, then the
+    // kept chunk.
+    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..96 * 1024))));
+    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..96 * 1024))));
+    assert_eq!(exact(b.size_hint()), Some(1024));
     assert_eq!(a.replayable(), Ok(()));
     // A retry takes the rest over from both.
-    let mut c = source.replay().expect("read to the cap, not past it");
+    let mut c = source
+        .replay()
+        .expect("read to the end of the crossing chunk");
     assert_eq!(joined(&mut c).await, &whole[..]);
     assert!(matches!(next(&mut a).await, Some(F::Err(_))));
     assert!(matches!(next(&mut b).await, Some(F::Err(_))));
     assert_eq!(polls.load(Ordering::SeqCst), 2);
 
-    // Without a retry, the copy that pulls next yields the held rest, once.
+    // Without a retry, the copy that pulls next reads past the cap, once.
     let (body, _, whole) = over_the_cap();
     let mut a = ReplayBody::new(body, CAP_64K);
     let mut b = a.replay();
-    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..CAP_64K))));
-    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..CAP_64K))));
-    assert_eq!(
-        next(&mut b).await,
-        Some(F::Data(whole.slice(CAP_64K..96 * 1024)))
-    );
+    assert_eq!(next(&mut a).await, Some(F::Data(whole.slice(..96 * 1024))));
+    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(..96 * 1024))));
+    assert_eq!(next(&mut b).await, Some(F::Data(whole.slice(96 * 1024..))));
     assert_eq!(b.replayable(), Err(NotReplayable::CapExceeded));
     // The other copy cannot get it again: an error, never a gap.
     assert_eq!(next(&mut a).await, Some(not_kept()));
+
+    // A body of one chunk over the cap, read whole, is kept whole: hedged copies
+    // and a retry all send it byte for byte.
+    let whole = pattern(96 * 1024);
+    let mut a = ReplayBody::new(Full::new(whole.clone()), CAP_64K);
+    let mut b = a.replay();
+    let source = a.source();
+    assert_eq!(joined(&mut a).await, &whole[..]);
+    assert_eq!(joined(&mut b).await, &whole[..]);
+    assert!(a.is_fully_kept());
+    let mut c = source.replay().expect("kept whole");
+    assert_eq!(joined(&mut c).await, &whole[..]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1001,12 +1056,13 @@ async fn original_body_errors() {
 async fn body_error_outranks_cap_exceeded() {
     let frames: Vec<Result<Frame<Bytes>, io::Error>> = vec![
         Ok(Frame::data(Bytes::from_static(b"too long"))),
+        Ok(Frame::data(Bytes::from_static(b"again"))),
         Err(io::Error::other("boom")),
     ];
     let mut first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 2);
-    assert_eq!(next(&mut first).await, Some(d("to")));
+    assert_eq!(next(&mut first).await, Some(d("too long")));
     assert_eq!(first.replayable(), Ok(()));
-    assert_eq!(next(&mut first).await, Some(d("o long")));
+    assert_eq!(next(&mut first).await, Some(d("again")));
     assert_eq!(first.replayable(), Err(NotReplayable::CapExceeded));
     assert_eq!(next(&mut first).await, Some(F::Err("boom".into())));
     assert_eq!(first.replayable(), Err(NotReplayable::BodyError));

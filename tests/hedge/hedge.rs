@@ -619,10 +619,27 @@ async fn a_body_not_fully_kept_is_not_hedged() {
 
 #[tokio::test(start_paused = true)]
 async fn a_body_read_past_the_replay_cap_is_not_copied_and_one_shot_passes_straight_through() {
-    // Its size decides nothing: the first send read it past the cap, so when the
-    // copy is due its bytes are not all kept.
+    // Its size decides nothing: the first send read it past the cap (a chunk after
+    // the one crossing it), so when the copy is due its bytes are not all kept.
     let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
     let script = Script::new([slow(ms(300), 200)]);
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy.clone()))
+        .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
+        .service(script.clone());
+    let chunks = [&b"longer than"[..], &b" four bytes"[..]]
+        .map(|chunk| Ok::<_, io::Error>(Frame::data(Bytes::from_static(chunk))));
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let req = Request::put("http://upstream.test/charges")
+        .body(body)
+        .unwrap();
+    let res = client.oneshot(req).await.unwrap();
+    assert_eq!(script.calls(), 1);
+    assert_eq!(hedged(&res).not_sent(), Some(NotHedged::Body));
+
+    // One chunk over the cap, read whole: the chunk crossing the cap is kept whole,
+    // so the body is, and the copy is sent with every byte.
+    let script = Script::new([slow(ms(300), 200), slow(ms(300), 200)]);
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .layer(HedgeLayer::new(HedgePolicy::after(ms(100))))
@@ -631,8 +648,11 @@ async fn a_body_read_past_the_replay_cap_is_not_copied_and_one_shot_passes_strai
         .oneshot(with_body(Method::PUT, "longer than four bytes"))
         .await
         .unwrap();
-    assert_eq!(script.calls(), 1);
-    assert_eq!(hedged(&res).not_sent(), Some(NotHedged::Body));
+    assert_eq!(script.calls(), 2);
+    assert_eq!(hedged(&res).not_sent(), None);
+    for seen in script.seen() {
+        assert_eq!(seen.body.as_deref(), Some(&b"longer than four bytes"[..]));
+    }
 
     let script = Script::new([slow(ms(300), 200)]);
     let mut req = get();

@@ -343,13 +343,21 @@ async fn a_one_shot_body_is_never_sent_twice() {
 
 #[tokio::test(start_paused = true)]
 async fn scenario_4_a_body_read_past_the_replay_cap_is_not_resent() {
-    // The transport reads the whole body: past the cap.
+    // The transport reads the whole body: the chunk crossing the cap (kept whole),
+    // then one more, past the cap.
     let mock = Script::new([status(503), status(200)]);
     let policy = RetryPolicy::builder().replay_cap(4).build().unwrap();
+    let chunks = [&b"012345"[..], &b"6789"[..]]
+        .map(|chunk| Ok::<_, io::Error>(http_body::Frame::data(Bytes::from_static(chunk))));
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
     let req = Request::put("http://upstream.test/blob")
-        .body(Full::new(Bytes::from_static(b"0123456789")))
+        .body(body)
         .unwrap();
-    let res = send(&mock, policy, req).await.unwrap();
+    let res = RetryLayer::new(policy)
+        .layer(mock.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.calls(), 1);
     assert_eq!(mock.seen()[0].body.as_deref(), Some(&b"0123456789"[..]));

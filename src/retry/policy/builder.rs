@@ -183,6 +183,12 @@ impl RetryPolicyBuilder {
     /// the original stream; one read past the cap is not sent again
     /// ([`NotReplayable::CapExceeded`](crate::policy::NotReplayable::CapExceeded)).
     ///
+    /// A chunk read while the kept bytes are under the cap is kept whole, even one
+    /// that takes them past the cap (it is already in memory: no copy), so at most
+    /// the cap plus the one chunk that crosses it is kept, and a body read to the
+    /// end of that chunk is still sent again; reading the next chunk after it is
+    /// reading past the cap. A cap of 0 keeps nothing.
+    ///
     /// ```
     /// let policy = backstop::RetryPolicy::builder().replay_cap(1 << 20).build()?;
     /// assert_eq!(policy.replay_cap(), 1 << 20); // 1 MiB of each body kept
