@@ -362,12 +362,11 @@ async fn beneath_a_hedge_layer_a_refused_body_over_the_cap_is_resent_whole() {
     .await
 }
 
-/// Not yet: the replay body yields a chunk crossing the cap as the cap's worth, then
-/// the rest, but hyper 1.12's HTTP/2 body pipe (since hyperium/hyper#4061) asks for
-/// the next frame as soon as it has queued one, before it waits for send capacity:
-/// it holds the rest, read past the cap, when the refusal arrives.
+/// Issue 25: hyper 1.12's HTTP/2 body pipe (since hyperium/hyper#4061) pulls the
+/// body's one chunk, and asks for the next frame, before it waits for send capacity,
+/// so the 96 KiB chunk is read past the 64 KiB cap when the refusal arrives. The chunk
+/// crossing the cap is kept whole, so the retry sends it again, byte for byte.
 #[tokio::test]
-#[ignore = "hyper 1.12 reads the rest of the split chunk before the refusal arrives"]
 async fn a_single_chunk_over_the_cap_refused_over_http2_is_resent_whole() {
     within_10s(async {
         // The whole 96 KiB in one chunk, refused before the server read any of it.
