@@ -9,8 +9,8 @@
 //! * the original body (pinned on the heap, so a `!Unpin` body works), polled by
 //!   whichever reader is at the front;
 //! * the data chunks pulled from it so far, kept as reference-counted [`Bytes`]
-//!   (zero-copy when the original already yields `Bytes`) while their total stays
-//!   within the replay cap, and its trailers;
+//!   (zero-copy when the original already yields `Bytes`) until the replay cap is
+//!   crossed (the chunk that crosses it included), and its trailers;
 //! * whether the original ended or failed, and whether the body can still be
 //!   replayed ([`NotReplayable`] says why not).
 //!

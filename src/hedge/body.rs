@@ -45,8 +45,9 @@ pub trait HedgeBody: Body + Sized {
 
 /// A replay body is hedged only when it is empty or its original body has ended
 /// with every chunk kept: a second reader then never waits on the first one, and
-/// never finds a chunk that was not kept. So a body over the replay cap gets no
-/// copy (its chunks are never all kept), whatever its size hint said, and a body
+/// never finds a chunk that was not kept. So a body that goes on past the chunk
+/// crossing the replay cap gets no copy (its chunks are never all kept; one chunk
+/// over the cap, read whole, is), whatever its size hint said, and a body
 /// the caller marked one-shot, one read past the replay cap, or one beneath a
 /// retry policy of a single attempt passes straight through. A copy reads beside
 /// the send it was made from; a retry above takes the body over from both.

@@ -12,8 +12,8 @@ use super::{AttemptOutcome, AttemptRecord};
 #[non_exhaustive]
 pub enum NotHedged {
     /// The body could not be read by a second reader yet (still being sent, so not
-    /// fully kept, as a body over the replay cap never is) or any more (it was
-    /// read past the replay cap).
+    /// fully kept, as a body that goes on past the chunk crossing the replay cap
+    /// never is) or any more (it was read past the replay cap).
     Body,
     /// Less than the policy's minimum attempt time was left before the call's
     /// [`Deadline`](crate::policy::Deadline).

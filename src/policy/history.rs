@@ -22,8 +22,9 @@ pub enum NotReplayable {
         note = "never reported: whether a body can be sent again depends on how far an attempt read it (`CapExceeded`), not on its size hint"
     )]
     SizeHintOverCap,
-    /// An attempt read the body past the replay cap: what it sent is no longer all
-    /// kept, so no later attempt could send the whole body.
+    /// An attempt read the body past the replay cap (a chunk after the one that
+    /// crossed it): what it sent is no longer all kept, so no later attempt could
+    /// send the whole body.
     CapExceeded,
     /// The body itself failed while it was being read.
     BodyError,

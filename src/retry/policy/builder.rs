@@ -175,7 +175,8 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// The most request-body bytes kept for a re-send (at most 64 MiB).
+    /// The request-body bytes kept for a re-send (at most 64 MiB), with the one
+    /// chunk that crosses them.
     ///
     /// Whether a body is sent again depends on how far the failed attempt read
     /// it, not on its size: a body no attempt read is sent whole; one read no

@@ -164,7 +164,8 @@ impl RetryPolicy {
         self.min_attempt_time
     }
 
-    /// The most request-body bytes kept for a re-send.
+    /// The request-body bytes kept for a re-send, with the one chunk that crosses
+    /// them ([`RetryPolicyBuilder::replay_cap`]).
     pub fn replay_cap(&self) -> usize {
         self.replay_cap
     }
