@@ -74,6 +74,14 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 /// `http.request.resend_count` is a span attribute in the convention: it is
 /// never a label here (it would multiply the series).
 ///
+/// Requests sent are told by the retry layer (a hedge layer's sends through it):
+/// a stack without one records no `http.client.request.duration`. Two things are
+/// the facade's, not the convention's: every label is a string (`server.port` and
+/// `http.response.status_code` reach an OpenTelemetry exporter as `"443"`, not
+/// `443`), and histogram buckets are the exporter's to set (the convention
+/// advises `0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5,
+/// 7.5, 10` seconds).
+///
 /// # Examples
 ///
 /// ```
