@@ -16,7 +16,10 @@
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
 //! `backstop_layers` (the same five as separate layers), `backstop_reloadable` (the
-//! stack made reloadable),
+//! stack made reloadable), `backstop_stack_metrics` (the stack under an `ObserveLayer`
+//! with `MetricsObserver`: build with `--features metrics`; `INSTR_RECORDER=debugging`
+//! installs `metrics-util`'s debugging recorder, else the facade's no-op one counts
+//! only backstop's own side: events and labels),
 //! `floor_retry`, `floor_stack`, `floor_fused` (or the partial stacks `retry_progress`,
 //! `budget_retry_progress`, `breaker_budget_retry_progress`, and the same prefixed
 //! `floor_`); `sizes` prints the size of each layer's response future instead.
@@ -133,6 +136,19 @@ fn main() {
         "tower_retry" => drive(&rt, common::tower_retry(), calls),
         "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
+        #[cfg(feature = "metrics")]
+        "backstop_stack_metrics" => {
+            if std::env::var("INSTR_RECORDER").is_ok_and(|r| r == "debugging") {
+                let recorder = metrics_util::debugging::DebuggingRecorder::new();
+                recorder.install().unwrap();
+            }
+            let stack = tower::ServiceBuilder::new()
+                .layer(backstop::observe::ObserveLayer::new(
+                    backstop::observe::MetricsObserver::new(),
+                ))
+                .service(common::backstop_stack());
+            drive(&rt, stack, calls)
+        }
         "backstop_layers" => drive(&rt, common::backstop_layers(), calls),
         "backstop_reloadable" => drive(&rt, common::backstop_reloadable(), calls),
         "floor_retry" => drive(&rt, common::floor::retry(), calls),

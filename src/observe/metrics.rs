@@ -5,53 +5,82 @@ use std::sync::Once;
 use http::Method;
 use metrics::{counter, gauge, histogram, Label, Unit};
 
-use super::{outcome_label, reason_label, CallInfo, Event, Observer};
+use super::{reason_label, CallInfo, Event, Observer};
 use crate::policy::circuit::State;
+use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 
 /// Records what the layers decide through the [`metrics`](https://docs.rs/metrics)
 /// facade, so Prometheus, OpenTelemetry, StatsD and the other exporters of that
 /// facade see it. Feature `metrics`.
 ///
-/// It uses the OpenTelemetry HTTP client name where there is one
-/// (`http.client.request.duration`) and a `backstop.*` family for the rest:
+/// Each request sent is recorded under OpenTelemetry's HTTP client convention,
+/// exactly: `http.client.request.duration`, once per attempt and once per hedged
+/// copy, with the convention's attributes and no other. What only backstop knows
+/// (the call as a whole, its retries and why one was skipped) has a `backstop.*`
+/// name of its own, so the two never give one name two meanings.
 ///
-/// | metric | type | unit | labels | what |
+/// | name | kind | unit | attributes | when |
 /// |---|---|---|---|---|
-/// | `http.client.request.duration` | histogram | seconds | origin, route, method, outcome, `http.request.resend_count` | one logical call, every attempt and wait included |
-/// | `backstop.calls` | counter | calls | origin, route, method, outcome, stop | calls the retry layer ran, by how they ended and why they stopped |
-/// | `backstop.attempts` | counter | requests | origin, route, method, outcome | attempts the retry layer made |
-/// | `backstop.attempt.duration` | histogram | seconds | origin, route, method, outcome | one attempt, from its send to its outcome |
-/// | `backstop.retries` | counter | requests | origin, route, method, reason | retries scheduled, by why the outcome was retryable |
-/// | `backstop.retries.skipped` | counter | requests | origin, route, method, gate | retryable outcomes not retried, by the gate that refused |
-/// | `backstop.calls.refused` | counter | calls | origin, route, method, refusal | calls refused before any attempt (`circuit_open`, `budget`, `deadline`, `paused`) |
-/// | `backstop.hedges` | counter | requests | origin, route, method | hedged copies sent |
-/// | `backstop.hedges.won` | counter | requests | origin, route, method | hedged copies whose answer won |
-/// | `backstop.hedges.cancelled` | counter | requests | origin, route, method | losers of a hedge race cancelled (the original included) |
-/// | `backstop.breaker.transitions` | counter | transitions | origin, state | breaker state changes, by the state entered |
-/// | `backstop.breaker.state` | gauge | — | origin | the breaker's state: 0 closed, 1 open, 2 half-open |
-/// | `backstop.budget.ran_dry` | counter | events | origin | a retry or hedge took the budget's last whole retry |
-/// | `backstop.budget.available` | gauge | retries | origin | whole retries left in the origin's budget, at each call's end (0 when it ran dry) |
-/// | `backstop.origin.pauses` | counter | pauses | origin | origins paused by a server's wait hint (429/503 `Retry-After`, gRPC pushback) |
-/// | `backstop.origin.pauses.extended` | counter | pauses | origin | ongoing pauses moved out by a later hint |
-/// | `backstop.origin.resumes` | counter | pauses | origin | pauses that ended (told by the first call after the end) |
-/// | `backstop.origin.paused` | gauge | — | origin | 1 while the origin is paused, 0 once resumed |
-/// | `backstop.pause.wait` | histogram | seconds | origin, route, method | each wait of a call for its origin's pause (the count is the calls that waited; refused ones are `backstop.calls.refused` with `refusal="paused"`) |
+/// | `http.client.request.duration` | histogram | s | `http.request.method`, `server.address`, `server.port`, `url.scheme`, `http.response.status_code`, `error.type` | each request sent ends: each attempt, each hedged copy (a loser cancelled included) |
+/// | `backstop.call.duration` | histogram | s | *request*, `route`, `http.response.status_code`, `error.type`, `stop` | each call the retry layer ran ends, every attempt and wait included |
+/// | `backstop.calls` | counter | {call} | *request*, `route`, `http.response.status_code`, `error.type`, `stop` | each call ends: the same as `backstop.call.duration`, and each call refused before any attempt (`stop` and `error.type` name the refusal) |
+/// | `backstop.attempts` | counter | {request} | *request*, `route`, `http.response.status_code`, `error.type` | each request sent ends (as `http.client.request.duration`, with the route) |
+/// | `backstop.retries` | counter | {retry} | *request*, `route`, `reason` | a retry is scheduled; `reason` says why the outcome may be sent again |
+/// | `backstop.retries.skipped` | counter | {retry} | *request*, `route`, `reason` | a retryable outcome is not sent again; `reason` says what refused |
+/// | `backstop.hedges` | counter | {request} | *request*, `route` | a hedged copy is sent |
+/// | `backstop.hedges.won` | counter | {request} | *request*, `route` | a hedged copy's answer wins |
+/// | `backstop.hedges.cancelled` | counter | {request} | *request*, `route` | a loser of a hedge race is cancelled (the original included) |
+/// | `backstop.breaker.transitions` | counter | {transition} | *server*, `state` | a breaker changes state, by the state entered |
+/// | `backstop.breaker.state` | gauge | — | *server* | the breaker's state: 0 closed, 1 open, 2 half-open |
+/// | `backstop.budget.ran_dry` | counter | {event} | *server* | a retry or hedge takes the budget's last whole retry |
+/// | `backstop.budget.available` | gauge | {retry} | *server* | whole retries left in the origin's budget, at each call's end (0 when it ran dry) |
+/// | `backstop.origin.pauses` | counter | {pause} | *server* | an origin is paused by a server's wait hint (429/503 `Retry-After`, gRPC pushback) |
+/// | `backstop.origin.pauses.extended` | counter | {pause} | *server* | an ongoing pause is moved out by a later hint |
+/// | `backstop.origin.resumes` | counter | {pause} | *server* | a pause ends (told by the first call after its end) |
+/// | `backstop.origin.paused` | gauge | — | *server* | 1 while the origin is paused, 0 once resumed |
+/// | `backstop.pause.wait` | histogram | s | *request*, `route` | a call waits for its origin's pause (calls refused by it are `backstop.calls` with `stop="paused"`) |
 ///
-/// The labels are bounded:
+/// *server* is `server.address`, `server.port` and `url.scheme`; *request* is
+/// `http.request.method` and *server*. Every attribute is bounded, and none holds
+/// a path, a query, user information, a header value or a body:
 ///
-/// - `origin`: scheme, host and port (`https://api.example.com:8443`), never
-///   user information, path or query;
+/// - `http.request.method`: the method, `_OTHER` for one outside RFC 9110 and RFC
+///   5789;
+/// - `server.address`: the URI's host; `server.port`: its port, or the scheme's
+///   (80, 443) when it names none; `url.scheme`: `http`, `https`;
+/// - `http.response.status_code`: the status, when a response came (left out for
+///   an error or a cancelled loser);
+/// - `error.type`: the error kind
+///   ([`ErrorKind::as_str`](crate::policy::ErrorKind::as_str): `connect`,
+///   `timeout`, …) when the request failed, the status code (`"503"`) for a 4xx
+///   or 5xx response, as the convention asks of a client; left out for any other
+///   answer and for a hedge loser cancelled (the convention does not count an
+///   intended cancellation as an error); for a refused call, the refusal;
 /// - `route`: the route's name, present only when a route table named one;
-/// - `method`: the request method, `_OTHER` for a method outside RFC 9110 and
-///   RFC 5789 (as OpenTelemetry does);
-/// - `outcome`: the status code (`503`) or the error kind (`connect`,
-///   `timeout`, … from [`ErrorKind::as_str`](crate::policy::ErrorKind::as_str));
-/// - `stop` and `gate`: [`StopReason::as_str`](crate::policy::StopReason::as_str);
-///   `reason`: `server_asked`, `not_processed`, `idempotent`, `keyed`,
-///   `nothing_written`; `refusal`: [`Refusal::as_str`](super::Refusal::as_str);
-///   `state`: `closed`, `open`, `half-open`;
-/// - `http.request.resend_count`: how many times the call's request was sent
-///   again, bounded by the policy's attempts.
+/// - `stop`: why the call's attempts stopped,
+///   [`StopReason::as_str`](crate::policy::StopReason::as_str) (`answered`,
+///   `not_retryable`, `attempts_exhausted`, `deadline`, …), or for a refused call
+///   [`Refusal::as_str`](super::Refusal::as_str) (`circuit_open`, `budget`,
+///   `deadline`, `paused`);
+/// - `reason` of `backstop.retries`: `server_asked`, `not_processed`,
+///   `idempotent`, `keyed`, `nothing_written`;
+/// - `reason` of `backstop.retries.skipped`: `method` (a keyless non-idempotent
+///   request, a POST say, may have been processed: its 503 or timeout is not sent
+///   again), `non_replayable` (the body cannot be sent again), `deadline`,
+///   `budget`, `circuit_open`, `paused`, `attempts_exhausted`,
+///   `retry_after_too_long`;
+/// - `state`: `closed`, `open`, `half-open`.
+///
+/// `http.request.resend_count` is a span attribute in the convention: it is
+/// never a label here (it would multiply the series).
+///
+/// Requests sent are told by the retry layer (a hedge layer's sends through it):
+/// a stack without one records no `http.client.request.duration`. Two things are
+/// the facade's, not the convention's: every label is a string (`server.port` and
+/// `http.response.status_code` reach an OpenTelemetry exporter as `"443"`, not
+/// `443`), and histogram buckets are the exporter's to set (the convention
+/// advises `0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5,
+/// 7.5, 10` seconds).
 ///
 /// # Examples
 ///
@@ -96,25 +125,20 @@ fn describe() {
     describe_histogram!(
         "http.client.request.duration",
         Unit::Seconds,
-        "Duration of a logical HTTP client call, every attempt and wait included"
+        "Duration of HTTP client requests."
     );
-    describe_counter!("backstop.calls", Unit::Count, "Calls the retry layer ran");
-    describe_counter!("backstop.attempts", Unit::Count, "Attempts sent");
     describe_histogram!(
-        "backstop.attempt.duration",
+        "backstop.call.duration",
         Unit::Seconds,
-        "Duration of one attempt"
+        "Duration of a call, every attempt and wait included"
     );
+    describe_counter!("backstop.calls", Unit::Count, "Calls ended or refused");
+    describe_counter!("backstop.attempts", Unit::Count, "Requests sent");
     describe_counter!("backstop.retries", Unit::Count, "Retries scheduled");
     describe_counter!(
         "backstop.retries.skipped",
         Unit::Count,
-        "Retryable outcomes a gate kept from being retried"
-    );
-    describe_counter!(
-        "backstop.calls.refused",
-        Unit::Count,
-        "Calls refused before any attempt"
+        "Retryable outcomes not sent again"
     );
     describe_counter!("backstop.hedges", Unit::Count, "Hedged copies sent");
     describe_counter!("backstop.hedges.won", Unit::Count, "Hedged copies that won");
@@ -168,7 +192,7 @@ fn describe() {
     );
 }
 
-/// `method` as a bounded label.
+/// `method` as OpenTelemetry's `http.request.method`.
 fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
@@ -184,22 +208,66 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// The labels every per-call metric carries, then `extra`.
-fn labels(call: &CallInfo, extra: &[(&'static str, String)]) -> Vec<Label> {
-    let mut labels = Vec::with_capacity(3 + extra.len());
-    labels.push(Label::new("origin", call.origin().to_string()));
-    if let Some(route) = call.route() {
-        labels.push(Label::new("route", route.to_owned()));
+/// *server*: `server.address`, `server.port` (the scheme's when the URI names
+/// none) and `url.scheme`, as far as the call's URI has them.
+fn server(call: &CallInfo) -> Vec<Label> {
+    let origin = call.origin();
+    let mut labels = Vec::with_capacity(8);
+    if let Some(host) = origin.host() {
+        labels.push(Label::new("server.address", host.to_owned()));
     }
-    labels.push(Label::new("method", method_label(call.method())));
-    for (k, v) in extra {
-        labels.push(Label::new(*k, v.clone()));
+    let port = origin.port().or(match origin.scheme() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    });
+    if let Some(port) = port {
+        labels.push(Label::new("server.port", port.to_string()));
+    }
+    if let Some(scheme) = origin.scheme() {
+        labels.push(Label::new("url.scheme", scheme.to_owned()));
     }
     labels
 }
 
-fn origin(call: &CallInfo) -> Vec<Label> {
-    vec![Label::new("origin", call.origin().to_string())]
+/// *request*: `http.request.method` and *server*; with `route` when the call's
+/// route has a name.
+fn request(call: &CallInfo, route: bool) -> Vec<Label> {
+    let mut labels = server(call);
+    labels.push(Label::new(
+        "http.request.method",
+        method_label(call.method()),
+    ));
+    if let (true, Some(name)) = (route, call.route()) {
+        labels.push(Label::new("route", name.to_owned()));
+    }
+    labels
+}
+
+/// Adds `http.response.status_code` and `error.type` as the convention sets them
+/// for `outcome`.
+fn outcome(labels: &mut Vec<Label>, outcome: AttemptOutcome) {
+    match outcome {
+        AttemptOutcome::Status(status) => {
+            let code = status.as_u16().to_string();
+            if status.is_client_error() || status.is_server_error() {
+                labels.push(Label::new("error.type", code.clone()));
+            }
+            labels.push(Label::new("http.response.status_code", code));
+        }
+        AttemptOutcome::Error(kind) => labels.push(Label::new("error.type", kind.as_str())),
+        // A loser of a hedge race, cancelled on purpose: not an error.
+        _ => {}
+    }
+}
+
+/// The `reason` of a skipped retry.
+fn skipped(gate: StopReason) -> &'static str {
+    match gate {
+        StopReason::NotRetryable(NoRetry::MaybeProcessed) => "method",
+        StopReason::BodyNotReplayable(_) => "non_replayable",
+        other => other.as_str(),
+    }
 }
 
 fn state_value(state: State) -> f64 {
@@ -214,87 +282,77 @@ impl Observer for MetricsObserver {
     fn on_event(&self, event: &Event<'_>) {
         DESCRIBED.call_once(describe);
         match event {
-            Event::CallFinished(e) => {
-                let outcome = outcome_label(e.outcome).into_owned();
-                let resends = e.attempts.saturating_sub(1).to_string();
-                histogram!(
-                    "http.client.request.duration",
-                    labels(
-                        e.call,
-                        &[
-                            ("outcome", outcome.clone()),
-                            ("http.request.resend_count", resends)
-                        ]
-                    )
-                )
-                .record(e.elapsed.as_secs_f64());
-                counter!(
-                    "backstop.calls",
-                    labels(
-                        e.call,
-                        &[("outcome", outcome), ("stop", e.stop.as_str().to_owned())]
-                    )
-                )
-                .increment(1);
-                if let Some(available) = e.budget_available {
-                    gauge!("backstop.budget.available", origin(e.call)).set(available as f64);
-                }
-            }
             Event::AttemptFinished(e) => {
-                let outcome = outcome_label(e.outcome).into_owned();
-                let labels = labels(e.call, &[("outcome", outcome)]);
-                counter!("backstop.attempts", labels.clone()).increment(1);
-                histogram!("backstop.attempt.duration", labels).record(e.elapsed.as_secs_f64());
+                let mut labels = request(e.call, false);
+                outcome(&mut labels, e.outcome);
+                histogram!("http.client.request.duration", labels.clone())
+                    .record(e.elapsed.as_secs_f64());
+                if let Some(name) = e.call.route() {
+                    labels.push(Label::new("route", name.to_owned()));
+                }
+                counter!("backstop.attempts", labels).increment(1);
             }
-            Event::RetryScheduled(e) => {
-                let reason = reason_label(e.reason).to_owned();
-                counter!("backstop.retries", labels(e.call, &[("reason", reason)])).increment(1);
-            }
-            Event::RetrySkipped(e) => {
-                let gate = e.gate.as_str().to_owned();
-                counter!(
-                    "backstop.retries.skipped",
-                    labels(e.call, &[("gate", gate)])
-                )
-                .increment(1);
+            Event::CallFinished(e) => {
+                if let Some(available) = e.budget_available {
+                    gauge!("backstop.budget.available", server(e.call)).set(available as f64);
+                }
+                // A call refused before any attempt was counted when it was refused.
+                if e.attempts == 0 {
+                    return;
+                }
+                let mut labels = request(e.call, true);
+                outcome(&mut labels, e.outcome);
+                labels.push(Label::new("stop", e.stop.as_str()));
+                histogram!("backstop.call.duration", labels.clone())
+                    .record(e.elapsed.as_secs_f64());
+                counter!("backstop.calls", labels).increment(1);
             }
             Event::CallRefused(e) => {
-                let refusal = e.refusal.as_str().to_owned();
-                counter!(
-                    "backstop.calls.refused",
-                    labels(e.call, &[("refusal", refusal)])
-                )
-                .increment(1);
+                let mut labels = request(e.call, true);
+                labels.push(Label::new("error.type", e.refusal.as_str()));
+                labels.push(Label::new("stop", e.refusal.as_str()));
+                counter!("backstop.calls", labels).increment(1);
             }
-            Event::HedgeSent(e) => counter!("backstop.hedges", labels(e.call, &[])).increment(1),
-            Event::HedgeWon(e) => counter!("backstop.hedges.won", labels(e.call, &[])).increment(1),
+            Event::RetryScheduled(e) => {
+                let mut labels = request(e.call, true);
+                labels.push(Label::new("reason", reason_label(e.reason)));
+                counter!("backstop.retries", labels).increment(1);
+            }
+            Event::RetrySkipped(e) => {
+                let mut labels = request(e.call, true);
+                labels.push(Label::new("reason", skipped(e.gate)));
+                counter!("backstop.retries.skipped", labels).increment(1);
+            }
+            Event::HedgeSent(e) => counter!("backstop.hedges", request(e.call, true)).increment(1),
+            Event::HedgeWon(e) => {
+                counter!("backstop.hedges.won", request(e.call, true)).increment(1)
+            }
             Event::LoserCancelled(e) => {
-                counter!("backstop.hedges.cancelled", labels(e.call, &[])).increment(1)
+                counter!("backstop.hedges.cancelled", request(e.call, true)).increment(1)
             }
             Event::BreakerStateChanged(e) => {
-                let mut labels = origin(e.call);
+                let mut labels = server(e.call);
                 gauge!("backstop.breaker.state", labels.clone()).set(state_value(e.to));
                 labels.push(Label::new("state", e.to.to_string()));
                 counter!("backstop.breaker.transitions", labels).increment(1);
             }
             Event::BudgetRanDry(e) => {
-                counter!("backstop.budget.ran_dry", origin(e.call)).increment(1);
-                gauge!("backstop.budget.available", origin(e.call)).set(0.0);
+                counter!("backstop.budget.ran_dry", server(e.call)).increment(1);
+                gauge!("backstop.budget.available", server(e.call)).set(0.0);
             }
             Event::OriginPaused(e) => {
-                counter!("backstop.origin.pauses", origin(e.call)).increment(1);
-                gauge!("backstop.origin.paused", origin(e.call)).set(1.0);
+                counter!("backstop.origin.pauses", server(e.call)).increment(1);
+                gauge!("backstop.origin.paused", server(e.call)).set(1.0);
             }
             Event::OriginPauseExtended(e) => {
-                counter!("backstop.origin.pauses.extended", origin(e.call)).increment(1)
+                counter!("backstop.origin.pauses.extended", server(e.call)).increment(1)
             }
             Event::OriginResumed(e) => {
-                counter!("backstop.origin.resumes", origin(e.call)).increment(1);
-                gauge!("backstop.origin.paused", origin(e.call)).set(0.0);
+                counter!("backstop.origin.resumes", server(e.call)).increment(1);
+                gauge!("backstop.origin.paused", server(e.call)).set(0.0);
             }
-            Event::CallWaited(e) => {
-                histogram!("backstop.pause.wait", labels(e.call, &[])).record(e.wait.as_secs_f64())
-            }
+            Event::CallWaited(e) => histogram!("backstop.pause.wait", request(e.call, true))
+                .record(e.wait.as_secs_f64()),
         }
     }
 }

@@ -265,10 +265,11 @@ impl Observed {
         self.observer.on_event(&make(&self.call));
     }
 
-    /// Tells an attempt's end.
+    /// Tells the end of a request sent: an attempt, or one send of a hedged one.
     pub(crate) fn attempt_finished(
         &self,
         attempt: u32,
+        copy: u32,
         outcome: AttemptOutcome,
         progress: Option<Progress>,
         elapsed: Duration,
@@ -277,6 +278,7 @@ impl Observed {
             Event::AttemptFinished(AttemptFinished {
                 call,
                 attempt,
+                copy,
                 outcome,
                 progress,
                 elapsed,

@@ -226,20 +226,25 @@ pub struct CallFinished<'a> {
     pub budget_available: Option<u64>,
 }
 
-/// One attempt of a call ended (told by the retry layer).
+/// One request sent for a call ended: an attempt, or, when a hedge layer beneath
+/// sent copies of it, each of its sends (told by the retry layer, once per request
+/// sent: the original and each copy, losers included).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct AttemptFinished<'a> {
     /// The call.
     pub call: &'a CallInfo,
-    /// The attempt's number, from 1.
+    /// The attempt's number, from 1 (the same for every send of a hedged attempt).
     pub attempt: u32,
-    /// Its status or error kind.
+    /// Which send of the attempt: 0 for the original, from 1 for a hedged copy.
+    pub copy: u32,
+    /// Its status or error kind ([`Canceled`](AttemptOutcome::Canceled) for a send
+    /// that lost a hedge race).
     pub outcome: AttemptOutcome,
     /// How far the request got onto the wire, when the attempt was tracked (a
     /// keyless non-idempotent request).
     pub progress: Option<Progress>,
-    /// From the attempt's start to its outcome.
+    /// From the send to its outcome.
     pub elapsed: Duration,
 }
 
@@ -257,7 +262,8 @@ pub struct RetryScheduled<'a> {
     pub wait: Duration,
 }
 
-/// A retryable outcome was not retried: a gate refused.
+/// A retryable outcome was not retried: a gate refused, or the request may have
+/// been processed.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct RetrySkipped<'a> {
@@ -266,7 +272,11 @@ pub struct RetrySkipped<'a> {
     /// The attempt whose retry was skipped.
     pub attempt: u32,
     /// The gate that refused (attempts, body, deadline, `Retry-After`, budget,
-    /// breaker).
+    /// breaker, pause), or
+    /// [`NotRetryable(MaybeProcessed)`](super::NoRetry::MaybeProcessed): an outcome
+    /// retried for an idempotent or keyed request (a 503, a timeout), which the
+    /// decision ladder does not send again because this keyless non-idempotent one
+    /// may have been processed.
     pub gate: StopReason,
 }
 

@@ -152,6 +152,31 @@ async fn an_observer_set_for_one_call_wins_and_a_post_is_tracked() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_keyless_post_whose_503_is_not_sent_again_tells_a_skipped_retry() {
+    let recorder = Recorder::default();
+    let mock = Script::new([status(503), status(200)]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    let req = Request::post("http://upstream.test:8080/pay")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let res = call_with(&mut svc, req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    let tail = "origin=http://upstream.test:8080 method=POST";
+    assert_eq!(
+        recorder.lines(),
+        [
+            format!("attempt_finished attempt=1 outcome=503 tracked=true {tail}"),
+            format!("retry_skipped attempt=1 gate=not_retryable {tail}"),
+            format!("call_finished outcome=503 attempts=1 stop=not_retryable {tail}"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
     let recorder = Recorder::default();
     let mock = Script::new([]);
@@ -280,6 +305,14 @@ async fn a_hedge_that_wins_cancels_the_original() {
         [format!(
             "call_finished outcome=200 attempts=2 stop=answered {ORIGIN}"
         )]
+    );
+    // One request sent per send: the original cancelled, the copy answered.
+    assert_eq!(
+        recorder.named("attempt_finished"),
+        [
+            format!("attempt_finished attempt=1 outcome=canceled tracked=false {ORIGIN}"),
+            format!("attempt_finished attempt=1 outcome=200 tracked=false copy=1 {ORIGIN}"),
+        ]
     );
 }
 

@@ -1,233 +1,375 @@
-//! The `metrics` observer: a scripted run records exactly the expected counts.
+//! The `metrics` observer: OpenTelemetry's `http.client.request.duration` once per
+//! request sent, backstop's own instruments per call, each with its kind, unit and
+//! bounded attributes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::support::requests::call_with;
-use crate::support::script::{status, status_with, Script};
+use crate::support::script::{slow, status, status_with, Script};
 use backstop::budget::{BudgetLayer, BudgetPolicy};
 use backstop::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
+use backstop::hedge::{HedgeLayer, HedgePolicy};
 use backstop::observe::{MetricsObserver, ObserveLayer};
 use backstop::policy::Deadline;
 use backstop::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tower::ServiceBuilder;
+use metrics::Unit;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
 
-/// `name{label=value,…}` with the labels in order, `origin` left out (it is the
-/// same everywhere, and checked once).
-fn key(key: &metrics::Key) -> String {
-    let mut labels: Vec<_> = key
-        .labels()
-        .filter(|l| l.key() != "origin")
-        .map(|l| format!("{}={}", l.key(), l.value()))
-        .collect();
-    labels.sort();
-    format!("{}{{{}}}", key.name(), labels.join(","))
+/// The attributes every instrument but the ones per origin carries, for
+/// `http://upstream.test/…`.
+const SERVER: [(&str, &str); 3] = [
+    ("server.address", "upstream.test"),
+    ("server.port", "80"),
+    ("url.scheme", "http"),
+];
+
+/// What was recorded of one series.
+#[derive(Clone, Debug, PartialEq)]
+enum Seen {
+    Counter(u64),
+    Gauge(f64),
+    Histogram(Vec<f64>),
 }
 
-#[test]
-fn a_scripted_run_records_exactly_the_expected_counts() {
+/// Runs `run` on a paused clock with a debugging recorder installed, and returns
+/// each series as `name{key=value,…}` (the attributes sorted, the server's left
+/// out once checked) with its kind and unit.
+fn recorded(run: impl std::future::Future<Output = ()>) -> BTreeMap<String, Seen> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
+        // The observer describes its instruments once per process, to the
+        // recorder installed then: each test's own recorder is told here.
+        MetricsObserver::new().describe();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        rt.block_on(async {
-            let breaker = CircuitBreakerPolicy::builder()
-                .consecutive_failures(2)
-                .min_calls(u32::MAX)
-                .cooldown(Duration::from_secs(60))
-                .jitter(0.0)
-                .build()
-                .unwrap();
-            // A: 503 then 200. B and C: three 503s each. D: refused.
-            let mock = Script::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
-            let mut svc = ServiceBuilder::new()
-                .layer(ObserveLayer::new(MetricsObserver::new()))
-                .layer(CircuitBreakerLayer::new(breaker))
-                .layer(BudgetLayer::default())
-                .layer(RetryLayer::new(RetryPolicy::default()))
-                .service(mock.clone());
-            let mut statuses = Vec::new();
-            for _ in 0..4 {
-                let req = Request::get("http://upstream.test/items?id=1")
-                    .body(Full::<Bytes>::default())
-                    .unwrap();
-                statuses.push(match call_with(&mut svc, req).await {
-                    Ok(res) => res.status().as_u16(),
-                    Err(err) => {
-                        assert!(err.is_circuit_open());
-                        0
-                    }
-                });
-            }
-            assert_eq!(statuses, [200, 503, 503, 0]);
-            assert_eq!(mock.calls(), 8);
-        });
+        rt.block_on(run);
     });
+    series(&snapshotter)
+}
 
-    let mut counters = BTreeMap::new();
-    let mut gauges = BTreeMap::new();
-    let mut histograms = BTreeMap::new();
-    for (composite, _unit, _desc, value) in snapshotter.snapshot().into_vec() {
-        let k = composite.key();
-        let origins: Vec<_> = k.labels().filter(|l| l.key() == "origin").collect();
-        assert_eq!(origins.len(), 1, "{k:?}");
-        assert_eq!(origins[0].value(), "http://upstream.test");
-        assert!(k.labels().all(|l| !l.value().contains("items")), "{k:?}");
-        match value {
-            DebugValue::Counter(n) => {
-                counters.insert(key(k), n);
-            }
-            DebugValue::Gauge(g) => {
-                gauges.insert(key(k), g.into_inner());
-            }
-            DebugValue::Histogram(v) => {
-                histograms.insert(key(k), v.len());
-            }
+fn series(snapshotter: &Snapshotter) -> BTreeMap<String, Seen> {
+    let mut out = BTreeMap::new();
+    for (composite, unit, _desc, value) in snapshotter.snapshot().into_vec() {
+        let (kind, k) = (composite.kind(), composite.key());
+        for (key, value) in SERVER {
+            let found: Vec<_> = k.labels().filter(|l| l.key() == key).collect();
+            assert_eq!(found.len(), 1, "{key} on {k:?}");
+            assert_eq!(found[0].value(), value, "{k:?}");
         }
+        // Bounded: no path, query, user information or header value.
+        for l in k.labels() {
+            assert!(!l.value().contains('/'), "{k:?}");
+            assert!(!l.value().contains("id=") && !l.value().contains("secret"));
+        }
+        let expected_unit = match kind {
+            MetricKind::Histogram => Some(Unit::Seconds),
+            MetricKind::Counter => Some(Unit::Count),
+            MetricKind::Gauge => unit,
+        };
+        assert_eq!(unit, expected_unit, "{k:?}");
+        let mut labels: Vec<_> = k
+            .labels()
+            .filter(|l| !SERVER.iter().any(|(key, _)| *key == l.key()))
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let seen = match value {
+            DebugValue::Counter(n) => Seen::Counter(n),
+            DebugValue::Gauge(g) => Seen::Gauge(g.into_inner()),
+            DebugValue::Histogram(v) => Seen::Histogram(v.iter().map(|v| v.into_inner()).collect()),
+        };
+        out.insert(format!("{}{{{}}}", k.name(), labels.join(",")), seen);
     }
-    let expected_counters: BTreeMap<String, u64> = [
-        ("backstop.attempts{method=GET,outcome=200}", 1),
-        ("backstop.attempts{method=GET,outcome=503}", 7),
-        ("backstop.breaker.transitions{state=open}", 1),
-        ("backstop.calls.refused{method=GET,refusal=circuit_open}", 1),
-        ("backstop.calls{method=GET,outcome=200,stop=answered}", 1),
-        (
-            "backstop.calls{method=GET,outcome=503,stop=attempts_exhausted}",
-            2,
-        ),
-        (
-            "backstop.retries.skipped{gate=attempts_exhausted,method=GET}",
-            2,
-        ),
-        ("backstop.retries{method=GET,reason=idempotent}", 5),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(counters, expected_counters);
+    out
+}
 
+fn get() -> Request<Full<Bytes>> {
+    Request::get("http://user:secret@upstream.test/items?id=1")
+        .body(Full::default())
+        .unwrap()
+}
+
+fn expect(entries: &[(&str, Seen)]) -> BTreeMap<String, Seen> {
+    entries
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+use Seen::{Counter, Gauge, Histogram};
+
+#[test]
+fn a_call_retried_after_a_503_records_each_request_sent_and_the_call_once() {
+    let seen = recorded(async {
+        // The 503 takes 1 s, the backoff up to 0.1 s, the 200 takes 2 s.
+        let mock = Script::new([
+            slow(Duration::from_secs(1), 503),
+            slow(Duration::from_secs(2), 200),
+        ]);
+        let policy = RetryPolicy::builder()
+            .backoff(Duration::from_millis(100), Duration::from_millis(100))
+            .jitter(backstop::policy::Jitter::None)
+            .build()
+            .unwrap();
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(policy))
+            .service(mock.clone());
+        let res = call_with(&mut svc, get()).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(mock.calls(), 2);
+    });
+    assert_eq!(
+        seen,
+        expect(&[
+            // Per request sent, OpenTelemetry's names and nothing else.
+            (
+                "http.client.request.duration{error.type=503,http.request.method=GET,http.response.status_code=503}",
+                Histogram(vec![1.0]),
+            ),
+            (
+                "http.client.request.duration{http.request.method=GET,http.response.status_code=200}",
+                Histogram(vec![2.0]),
+            ),
+            (
+                "backstop.attempts{error.type=503,http.request.method=GET,http.response.status_code=503}",
+                Counter(1),
+            ),
+            (
+                "backstop.attempts{http.request.method=GET,http.response.status_code=200}",
+                Counter(1),
+            ),
+            // Per call: the retry and its wait included.
+            (
+                "backstop.call.duration{http.request.method=GET,http.response.status_code=200,stop=answered}",
+                Histogram(vec![3.1]),
+            ),
+            (
+                "backstop.calls{http.request.method=GET,http.response.status_code=200,stop=answered}",
+                Counter(1),
+            ),
+            (
+                "backstop.retries{http.request.method=GET,reason=idempotent}",
+                Counter(1),
+            ),
+        ])
+    );
+}
+
+#[test]
+fn a_keyless_post_whose_503_is_not_sent_again_counts_a_retry_skipped_for_its_method() {
+    let seen = recorded(async {
+        let mock = Script::new([status(503), status(200)]);
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(RetryPolicy::default()))
+            .service(mock.clone());
+        let req = Request::post("http://upstream.test/pay")
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        let res = call_with(&mut svc, req).await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(mock.calls(), 1);
+    });
+    let names: Vec<_> = seen.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "backstop.attempts{error.type=503,http.request.method=POST,http.response.status_code=503}",
+            "backstop.call.duration{error.type=503,http.request.method=POST,http.response.status_code=503,stop=not_retryable}",
+            "backstop.calls{error.type=503,http.request.method=POST,http.response.status_code=503,stop=not_retryable}",
+            "backstop.retries.skipped{http.request.method=POST,reason=method}",
+            "http.client.request.duration{error.type=503,http.request.method=POST,http.response.status_code=503}",
+        ]
+    );
+    assert_eq!(
+        seen["backstop.retries.skipped{http.request.method=POST,reason=method}"],
+        Counter(1)
+    );
+}
+
+#[test]
+fn each_send_of_a_hedged_attempt_is_a_request_sent() {
+    let seen = recorded(async {
+        let mock = Script::new([
+            slow(Duration::from_secs(5), 200),
+            slow(Duration::from_millis(50), 200),
+        ]);
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(RetryPolicy::default()))
+            .layer(HedgeLayer::new(HedgePolicy::after(Duration::from_millis(
+                100,
+            ))))
+            .service(mock.clone());
+        let res = call_with(&mut svc, get()).await.unwrap();
+        assert_eq!(res.status(), 200);
+    });
+    // The original, cancelled after 0.15 s (not an error: no `error.type`), and
+    // the copy's answer after 0.05 s.
+    let requests: BTreeMap<_, _> = seen
+        .iter()
+        .filter(|(k, _)| k.starts_with("http.client.request.duration"))
+        .collect();
+    assert_eq!(
+        requests,
+        BTreeMap::from([
+            (
+                &"http.client.request.duration{http.request.method=GET}".to_owned(),
+                &Histogram(vec![0.15]),
+            ),
+            (
+                &"http.client.request.duration{http.request.method=GET,http.response.status_code=200}"
+                    .to_owned(),
+                &Histogram(vec![0.05]),
+            ),
+        ])
+    );
+    assert_eq!(seen["backstop.hedges{http.request.method=GET}"], Counter(1));
+    assert_eq!(
+        seen["backstop.hedges.won{http.request.method=GET}"],
+        Counter(1)
+    );
+    assert_eq!(
+        seen["backstop.calls{http.request.method=GET,http.response.status_code=200,stop=answered}"],
+        Counter(1)
+    );
+}
+
+#[test]
+fn refusals_count_among_calls_and_the_breaker_and_budget_per_server() {
+    let seen = recorded(async {
+        let breaker = CircuitBreakerPolicy::builder()
+            .consecutive_failures(2)
+            .min_calls(u32::MAX)
+            .cooldown(Duration::from_secs(60))
+            .jitter(0.0)
+            .build()
+            .unwrap();
+        // A: 503 then 200. B and C: three 503s each. D: refused.
+        let mock = Script::new([503, 200, 503, 503, 503, 503, 503, 503].map(status));
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(CircuitBreakerLayer::new(breaker))
+            .layer(BudgetLayer::default())
+            .layer(RetryLayer::new(RetryPolicy::default()))
+            .service(mock.clone());
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            statuses.push(match call_with(&mut svc, get()).await {
+                Ok(res) => res.status().as_u16(),
+                Err(err) => {
+                    assert!(err.is_circuit_open());
+                    0
+                }
+            });
+        }
+        assert_eq!(statuses, [200, 503, 503, 0]);
+        assert_eq!(mock.calls(), 8);
+    });
+    let counts: BTreeMap<_, _> = seen
+        .iter()
+        .filter_map(|(k, v)| match v {
+            Counter(n) => Some((k.as_str(), *n)),
+            _ => None,
+        })
+        .collect();
+    let e503 = "error.type=503,http.request.method=GET,http.response.status_code=503";
+    let ok = "http.request.method=GET,http.response.status_code=200";
+    assert_eq!(
+        counts,
+        BTreeMap::from([
+            (&*format!("backstop.attempts{{{ok}}}"), 1),
+            (&*format!("backstop.attempts{{{e503}}}"), 7),
+            ("backstop.breaker.transitions{state=open}", 1),
+            (&*format!("backstop.calls{{{ok},stop=answered}}"), 1),
+            (
+                &*format!("backstop.calls{{{e503},stop=attempts_exhausted}}"),
+                2
+            ),
+            (
+                "backstop.calls{error.type=circuit_open,http.request.method=GET,stop=circuit_open}",
+                1
+            ),
+            (
+                "backstop.retries.skipped{http.request.method=GET,reason=attempts_exhausted}",
+                2
+            ),
+            (
+                "backstop.retries{http.request.method=GET,reason=idempotent}",
+                5
+            ),
+        ])
+    );
     // The floor of 100 retries, plus three deposits of 0.2, less five retries.
-    let expected_gauges: BTreeMap<String, f64> = [
-        ("backstop.breaker.state{}", 1.0),
-        ("backstop.budget.available{}", 95.0),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(gauges, expected_gauges);
-
-    let expected_histograms: BTreeMap<String, usize> = [
-        ("backstop.attempt.duration{method=GET,outcome=200}", 1),
-        ("backstop.attempt.duration{method=GET,outcome=503}", 7),
-        (
-            "http.client.request.duration{http.request.resend_count=1,method=GET,outcome=200}",
-            1,
-        ),
-        (
-            "http.client.request.duration{http.request.resend_count=2,method=GET,outcome=503}",
-            2,
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(histograms, expected_histograms);
+    assert_eq!(seen["backstop.breaker.state{}"], Gauge(1.0));
+    assert_eq!(seen["backstop.budget.available{}"], Gauge(95.0));
+    let durations = seen.keys().filter(|k| k.contains(".duration{")).count();
+    // Two attempt outcomes, two call outcomes.
+    assert_eq!(durations, 4, "{seen:#?}");
+    assert!(seen.keys().all(|k| !k.contains("resend_count")));
 }
 
 #[test]
 fn an_origin_pause_is_counted_with_its_waits_and_refusals() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
+    let seen = recorded(async {
+        let budget = BudgetPolicy::builder()
+            .pause_spread(Duration::ZERO)
             .build()
             .unwrap();
-        rt.block_on(async {
-            let budget = BudgetPolicy::builder()
-                .pause_spread(Duration::ZERO)
-                .build()
-                .unwrap();
-            // A: a 429 that pauses for 2 s. B: refused (its deadline ends inside
-            // the pause). C: waits 2 s, then answered.
-            let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
-            let mut svc = ServiceBuilder::new()
-                .layer(ObserveLayer::new(MetricsObserver::new()))
-                .layer(BudgetLayer::new(budget))
-                .layer(RetryLayer::new(RetryPolicy::none()))
-                .service(mock.clone());
-            let mut statuses = Vec::new();
-            for deadline in [None, Some(Duration::from_secs(1)), None] {
-                let mut req = Request::get("http://upstream.test/items?id=1")
-                    .body(Full::<Bytes>::default())
-                    .unwrap();
-                if let Some(after) = deadline {
-                    req.extensions_mut().insert(Deadline::after(after));
-                }
-                statuses.push(match call_with(&mut svc, req).await {
-                    Ok(res) => res.status().as_u16(),
-                    Err(err) => {
-                        assert!(err.is_paused());
-                        0
-                    }
-                });
+        // A: a 429 that pauses for 2 s. B: refused (its deadline ends inside
+        // the pause). C: waits 2 s, then answered.
+        let mock = Script::new([status_with(429, &[("retry-after", "2")]), status(200)]);
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(BudgetLayer::new(budget))
+            .layer(RetryLayer::new(RetryPolicy::none()))
+            .service(mock.clone());
+        let mut statuses = Vec::new();
+        for deadline in [None, Some(Duration::from_secs(1)), None] {
+            let mut req = get();
+            if let Some(after) = deadline {
+                req.extensions_mut().insert(Deadline::after(after));
             }
-            assert_eq!(statuses, [429, 0, 200]);
-            assert_eq!(mock.calls(), 2);
-        });
+            statuses.push(match call_with(&mut svc, req).await {
+                Ok(res) => res.status().as_u16(),
+                Err(err) => {
+                    assert!(err.is_paused());
+                    0
+                }
+            });
+        }
+        assert_eq!(statuses, [429, 0, 200]);
+        assert_eq!(mock.calls(), 2);
     });
-
-    let mut counters = BTreeMap::new();
-    let mut gauges = BTreeMap::new();
-    let mut histograms = BTreeMap::new();
-    for (composite, _unit, _desc, value) in snapshotter.snapshot().into_vec() {
-        let k = composite.key();
-        if !k.name().contains("pause") && !k.name().contains("resume") {
-            if k.name() == "backstop.calls.refused" {
-                if let DebugValue::Counter(n) = value {
-                    counters.insert(key(k), n);
-                }
-            }
-            continue;
-        }
-        match value {
-            DebugValue::Counter(n) => {
-                counters.insert(key(k), n);
-            }
-            DebugValue::Gauge(g) => {
-                gauges.insert(key(k), g.into_inner());
-            }
-            DebugValue::Histogram(v) => {
-                histograms.insert(key(k), v);
-            }
-        }
-    }
-    let expected_counters: BTreeMap<String, u64> = [
-        ("backstop.calls.refused{method=GET,refusal=paused}", 1),
-        ("backstop.origin.pauses{}", 1),
-        ("backstop.origin.resumes{}", 1),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(counters, expected_counters);
-    assert_eq!(
-        gauges,
-        BTreeMap::from([("backstop.origin.paused{}".to_owned(), 0.0)])
-    );
-    let waits: Vec<f64> = histograms["backstop.pause.wait{method=GET}"]
+    let pauses: BTreeMap<_, _> = seen
         .iter()
-        .map(|v| v.into_inner())
+        .filter(|(k, _)| k.contains("pause") || k.contains("resume") || k.contains("=paused"))
+        .map(|(k, v)| (k.as_str(), v))
         .collect();
-    assert_eq!(waits, [2.0]);
-    assert_eq!(histograms.len(), 1);
+    assert_eq!(
+        pauses,
+        BTreeMap::from([
+            (
+                "backstop.calls{error.type=paused,http.request.method=GET,stop=paused}",
+                &Counter(1)
+            ),
+            ("backstop.origin.pauses{}", &Counter(1)),
+            ("backstop.origin.resumes{}", &Counter(1)),
+            ("backstop.origin.paused{}", &Gauge(0.0)),
+            (
+                "backstop.pause.wait{http.request.method=GET}",
+                &Histogram(vec![2.0])
+            ),
+        ])
+    );
 }

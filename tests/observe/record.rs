@@ -39,12 +39,18 @@ impl Observer for Recorder {
                 e.attempts,
                 e.stop.as_str()
             ),
-            Event::AttemptFinished(e) => format!(
-                "attempt_finished attempt={} outcome={} tracked={}",
-                e.attempt,
-                outcome_label(e.outcome),
-                e.progress.is_some()
-            ),
+            Event::AttemptFinished(e) => {
+                let mut line = format!(
+                    "attempt_finished attempt={} outcome={} tracked={}",
+                    e.attempt,
+                    outcome_label(e.outcome),
+                    e.progress.is_some()
+                );
+                if e.copy > 0 {
+                    line.push_str(&format!(" copy={}", e.copy));
+                }
+                line
+            }
             Event::RetryScheduled(e) => format!(
                 "retry_scheduled attempt={} reason={} wait_ms={}",
                 e.attempt,

@@ -20,12 +20,32 @@ impl<S, B> Call<S, B> {
         let ledger = self.ledger();
         let attempt_started = ledger.attempt_started.unwrap_or(started);
         if let Some(observed) = self.observed.as_deref() {
-            observed.attempt_finished(
-                attempt,
-                outcome,
-                progress,
-                now.saturating_duration_since(attempt_started),
-            );
+            match hedged.as_ref() {
+                // One request sent per send of the race, each with its own outcome
+                // and time; the returned send carries the progress.
+                Some(hedged) => {
+                    let sent = hedged.sent();
+                    let returned = hedged
+                        .winner()
+                        .or_else(|| sent.iter().max_by_key(|s| s.ended).map(|s| s.copy));
+                    for s in sent {
+                        observed.attempt_finished(
+                            attempt,
+                            s.copy,
+                            s.outcome,
+                            progress.filter(|_| returned == Some(s.copy)),
+                            s.ended.saturating_sub(s.started),
+                        );
+                    }
+                }
+                None => observed.attempt_finished(
+                    attempt,
+                    0,
+                    outcome,
+                    progress,
+                    now.saturating_duration_since(attempt_started),
+                ),
+            }
         }
         let ledger = self.ledger();
         match hedged {
@@ -58,7 +78,10 @@ impl<S, B> Call<S, B> {
 
     /// Ends the sequence: records why and hands the history out.
     pub(super) fn finish(&mut self, stop: StopReason) -> History {
-        if stop.is_gate() {
+        // A retryable outcome the ladder kept from a re-send because the request
+        // may have been processed (a keyless non-idempotent one) is a skipped retry
+        // too, told as one; a plain answer never comes here with it.
+        if stop.is_gate() || stop == StopReason::NotRetryable(NoRetry::MaybeProcessed) {
             tracing::debug!(
                 attempt = self.attempt,
                 gate = stop.as_str(),

@@ -133,7 +133,7 @@ impl<S, B> Call<S, B> {
             self.answered(status);
             if let Some(observed) = self.observed.as_deref() {
                 let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
-                observed.attempt_finished(1, AttemptOutcome::Status(status), None, elapsed);
+                observed.attempt_finished(1, 0, AttemptOutcome::Status(status), None, elapsed);
             }
         }
         plain
