@@ -55,7 +55,7 @@ use backstop::{
 };
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use http::{Method, Request, StatusCode, Uri};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -243,21 +243,9 @@ struct Gateway {
 
 /// Proxies one request to the upstream, through the backstop client.
 async fn proxy(State(gw): State<Gateway>, mut req: Request<Body>) -> Response {
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let uri = Uri::builder()
-        .scheme("http")
-        .authority(gw.upstream.to_string())
-        .path_and_query(path)
-        .build();
-    let Ok(uri) = uri else {
+    if !common::to_upstream(&mut req, gw.upstream) {
         return StatusCode::BAD_REQUEST.into_response();
-    };
-    *req.uri_mut() = uri;
-    req.headers_mut().remove(http::header::HOST);
+    }
     match gw.client.oneshot(req).await {
         Ok(res) => res.map(Body::new),
         // The error names statuses and error kinds only: safe to log.

@@ -31,7 +31,7 @@ use backstop::progress::ProgressTracking;
 use backstop::stack::{Reloadable, WithHedge};
 use backstop::{BoxError, ProgressTrackingLayer, ReplayBody};
 use bytes::Bytes;
-use http::{Request, StatusCode, Uri};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use tokio::net::TcpListener;
@@ -51,21 +51,9 @@ struct Gateway {
 
 /// Proxies a request to the upstream through the backstop client.
 async fn proxy(State(gw): State<Gateway>, mut req: Request<Body>) -> Response {
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let uri = Uri::builder()
-        .scheme("http")
-        .authority(gw.upstream.to_string())
-        .path_and_query(path)
-        .build();
-    let Ok(uri) = uri else {
+    if !common::to_upstream(&mut req, gw.upstream) {
         return StatusCode::BAD_REQUEST.into_response();
-    };
-    *req.uri_mut() = uri;
-    req.headers_mut().remove(http::header::HOST);
+    }
     match gw.client.oneshot(req).await {
         Ok(res) => res.map(Body::new),
         Err(_) => StatusCode::BAD_GATEWAY.into_response(),

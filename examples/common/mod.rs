@@ -62,3 +62,24 @@ where
         .http2_only(h2)
         .build(connector)
 }
+
+/// Points a request a gateway received at `upstream` (same path and query), for
+/// its upstream client; `false` when its path cannot make a URI.
+pub fn to_upstream<B>(req: &mut Request<B>, upstream: SocketAddr) -> bool {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let uri = http::Uri::builder()
+        .scheme("http")
+        .authority(upstream.to_string())
+        .path_and_query(path)
+        .build();
+    let Ok(uri) = uri else {
+        return false;
+    };
+    *req.uri_mut() = uri;
+    req.headers_mut().remove(http::header::HOST);
+    true
+}
