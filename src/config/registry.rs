@@ -95,10 +95,11 @@ thread_local! {
 
 /// The rules named `name` in the registry in scope (else the built-in ones).
 pub(crate) fn named(name: &str) -> Result<Rules, String> {
+    static BUILT_IN: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::new);
     let found = CURRENT.with(|c| c.borrow().as_ref().map(|r| r.get(name).cloned()));
     let found = match found {
         Some(found) => found,
-        None => Registry::new().get(name).cloned(),
+        None => BUILT_IN.get(name).cloned(),
     };
     found.ok_or_else(|| {
         "no rules are registered under this name (register them with config::Registry)".to_owned()

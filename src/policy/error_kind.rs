@@ -100,7 +100,14 @@ impl ErrorKind {
 
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.write_str(self.description())
+    }
+}
+
+impl ErrorKind {
+    /// The text `Display` writes.
+    fn description(&self) -> &'static str {
+        match self {
             ErrorKind::Connect => "connect error",
             ErrorKind::ConnectTimeout => "connect timed out",
             ErrorKind::Dns => "dns error",
@@ -114,7 +121,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidResponse => "invalid response head",
             ErrorKind::CircuitOpen => "circuit open",
             ErrorKind::Other => "transport error",
-        })
+        }
     }
 }
 
@@ -142,7 +149,7 @@ impl std::str::FromStr for ErrorKind {
         ErrorKind::ALL
             .into_iter()
             .find(|kind| {
-                same_name(kind.as_str(), text) || kind.to_string().eq_ignore_ascii_case(text)
+                same_name(kind.as_str(), text) || kind.description().eq_ignore_ascii_case(text)
             })
             .ok_or(UnknownName("error kind"))
     }
@@ -150,13 +157,12 @@ impl std::str::FromStr for ErrorKind {
 
 /// Whether `text` is `name` without regard to ASCII case, `_` or `-`.
 pub(crate) fn same_name(name: &str, text: &str) -> bool {
-    let letters = |s: &str| {
+    fn letters(s: &str) -> impl Iterator<Item = u8> + '_ {
         s.bytes()
             .filter(|b| *b != b'_' && *b != b'-')
             .map(|b| b.to_ascii_lowercase())
-            .collect::<Vec<_>>()
-    };
-    text.len() <= 64 && letters(name) == letters(text)
+    }
+    letters(name).eq(letters(text))
 }
 
 /// A name that names nothing of its kind (an error kind, a gRPC code). It does not
