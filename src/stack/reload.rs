@@ -1,6 +1,7 @@
 //! A stack whose routes and policies change while it runs.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
@@ -13,25 +14,45 @@ use crate::policy::{InvalidConfig, Rules};
 use crate::retry::{Routes, Settings};
 
 /// The current settings (route table and admission) of a reloadable stack, shared
-/// by all its services.
+/// by all its services, and how many times they were swapped: a service compares
+/// the count it last saw with one atomic load, and takes the lock only after a
+/// reload.
 #[derive(Debug)]
-struct LiveSettings(RwLock<Arc<Settings>>);
+struct LiveSettings {
+    settings: RwLock<Arc<Settings>>,
+    generation: AtomicU64,
+}
 
 impl LiveSettings {
+    fn new(settings: Arc<Settings>) -> Self {
+        LiveSettings {
+            settings: RwLock::new(settings),
+            generation: AtomicU64::new(0),
+        }
+    }
+
     fn current(&self) -> Arc<Settings> {
-        self.0
+        self.settings
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// Makes `settings` the current ones, when they are not already.
+    /// Makes `settings` the current ones when a reload came after `seen` (the
+    /// generation they are of), and `seen` the current generation.
     #[inline]
-    fn refresh(&self, settings: &mut Arc<Settings>) {
-        let current = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        if !Arc::ptr_eq(&current, settings) {
-            *settings = current.clone();
+    fn refresh(&self, settings: &mut Arc<Settings>, seen: &mut u64) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation != *seen {
+            self.take(settings, seen, generation);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take(&self, settings: &mut Arc<Settings>, seen: &mut u64, generation: u64) {
+        *settings = self.current();
+        *seen = generation;
     }
 }
 
@@ -93,11 +114,18 @@ impl ReloadHandle {
                     .to_owned(),
             ));
         }
-        let mut lock = self.live.0.write().unwrap_or_else(PoisonError::into_inner);
+        let mut lock = self
+            .live
+            .settings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         // The admission stays: breakers and accounts are kept.
         let mut settings = Settings::clone(&lock);
         settings.routes = routes;
         *lock = Arc::new(settings);
+        // Counted under the lock: a service that sees the new count reads these
+        // settings or later ones.
+        self.live.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 }
@@ -114,11 +142,11 @@ impl<H: HedgeMode> BackstopLayer<H> {
     /// This layer with routes that its [`ReloadHandle`] swaps while it runs, in
     /// every service it makes ([`Reloadable`]).
     ///
-    /// A call through a reloadable stack reads the settings in place when it
-    /// starts (a lock taken for reading); a stack that is not reloadable pays
-    /// nothing for reloads.
+    /// A call through a reloadable stack checks, when it starts, whether a reload
+    /// came (one atomic load; the settings are read under a lock only after one);
+    /// a stack that is not reloadable pays nothing for reloads.
     pub fn reloadable(self) -> ReloadableLayer<H> {
-        let live = Arc::new(LiveSettings(RwLock::new(self.retry.settings.clone())));
+        let live = Arc::new(LiveSettings::new(self.retry.settings.clone()));
         ReloadableLayer { layer: self, live }
     }
 }
@@ -152,10 +180,13 @@ impl<S, H: HedgeMode> Layer<S> for ReloadableLayer<H> {
 
     fn layer(&self, inner: S) -> Reloadable<S, H> {
         let mut stack = self.layer.layer(inner);
-        self.live.refresh(stack.inner.settings_mut());
+        // The settings in place now, whatever the layer was built with.
+        let mut seen = u64::MAX;
+        self.live.refresh(stack.inner.settings_mut(), &mut seen);
         Reloadable {
             stack,
             live: self.live.clone(),
+            seen,
         }
     }
 }
@@ -173,6 +204,8 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for ReloadableLayer<H> {
 pub struct Reloadable<S, H: HedgeMode = NoHedge> {
     stack: Backstop<S, H>,
     live: Arc<LiveSettings>,
+    /// The generation of the settings the stack holds.
+    seen: u64,
 }
 
 impl<S, H: HedgeMode> Reloadable<S, H> {
@@ -196,6 +229,7 @@ where
         Reloadable {
             stack: self.stack.clone(),
             live: self.live.clone(),
+            seen: self.seen,
         }
     }
 }
@@ -230,7 +264,8 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         // The call starts under the settings in place now, and keeps the policy it
         // picks from them.
-        self.live.refresh(self.stack.inner.settings_mut());
+        self.live
+            .refresh(self.stack.inner.settings_mut(), &mut self.seen);
         self.stack.call(req)
     }
 }
