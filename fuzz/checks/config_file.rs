@@ -20,13 +20,7 @@ pub fn check(data: &[u8]) {
     };
     let config = match read {
         Err(err) => {
-            let line = err.to_string();
-            assert!(!line.contains('\n'), "a multi-line error: {line:?}");
-            assert!(
-                !err.message().is_empty(),
-                "an empty error at {:?}",
-                err.path()
-            );
+            super::one_line(&err);
             return;
         }
         Ok(config) => config,
@@ -34,8 +28,5 @@ pub fn check(data: &[u8]) {
     let written = to_toml(&config).expect("a file's settings write back");
     let again = from_toml(&written).expect("written settings read back");
     assert_eq!(to_toml(&again).expect("and write again"), written);
-    let _ = match config.hedge.clone() {
-        Some(hedge) => config.builder().hedge(hedge).build().map(drop),
-        None => config.builder().build().map(drop),
-    };
+    let _ = super::build(config);
 }

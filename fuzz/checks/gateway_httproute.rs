@@ -18,13 +18,7 @@ pub fn check(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     match from_yaml(&text) {
         Err(err) => {
-            let line = err.to_string();
-            assert!(!line.contains('\n'), "a multi-line error: {line:?}");
-            assert!(
-                !err.message().is_empty(),
-                "an empty error at {:?}",
-                err.path()
-            );
+            super::one_line(&err);
             assert!(
                 err.message().len() <= MAX_MESSAGE,
                 "a long message: {:?}",
@@ -42,7 +36,7 @@ pub fn check(data: &[u8]) {
                 (strict, first) => panic!("strict {strict:?} with first unmapped {first:?}"),
             }
             let config = imported.lenient();
-            if let Err(e) = config.builder().build() {
+            if let Err(e) = super::build(config) {
                 panic!("an import that does not build: {e}");
             }
         }

@@ -36,18 +36,13 @@ fn seen(result: Result<backstop::config::Imported<StackConfig>, ConfigError>) ->
             unmapped.sort();
             let config = imported.lenient();
             let routes = config.routes.iter().len();
-            let built = match config.hedge.clone() {
-                Some(hedge) => config.builder().hedge(hedge).build().map(|_| ()),
-                None => config.builder().build().map(|_| ()),
-            };
-            if let Err(e) = built {
+            if let Err(e) = super::build(config) {
                 panic!("a config that was read does not build: {e}");
             }
             Seen::Read { routes, unmapped }
         }
         Err(e) => {
-            let line = e.to_string();
-            assert!(!line.contains(['\n', '\r']), "{line:?}");
+            super::one_line(&e);
             Seen::Refused(e.path().to_ascii_lowercase())
         }
     }

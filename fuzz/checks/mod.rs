@@ -30,3 +30,24 @@ pub fn in_runtime<T>(f: impl FnOnce() -> T) -> T {
         f()
     })
 }
+
+/// Asserts what every configuration error promises: one line, with a message.
+#[cfg(any(feature = "json", feature = "toml", feature = "yaml"))]
+pub fn one_line(err: &backstop::config::ConfigError) {
+    let line = err.to_string();
+    assert!(!line.contains(['\n', '\r']), "a multi-line error: {line:?}");
+    assert!(
+        !err.message().is_empty(),
+        "an empty error at {:?}",
+        err.path()
+    );
+}
+
+/// Builds the stack `config` gives (a hedging one when it has a hedge policy).
+#[cfg(any(feature = "json", feature = "toml", feature = "yaml"))]
+pub fn build(config: backstop::config::StackConfig) -> Result<(), backstop::policy::InvalidConfig> {
+    match config.hedge.clone() {
+        Some(hedge) => config.builder().hedge(hedge).build().map(drop),
+        None => config.builder().build().map(drop),
+    }
+}
