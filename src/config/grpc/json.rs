@@ -148,7 +148,7 @@ impl<'a> Field<'a> {
         match self.value {
             Value::String(s) => s.parse().map_err(|_| unknown()),
             Value::Number(n) => match n.as_u64() {
-                Some(n) if n <= 16 => n.to_string().parse().map_err(|_| unknown()),
+                Some(n @ 0..=16) => Ok(Code::from_u32(n as u32)),
                 _ => Err(unknown()),
             },
             _ => Err(self.wrong("a gRPC status code (a name or a number)")),
