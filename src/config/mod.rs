@@ -154,6 +154,7 @@ impl ConfigError {
         }
     }
 
+    #[cfg(feature = "serde")]
     /// The same error, inside the table at `prefix` (a path of its own).
     pub(crate) fn under(mut self, prefix: &str) -> Self {
         self.path = match (prefix.is_empty(), self.path.is_empty()) {

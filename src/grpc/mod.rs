@@ -90,6 +90,21 @@ use crate::policy::{Classifier, Decision, FirstError, InvalidConfig, Observed, R
 // pauses an origin on a pushback without any rules); their public home is here.
 pub use crate::policy::grpc_status::Code;
 
+/// The header in which a trailers-only answer that ends a call carries the call's
+/// [`History`](crate::policy::History), on one line (its lines joined by `; `),
+/// whenever the history rides on the response: more than one attempt, or a gate
+/// that stopped a retry. tonic turns such an answer into a `Status` and keeps
+/// only its head's headers (as the status's metadata), so this is where a failed
+/// call's history is found: `status.metadata().get("backstop-history")`. It
+/// names statuses, codes and error kinds only, never a URL, a header value or a
+/// body. A call that failed without an answer keeps its [`Error`](crate::Error)
+/// as the status's source instead: [`Error::find`](crate::Error::find) reads it.
+///
+/// ```
+/// assert_eq!(backstop::grpc::HISTORY_HEADER, "backstop-history");
+/// ```
+pub const HISTORY_HEADER: HeaderName = crate::policy::grpc_status::HISTORY;
+
 const TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const PREVIOUS: HeaderName = HeaderName::from_static("grpc-previous-rpc-attempts");
 

@@ -136,8 +136,46 @@ impl Error {
         self.inner.attempt.as_ref()
     }
 
-    /// The first backstop `Error` along `err`'s source chain.
-    pub(crate) fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
+    /// The first backstop `Error` along `err`'s source chain, `err` included:
+    /// the one inside another library's error, such as the `tonic::Status` of a
+    /// gRPC call that failed without an answer (tonic keeps the error it was
+    /// made from as its source).
+    ///
+    /// ```
+    /// use backstop::{RetryLayer, RetryPolicy};
+    /// use tower::{Service, ServiceBuilder, ServiceExt};
+    ///
+    /// /// Another library's error, made from backstop's.
+    /// #[derive(Debug)]
+    /// struct Wrapper(backstop::Error);
+    /// impl std::fmt::Display for Wrapper {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         f.write_str("the call failed")
+    ///     }
+    /// }
+    /// impl std::error::Error for Wrapper {
+    ///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+    ///         Some(&self.0)
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// // A transport whose connections are all refused.
+    /// let transport = tower::service_fn(|_req: http::Request<backstop::ReplayBody<String>>| async {
+    ///     Err::<http::Response<String>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+    /// });
+    /// let mut client = ServiceBuilder::new()
+    ///     .layer(RetryLayer::new(RetryPolicy::default()))
+    ///     .service(transport);
+    /// let req = http::Request::get("http://example.com/").body(String::new()).unwrap();
+    /// let err = client.ready().await.unwrap().call(req).await.unwrap_err();
+    ///
+    /// let wrapped = Wrapper(err);
+    /// let found = backstop::Error::find(&wrapped).expect("found along the chain");
+    /// assert_eq!(found.attempts(), 3);
+    /// # }
+    /// ```
+    pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
         super::chain(err).find_map(|e| e.downcast_ref::<Error>())
     }
 

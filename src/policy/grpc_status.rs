@@ -12,6 +12,32 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 pub(crate) const PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+/// The header a trailers-only gRPC answer that ends a call with a history carries
+/// it in: a gRPC client (tonic's `Status`) keeps the head's headers as its
+/// metadata, and nothing else of the response.
+pub(crate) const HISTORY: HeaderName = HeaderName::from_static("backstop-history");
+
+/// Writes `history` into the head of a trailers-only gRPC answer (one with
+/// `grpc-status` in its head), one line, its lines joined by `; `. Any other
+/// answer is left as it is: its history rides on its extensions only.
+pub(crate) fn tell_history(headers: &mut HeaderMap, history: &super::History) {
+    if !headers.contains_key(&GRPC_STATUS) {
+        return;
+    }
+    let mut line = String::new();
+    for c in history.to_string().chars() {
+        match c {
+            '\n' => line.push_str("; "),
+            // A route's name is the only text not of backstop's making; it is
+            // already quoted and escaped, and what a header cannot carry is escaped too.
+            ' '..='~' => line.push(c),
+            _ => line.extend(c.escape_unicode()),
+        }
+    }
+    if let Ok(value) = HeaderValue::try_from(line) {
+        headers.insert(HISTORY, value);
+    }
+}
 
 /// A gRPC status code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

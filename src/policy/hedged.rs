@@ -154,6 +154,8 @@ impl Hedged {
                 number,
                 outcome: s.outcome,
                 retry_after: None,
+                #[cfg(feature = "grpc")]
+                grpc_status: None,
                 wait: None,
                 progress: None,
                 hedge: s.is_hedge(),

@@ -172,8 +172,14 @@ pub struct AttemptRecord {
     pub number: u32,
     /// What the attempt ended with.
     pub outcome: AttemptOutcome,
-    /// The server's Retry-After hint on this attempt, if any was valid.
+    /// The server's Retry-After hint on this attempt, if any was valid (for a
+    /// gRPC answer, its `grpc-retry-pushback-ms`).
     pub retry_after: Option<Duration>,
+    /// The gRPC status of a trailers-only answer (HTTP 200 whose `grpc-status` is
+    /// in its head), when the attempt ended with one.
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub grpc_status: Option<crate::grpc::Code>,
     /// The wait before the next attempt, if one was scheduled.
     pub wait: Option<Duration>,
     /// How far the request got onto the wire, when that was recorded.
@@ -206,6 +212,12 @@ pub struct AttemptRecord {
 /// route: "catalog"
 /// attempt 1/3: 503 Service Unavailable after 0.02s, waited 0.01s
 /// ...
+/// ```
+///
+/// A gRPC answer names its code and its exact pushback (feature `grpc`):
+///
+/// ```text
+/// attempt 1/3: 200 OK, grpc-status 14 UNAVAILABLE (pushback 150ms) after 0.01s, waited 0.15s
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct History {
@@ -314,11 +326,19 @@ impl fmt::Display for History {
                 "attempt {}/{}: {}",
                 a.number, self.max_attempts, a.outcome
             )?;
+            #[cfg(feature = "grpc")]
+            if let Some(code) = a.grpc_status {
+                write!(f, ", grpc-status {} {code}", code as u32)?;
+            }
             if a.hedge {
                 f.write_str(" (hedge)")?;
             }
-            if let Some(ra) = a.retry_after {
-                write!(f, " (Retry-After {:.1}s)", ra.as_secs_f64())?;
+            match a.retry_after {
+                // A pushback is exact to the millisecond: written as it came.
+                #[cfg(feature = "grpc")]
+                Some(pushback) if a.grpc_status.is_some() => write!(f, " (pushback {pushback:?})")?,
+                Some(ra) => write!(f, " (Retry-After {:.1}s)", ra.as_secs_f64())?,
+                None => {}
             }
             write!(f, " after {:.2}s", a.elapsed.as_secs_f64())?;
             if let Some(w) = a.wait {

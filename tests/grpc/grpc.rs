@@ -27,7 +27,7 @@ use tower::ServiceBuilder;
 
 /// What the server answers one call with.
 #[derive(Clone)]
-enum Answer {
+pub(crate) enum Answer {
     /// A trailers-only response: HTTP 200, `grpc-status` (and a pushback) in the
     /// headers, no body.
     TrailersOnly(u32, Option<&'static str>),
@@ -39,7 +39,7 @@ enum Answer {
 
 /// What the server saw of one call.
 #[derive(Clone, Debug)]
-struct Seen {
+pub(crate) struct Seen {
     path: String,
     headers: HeaderMap,
     at: Instant,
@@ -76,7 +76,7 @@ fn grpc_response(answer: Answer) -> Response<ResBody> {
 }
 
 /// An HTTP/2 server answering calls from `script` (then `Message("done")`).
-async fn grpc_server(script: Vec<Answer>) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
+pub(crate) async fn grpc_server(script: Vec<Answer>) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let script = Arc::new(Mutex::new(VecDeque::from(script)));
@@ -118,16 +118,19 @@ async fn grpc_server(script: Vec<Answer>) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>)
 
 /// The histories the retry layer returned with its responses, caught before
 /// tonic reads them.
-type Caught = Arc<Mutex<Vec<Option<History>>>>;
+pub(crate) type Caught = Arc<Mutex<Vec<Option<History>>>>;
 
 /// A tonic client over a `Channel` to `addr`, with the retry layer between them.
-type Svc = tower::util::BoxCloneService<
+pub(crate) type Svc = tower::util::BoxCloneService<
     Request<tonic::body::Body>,
     Response<tonic::body::Body>,
     backstop::Error,
 >;
 
-async fn client(addr: SocketAddr, policy: RetryPolicy) -> (tonic::client::Grpc<Svc>, Caught) {
+pub(crate) async fn client(
+    addr: SocketAddr,
+    policy: RetryPolicy,
+) -> (tonic::client::Grpc<Svc>, Caught) {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -148,7 +151,7 @@ async fn client(addr: SocketAddr, policy: RetryPolicy) -> (tonic::client::Grpc<S
     (tonic::client::Grpc::new(Svc::new(svc)), caught)
 }
 
-fn policy() -> RetryPolicy {
+pub(crate) fn policy() -> RetryPolicy {
     let rules = grpc::rules()
         .retryable_codes([Code::Unavailable])
         .idempotent("/echo.Echo/Get")
@@ -162,7 +165,7 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
-async fn call(
+pub(crate) async fn call(
     grpc: &mut tonic::client::Grpc<Svc>,
     path: &'static str,
 ) -> Result<tonic::Response<Bytes>, Status> {
@@ -190,7 +193,7 @@ fn grpc_timeout(seen: &Seen) -> Duration {
 async fn unavailable_is_retried_after_the_pushback_exactly() {
     within_10s(async {
         let (addr, seen) = grpc_server(vec![
-            Answer::TrailersOnly(14, Some("300")),
+            Answer::TrailersOnly(14, Some("150")),
             Answer::Message("hi"),
         ])
         .await;
@@ -202,10 +205,19 @@ async fn unavailable_is_retried_after_the_pushback_exactly() {
         assert!(seen.iter().all(|s| s.path == "/echo.Echo/Get"));
         // Waited the pushback, not the 1 ms backoff, and recorded it exactly.
         let gap = seen[1].at - seen[0].at;
-        assert!(gap >= Duration::from_millis(300), "{gap:?}");
-        assert!(gap < Duration::from_millis(800), "{gap:?}");
+        assert!(gap >= Duration::from_millis(150), "{gap:?}");
+        assert!(gap < Duration::from_millis(650), "{gap:?}");
         let history = caught.lock().unwrap()[0].clone().expect("history");
-        assert_eq!(history.attempts()[0].wait, Some(Duration::from_millis(300)));
+        assert_eq!(history.attempts()[0].wait, Some(Duration::from_millis(150)));
+        assert_eq!(history.attempts()[0].grpc_status, Some(Code::Unavailable));
+        // Its line names the code and the pushback as the server sent it.
+        let first = history.to_string().lines().next().unwrap().to_owned();
+        assert!(
+            first.starts_with(
+                "attempt 1/3: 200 OK, grpc-status 14 UNAVAILABLE (pushback 150ms) after "
+            ),
+            "{first}"
+        );
         assert_eq!(history.stop_reason(), Some(StopReason::Answered));
         // Retries carry the count of attempts before them.
         assert!(!seen[0].headers.contains_key("grpc-previous-rpc-attempts"));
@@ -217,7 +229,7 @@ async fn unavailable_is_retried_after_the_pushback_exactly() {
             first <= Duration::from_secs(5) && first > Duration::from_secs(4),
             "{first:?}"
         );
-        assert!(second <= first - Duration::from_millis(300), "{second:?}");
+        assert!(second <= first - Duration::from_millis(150), "{second:?}");
     })
     .await;
 }

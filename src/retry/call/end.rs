@@ -11,10 +11,13 @@ impl<S, B> Call<S, B> {
         &mut self,
         outcome: AttemptOutcome,
         retry_after: Option<Duration>,
+        grpc_status: Option<GrpcCode>,
         progress: Option<Progress>,
         hedged: Option<Hedged>,
         now: Instant,
     ) {
+        #[cfg(not(feature = "grpc"))]
+        let _ = grpc_status;
         let started = *self.started.get_or_insert(now);
         let attempt = self.attempt;
         let ledger = self.ledger();
@@ -58,6 +61,10 @@ impl<S, B> Call<S, B> {
                 };
                 if let Some(r) = returned.and_then(|i| records.get_mut(i)) {
                     r.retry_after = retry_after;
+                    #[cfg(feature = "grpc")]
+                    {
+                        r.grpc_status = grpc_status;
+                    }
                     r.progress = progress;
                 }
                 for r in records {
@@ -68,6 +75,8 @@ impl<S, B> Call<S, B> {
                 number: attempt,
                 outcome,
                 retry_after,
+                #[cfg(feature = "grpc")]
+                grpc_status,
                 wait: None,
                 progress,
                 hedge: false,
@@ -113,6 +122,8 @@ impl<S, B> Call<S, B> {
     pub(super) fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> CallResult<RB> {
         let history = self.finish(stop);
         if history.len() > 1 || stop != StopReason::Answered {
+            #[cfg(feature = "grpc")]
+            crate::policy::grpc_status::tell_history(res.headers_mut(), &history);
             res.extensions_mut().insert(history);
         }
         Ok(res)

@@ -25,6 +25,24 @@ use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::observe::{self, pause_told, paused_told, Event, Observed};
 use crate::policy::error::{BoxError, Error, TimedOut};
+#[cfg(feature = "grpc")]
+use crate::policy::grpc_status::Code as GrpcCode;
+/// Without feature `grpc` no answer is read as gRPC's.
+#[cfg(not(feature = "grpc"))]
+type GrpcCode = std::convert::Infallible;
+
+/// The code of a trailers-only gRPC answer, read from its head for its history line.
+fn grpc_code(headers: &http::HeaderMap) -> Option<GrpcCode> {
+    #[cfg(feature = "grpc")]
+    return headers
+        .get(&crate::policy::grpc_status::GRPC_STATUS)
+        .map(GrpcCode::from_header);
+    #[cfg(not(feature = "grpc"))]
+    {
+        let _ = headers;
+        None
+    }
+}
 use crate::policy::{
     call_deadline, classify_error, is_answer_under, ladder, later, meet, pause_until, AttemptLog,
     AttemptOutcome, AttemptRecord, BudgetAccount, BudgetHandle, CallContext, Classification,

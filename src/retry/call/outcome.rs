@@ -39,7 +39,10 @@ where
                     }),
                     _ => None,
                 };
-                self.record(AttemptOutcome::Status(status), hint, progress, hedged, now);
+                // A trailers-only gRPC answer's code, for its history line.
+                let grpc = grpc_code(res.headers());
+                let outcome = AttemptOutcome::Status(status);
+                self.record(outcome, hint, grpc, progress, hedged, now);
                 match class {
                     Classification::Retryable(reason) => match self.gates(hint, now) {
                         Ok(wait) => {
@@ -67,7 +70,14 @@ where
                     .and_then(Error::attempt_log)
                     .and_then(AttemptLog::hedged)
                     .cloned();
-                self.record(AttemptOutcome::Error(kind), hint, progress, hedged, now);
+                self.record(
+                    AttemptOutcome::Error(kind),
+                    hint,
+                    None,
+                    progress,
+                    hedged,
+                    now,
+                );
                 // An attempt whose timeout was cut to the deadline timed out: the
                 // deadline ended the call, not the attempts or the method.
                 if err.downcast_ref::<TimedOut>().is_some_and(|t| t.deadline) {
