@@ -56,9 +56,10 @@ where
     ) -> Poll<Result<S::Future, Error>> {
         ready!(self.paused.poll(cx, observed))?;
         ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
-        let Some(request) = self.request.take() else {
+        let Some(mut request) = self.request.take() else {
             return Poll::Ready(Err(Error::polled_after_completion("admission")));
         };
+        Paused::note_hold(request.extensions_mut(), self.dated);
         // It goes: it counts as a first attempt now, at its date.
         self.paused.deposit_at(self.dated);
         Poll::Ready(Ok(self.service.call(request)))

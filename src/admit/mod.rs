@@ -344,6 +344,12 @@ pub(crate) struct Paused {
 }
 
 impl Paused {
+    /// Notes in the call's context how long it was held since admission dated it
+    /// `at`, as its hold ends: the retry layer's history of the call tells it.
+    pub(crate) fn note_hold(extensions: &mut http::Extensions, at: Instant) {
+        CallContext::of_mut(extensions).set_held(at.elapsed());
+    }
+
     /// Counts the held call, dated `at`, as a first attempt: it goes.
     pub(crate) fn deposit_at(&self, at: Instant) {
         self.account.deposit_at(at);

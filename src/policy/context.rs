@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Extensions;
 use tokio::time::Instant;
@@ -75,6 +76,9 @@ pub struct CallContext {
     /// something and shared by the others; not carried by a clone, so a context
     /// copied into another call never dates it.
     entered: Option<Instant>,
+    /// How long admission held the call while its origin was paused; not carried
+    /// by a clone either.
+    held: Option<Duration>,
 }
 
 impl Clone for CallContext {
@@ -89,6 +93,7 @@ impl Clone for CallContext {
             attempt: self.attempt.clone(),
             observer: self.observer.clone(),
             entered: None,
+            held: None,
         }
     }
 }
@@ -218,6 +223,13 @@ impl CallContext {
     pub(crate) fn entered(&mut self) -> Instant {
         *self.entered.get_or_insert_with(Instant::now)
     }
+
+    /// Notes that admission held the call for `held` while its origin was
+    /// paused, for the history of its response.
+    #[cold]
+    pub(crate) fn set_held(&mut self, held: Duration) {
+        self.held = Some(held);
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -338,6 +350,12 @@ impl<'a> Given<'a> {
     #[inline]
     pub(crate) fn entered(&self) -> Option<Instant> {
         self.context.and_then(|c| c.entered)
+    }
+
+    /// How long admission held the call while its origin was paused.
+    #[inline]
+    pub(crate) fn held(&self) -> Option<Duration> {
+        self.context.and_then(|c| c.held)
     }
 
     #[inline]

@@ -214,6 +214,14 @@ pub struct AttemptRecord {
 /// ...
 /// ```
 ///
+/// A call held while its origin was paused says so before its attempts:
+///
+/// ```text
+/// held 1.50s: origin paused
+/// attempt 1/3: 200 OK after 1.52s
+/// stopped: answered
+/// ```
+///
 /// A gRPC answer names its code and its exact pushback (feature `grpc`):
 ///
 /// ```text
@@ -225,6 +233,7 @@ pub struct History {
     max_attempts: u32,
     stop: Option<StopReason>,
     route: Option<Arc<str>>,
+    held: Option<Duration>,
 }
 
 impl History {
@@ -234,7 +243,21 @@ impl History {
             max_attempts,
             stop: None,
             route: None,
+            held: None,
         }
+    }
+
+    pub(crate) fn set_held(&mut self, held: Duration) {
+        self.held = Some(held);
+    }
+
+    /// How long the call was held before its first attempt, while its origin was
+    /// paused (a server's `Retry-After` or pushback on another call), when a
+    /// [`Backstop`](crate::Backstop) stack or a [`BudgetLayer`](crate::BudgetLayer)
+    /// held it. A held call's response carries its history even when its first
+    /// attempt answered.
+    pub fn held(&self) -> Option<Duration> {
+        self.held
     }
 
     pub(crate) fn set_route(&mut self, route: Option<Arc<str>>) {
@@ -319,6 +342,9 @@ impl fmt::Display for History {
         if let Some(route) = &self.route {
             // Quoted and escaped: a name cannot forge a line of its own.
             writeln!(f, "route: {route:?}")?;
+        }
+        if let Some(held) = self.held {
+            writeln!(f, "held {:.2}s: origin paused", held.as_secs_f64())?;
         }
         for a in &self.attempts {
             write!(

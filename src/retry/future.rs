@@ -89,10 +89,13 @@ where
         let observed = idle.pass().and_then(Pass::observed);
         ready!(self.paused.poll(cx, observed))?;
         ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
-        let Some(request) = self.request.take() else {
+        let Some(mut request) = self.request.take() else {
             // Taken only as the call starts, and then it is not held any more.
             return Poll::Ready(Err(Error::polled_after_completion("retry")));
         };
+        if let Some(dated) = self.dated {
+            Paused::note_hold(request.extensions_mut(), dated);
+        }
         let admitted = Admitted {
             pass: idle.pass_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,

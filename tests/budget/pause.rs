@@ -107,8 +107,13 @@ async fn a_429_with_retry_after_2_pauses_the_origin_and_other_calls_wait() {
     for other in others {
         let res = other.await.unwrap().unwrap();
         assert_eq!(res.status(), StatusCode::OK);
-        // Held before its first attempt, not retried: one attempt, no history.
-        assert!(res.extensions().get::<History>().is_none());
+        // Held before its first attempt, not retried: one attempt, and a history
+        // that tells the hold (from t0 + 1 ms to the end of the pause and a share
+        // of the release spread).
+        let history = res.extensions().get::<History>().expect("history");
+        assert_eq!(history.len(), 1);
+        let hold = history.held().expect("held");
+        assert!(ms(1_999) <= hold && hold <= ms(2_200), "{hold:?}");
     }
     let seen = mock.seen();
     assert_eq!(seen.len(), 7);
@@ -239,6 +244,12 @@ async fn behind_a_budget_layer_only_a_deadline_bounds_the_hold() {
     let res = call(&mut c, A).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
+    // The retry layer beneath tells the budget layer's hold in the history.
+    let hold = res.extensions().get::<History>().and_then(History::held);
+    assert!(
+        hold.is_some_and(|h| ms(2_000) <= h && h <= ms(2_200)),
+        "{hold:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -353,7 +364,15 @@ async fn a_held_call_is_counted_once_when_it_goes() {
     sleep(ms(1_000)).await;
     assert_eq!(account().available(), 0, "held calls have sent nothing yet");
     for call in held {
-        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+        let res = call.await.unwrap().unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        // The hold is on the answer's history, though its first attempt answered:
+        // the 2 s pause and its share of the release spread.
+        let history = res.extensions().get::<History>().expect("history");
+        let hold = history.held().expect("held");
+        assert!(ms(2_000) <= hold && hold <= ms(2_200), "{hold:?}");
+        assert_eq!(history.len(), 1);
+        assert!(history.to_string().starts_with("held 2."), "{history}");
     }
     // The call that paused the origin and the three held ones: two retries.
     assert_eq!(mock.calls(), 3);

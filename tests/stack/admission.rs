@@ -729,6 +729,11 @@ mod wire {
                 assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
                 assert!(Instant::now() >= until, "{protocol:?}: held");
                 assert_eq!(up.requests().len(), 2, "{protocol:?}");
+                // The answer's history tells the hold.
+                let history = res.extensions().get::<History>().expect("history");
+                let hold = history.held().expect("held");
+                assert!(hold >= ms(200) && hold < ms(2000), "{protocol:?}: {hold:?}");
+                assert_eq!(history.stop_reason(), Some(StopReason::Answered));
             }
         })
         .await;

@@ -117,11 +117,12 @@ impl<S, B> Call<S, B> {
     }
 
     /// Returns a response. Its history rides on it when there is something to tell:
-    /// more than one attempt, or a gate that stopped a retry. A first-attempt answer
+    /// more than one attempt, a gate that stopped a retry, or a hold for the
+    /// origin's pause. A first-attempt answer
     /// carries none, so the success path allocates nothing for it.
     pub(super) fn answer<RB>(&mut self, mut res: Response<RB>, stop: StopReason) -> CallResult<RB> {
         let history = self.finish(stop);
-        if history.len() > 1 || stop != StopReason::Answered {
+        if history.len() > 1 || stop != StopReason::Answered || history.held().is_some() {
             #[cfg(feature = "grpc")]
             crate::policy::grpc_status::tell_history(res.headers_mut(), &history);
             res.extensions_mut().insert(history);

@@ -136,7 +136,10 @@ impl<S, B> Call<S, B> {
     #[inline]
     pub(in crate::retry) fn is_plain_answer<RB>(&self, res: &Response<RB>) -> bool {
         let status = res.status();
-        let plain = self.ledger.as_ref().is_none_or(|r| r.history.is_empty())
+        let plain = self
+            .ledger
+            .as_ref()
+            .is_none_or(|r| r.history.is_empty() && r.history.held().is_none())
             && is_answer_under(self.policy.rules(), status, res.headers())
             && res.extensions().get::<AttemptLog>().is_none();
         if plain {

@@ -99,6 +99,7 @@ where
         // always does), so an answer that is ready at once reads no clock at all.
         let given_deadline = given.deadline();
         let route = given.route().cloned();
+        let held = given.held();
         // Admission that recorded the call for its observer shares its record.
         let observed = match pass.shared_observed() {
             Some(observed) => Some(observed.clone()),
@@ -165,6 +166,11 @@ where
         let source = retries.then(|| body.source());
         let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
         let mut ledger = timed.then(|| Ledger::new(policy.max_attempts(), deadline));
+        // A call admission held for its origin's pause tells the hold in its history.
+        if let Some(held) = held {
+            let ledger = ledger.get_or_insert_with(|| Ledger::new(policy.max_attempts(), deadline));
+            ledger.history.set_held(held);
+        }
         // The first attempt's timeout, and when it starts if its headers are stamped.
         let timeout = match (timed, started) {
             (true, Some(now)) => {
