@@ -66,7 +66,8 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 ///   `idempotent`, `keyed`, `nothing_written`;
 /// - `reason` of `backstop.retries.skipped`: `method` (a keyless non-idempotent
 ///   request, a POST say, may have been processed: its 503 or timeout is not sent
-///   again), `non_replayable` (the body cannot be sent again), `deadline`,
+///   again), `server_declined` (`x-should-retry: false`, a negative gRPC
+///   pushback), `non_replayable` (the body cannot be sent again), `deadline`,
 ///   `budget`, `circuit_open`, `paused`, `attempts_exhausted`,
 ///   `retry_after_too_long`;
 /// - `state`: `closed`, `open`, `half-open`.
@@ -265,6 +266,7 @@ fn outcome(labels: &mut Vec<Label>, outcome: AttemptOutcome) {
 fn skipped(gate: StopReason) -> &'static str {
     match gate {
         StopReason::NotRetryable(NoRetry::MaybeProcessed) => "method",
+        StopReason::NotRetryable(NoRetry::ServerDeclined) => "server_declined",
         StopReason::BodyNotReplayable(_) => "non_replayable",
         other => other.as_str(),
     }

@@ -276,7 +276,10 @@ pub struct RetrySkipped<'a> {
     /// [`NotRetryable(MaybeProcessed)`](super::NoRetry::MaybeProcessed): an outcome
     /// retried for an idempotent or keyed request (a 503, a timeout), which the
     /// decision ladder does not send again because this keyless non-idempotent one
-    /// may have been processed.
+    /// may have been processed; or
+    /// [`NotRetryable(ServerDeclined)`](super::NoRetry::ServerDeclined): a
+    /// retryable outcome the server said not to send again (`x-should-retry:
+    /// false`, a negative gRPC pushback).
     pub gate: StopReason,
 }
 

@@ -177,6 +177,29 @@ async fn a_keyless_post_whose_503_is_not_sent_again_tells_a_skipped_retry() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_503_the_server_declines_to_see_again_tells_a_skipped_retry() {
+    let recorder = Recorder::default();
+    let mock = Script::new([status_with(503, &[("x-should-retry", "false")])]);
+    let mut svc = ServiceBuilder::new()
+        .layer(ObserveLayer::new(recorder.clone()))
+        .layer(RetryLayer::new(RetryPolicy::default()))
+        .service(mock.clone());
+    let res = call_with(&mut svc, get("http://upstream.test:8080/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        recorder.lines(),
+        [
+            format!("attempt_finished attempt=1 outcome=503 tracked=false {ORIGIN}"),
+            format!("retry_skipped attempt=1 gate=not_retryable {ORIGIN}"),
+            format!("call_finished outcome=503 attempts=1 stop=not_retryable {ORIGIN}"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_call_without_time_for_an_attempt_is_refused_and_finished() {
     let recorder = Recorder::default();
     let mock = Script::new([]);

@@ -166,6 +166,24 @@ fn a_call_retried_after_a_503_records_each_request_sent_and_the_call_once() {
 }
 
 #[test]
+fn a_503_the_server_declines_to_see_again_counts_a_retry_skipped() {
+    let seen = recorded(async {
+        let mock = Script::new([status_with(503, &[("x-should-retry", "false")])]);
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(RetryPolicy::default()))
+            .service(mock.clone());
+        let res = call_with(&mut svc, get()).await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(mock.calls(), 1);
+    });
+    assert_eq!(
+        seen["backstop.retries.skipped{http.request.method=GET,reason=server_declined}"],
+        Counter(1)
+    );
+}
+
+#[test]
 fn a_keyless_post_whose_503_is_not_sent_again_counts_a_retry_skipped_for_its_method() {
     let seen = recorded(async {
         let mock = Script::new([status(503), status(200)]);

@@ -88,9 +88,14 @@ impl<S, B> Call<S, B> {
     /// Ends the sequence: records why and hands the history out.
     pub(super) fn finish(&mut self, stop: StopReason) -> History {
         // A retryable outcome the ladder kept from a re-send because the request
-        // may have been processed (a keyless non-idempotent one) is a skipped retry
-        // too, told as one; a plain answer never comes here with it.
-        if stop.is_gate() || stop == StopReason::NotRetryable(NoRetry::MaybeProcessed) {
+        // may have been processed (a keyless non-idempotent one), or because the
+        // server declined it (`x-should-retry: false`, a negative gRPC pushback), is
+        // a skipped retry too, told as one; a plain answer never comes here with it.
+        let kept = matches!(
+            stop,
+            StopReason::NotRetryable(NoRetry::MaybeProcessed | NoRetry::ServerDeclined)
+        );
+        if stop.is_gate() || kept {
             tracing::debug!(
                 attempt = self.attempt,
                 gate = stop.as_str(),
