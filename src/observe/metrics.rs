@@ -39,6 +39,18 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 /// | `backstop.origin.resumes` | counter | {pause} | *server* | a pause ends (told by the first call after its end) |
 /// | `backstop.origin.paused` | gauge | — | *server* | 1 while the origin is paused, 0 once resumed |
 /// | `backstop.pause.wait` | histogram | s | *request*, `route` | a call waits for its origin's pause (calls refused by it are `backstop.calls` with `stop="paused"`) |
+/// | `grpc.client.call.retries` | histogram | {retry} | `grpc.method`, `grpc.target` | a gRPC call with a history ends, when it made retries (not counting transparent ones) |
+/// | `grpc.client.call.transparent_retries` | histogram | {transparent_retry} | `grpc.method`, `grpc.target` | the same, when it made retries of attempts the server did not process or that wrote nothing |
+/// | `grpc.client.call.hedges` | histogram | {hedge} | `grpc.method`, `grpc.target` | the same, when it sent hedged copies |
+/// | `grpc.client.call.retry_delay` | histogram | s | `grpc.method`, `grpc.target` | a gRPC call with a history ends: its time with no attempt in flight (waits, a hold) |
+///
+/// The `grpc.*` instruments are gRPC's own retry metrics (gRFC A96), for calls
+/// whose request is `application/grpc`: as gRPC, a count of zero is not
+/// reported, and a call answered at its first attempt records none of them.
+/// `grpc.method` is the route's name (`other` without one: a method path is
+/// never a label, as gRPC records an unregistered method), `grpc.target` the
+/// call's origin (`http://host:port`, from the request's URI rather than the
+/// channel's target string).
 ///
 /// *server* is `server.address`, `server.port` and `url.scheme`; *request* is
 /// `http.request.method` and *server*. Every attribute is bounded, and none holds
@@ -191,6 +203,7 @@ fn describe() {
         Unit::Seconds,
         "Waits of calls for their origin's pause"
     );
+    super::grpc_metrics::describe();
 }
 
 /// `method` as OpenTelemetry's `http.request.method`.
@@ -308,6 +321,7 @@ impl Observer for MetricsObserver {
                 histogram!("backstop.call.duration", labels.clone())
                     .record(e.elapsed.as_secs_f64());
                 counter!("backstop.calls", labels).increment(1);
+                super::grpc_metrics::call_finished(e);
             }
             Event::CallRefused(e) => {
                 let mut labels = request(e.call, true);

@@ -98,6 +98,8 @@
 //! overhead -- added`). With one, each event is a call through a `dyn Observer`
 //! with borrowed data: an observer that must do slow work should hand it off.
 
+#[cfg(feature = "metrics")]
+mod grpc_metrics;
 mod many;
 #[cfg(feature = "metrics")]
 mod metrics;

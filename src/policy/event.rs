@@ -2,16 +2,13 @@
 //! observer itself. The call's context carries the observer, so they are part of
 //! the shared vocabulary; [`observe`](crate::observe) is their public home.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::uri::{Authority, Scheme};
-use http::{Method, Request, Uri};
 use tokio::time::Instant;
 
+pub use super::call_info::{CallInfo, Origin};
 use super::circuit::State;
-use super::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
+use super::{AttemptOutcome, History, Progress, RetryReason, StopReason};
 
 /// Sees what the layers of a stack decide. See the [module docs](crate::observe).
 ///
@@ -28,144 +25,6 @@ where
 {
     fn on_event(&self, event: &Event<'_>) {
         self(event)
-    }
-}
-
-/// The origin of a call: its scheme, host and port, never its user information,
-/// path or query.
-///
-/// # Examples
-///
-/// ```
-/// use backstop::observe::Origin;
-///
-/// let uri: http::Uri = "https://user:secret@api.example.com:8443/pay?card=4242".parse().unwrap();
-/// let origin = Origin::of(&uri);
-/// assert_eq!(origin.to_string(), "https://api.example.com:8443");
-/// assert_eq!(origin.host(), Some("api.example.com"));
-/// ```
-#[derive(Clone, Default)]
-pub struct Origin {
-    scheme: Option<Scheme>,
-    // Kept whole (a cheap clone of a shared buffer); only its host and port are
-    // ever read, so the user information never leaves it.
-    authority: Option<Authority>,
-}
-
-impl Origin {
-    /// The origin of `uri`.
-    pub fn of(uri: &Uri) -> Self {
-        Origin {
-            scheme: uri.scheme().cloned(),
-            authority: uri.authority().cloned(),
-        }
-    }
-
-    /// The scheme (`http`, `https`), when the URI has one.
-    pub fn scheme(&self) -> Option<&str> {
-        self.scheme.as_ref().map(Scheme::as_str)
-    }
-
-    /// The host, without user information or port.
-    pub fn host(&self) -> Option<&str> {
-        self.authority.as_ref().map(Authority::host)
-    }
-
-    /// The port, when the URI names one.
-    pub fn port(&self) -> Option<u16> {
-        self.authority.as_ref().and_then(Authority::port_u16)
-    }
-}
-
-impl fmt::Display for Origin {
-    /// `scheme://host:port`, each part as far as the URI has it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(scheme) = self.scheme() {
-            write!(f, "{scheme}://")?;
-        }
-        match self.host() {
-            Some(host) => f.write_str(host)?,
-            None => f.write_str("(no authority)")?,
-        }
-        match self.port() {
-            Some(port) => write!(f, ":{port}"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl fmt::Debug for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Origin({self})")
-    }
-}
-
-impl PartialEq for Origin {
-    fn eq(&self, other: &Self) -> bool {
-        self.scheme == other.scheme && self.host() == other.host() && self.port() == other.port()
-    }
-}
-
-impl Eq for Origin {}
-
-/// What every event says of its call: the origin, the route name when a route
-/// table named one, and the method. Each is bounded, so all three make good
-/// metric labels; none holds a path, query, header value or body.
-#[derive(Clone, Debug)]
-pub struct CallInfo {
-    origin: Origin,
-    route: Option<Arc<str>>,
-    method: Method,
-}
-
-impl CallInfo {
-    /// The call of `req`: its origin, method, and the route its
-    /// [`CallContext`] names.
-    pub fn of<B>(req: &Request<B>) -> Self {
-        CallInfo::of_call(req.uri(), req.method(), req.extensions())
-    }
-
-    /// The same, from a request's head.
-    pub(crate) fn of_head(head: &http::request::Parts) -> Self {
-        CallInfo::of_call(&head.uri, &head.method, &head.extensions)
-    }
-
-    fn of_call(uri: &http::Uri, method: &Method, extensions: &http::Extensions) -> Self {
-        CallInfo {
-            origin: Origin::of(uri),
-            route: CallContext::of(extensions).and_then(|c| c.route().map(Arc::from)),
-            method: method.clone(),
-        }
-    }
-
-    /// A call to `origin` with `method`, on no route.
-    pub fn new(origin: Origin, method: Method) -> Self {
-        CallInfo {
-            origin,
-            route: None,
-            method,
-        }
-    }
-
-    /// The same call, on the route named `route`.
-    pub fn with_route(mut self, route: impl Into<Arc<str>>) -> Self {
-        self.route = Some(route.into());
-        self
-    }
-
-    /// The call's origin.
-    pub fn origin(&self) -> &Origin {
-        &self.origin
-    }
-
-    /// The name of the route the call matched, when a route table named it.
-    pub fn route(&self) -> Option<&str> {
-        self.route.as_deref()
-    }
-
-    /// The call's method.
-    pub fn method(&self) -> &Method {
-        &self.method
     }
 }
 
@@ -224,6 +83,9 @@ pub struct CallFinished<'a> {
     /// has one that can tell. A call of one attempt keeps nothing for retries, its
     /// account included, so this is `None` for it.
     pub budget_available: Option<u64>,
+    /// The call's history, when it has one: more than one attempt, a gate that
+    /// stopped a retry, or a hold (a first answer has none).
+    pub history: Option<&'a History>,
 }
 
 /// One request sent for a call ended: an attempt, or, when a hedge layer beneath

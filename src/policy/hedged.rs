@@ -157,6 +157,7 @@ impl Hedged {
                 #[cfg(feature = "grpc")]
                 grpc_status: None,
                 wait: None,
+                retry_reason: None,
                 progress: None,
                 hedge: s.is_hedge(),
                 elapsed: offset.saturating_add(s.ended),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use super::{ErrorKind, Progress};
+use super::{ErrorKind, Progress, RetryReason};
 
 /// Why a request body cannot be sent again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,9 +179,12 @@ pub struct AttemptRecord {
     /// in its head), when the attempt ended with one.
     #[cfg(feature = "grpc")]
     #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub grpc_status: Option<crate::grpc::Code>,
+    pub grpc_status: Option<super::grpc_status::Code>,
     /// The wait before the next attempt, if one was scheduled.
     pub wait: Option<Duration>,
+    /// Why the next attempt was sent, if one was scheduled: the ladder's reason
+    /// for the retry.
+    pub retry_reason: Option<RetryReason>,
     /// How far the request got onto the wire, when that was recorded.
     pub progress: Option<Progress>,
     /// The attempt was a hedge sent beside another.
@@ -323,6 +326,30 @@ impl History {
     /// [`Report`](super::Report) reads it from either.
     pub fn is_retryable(&self) -> bool {
         !self.attempts.is_empty() && self.stop.is_some_and(|s| s.is_gate())
+    }
+
+    /// Retries sent because the server did not process the attempt before them,
+    /// or nothing of it was written: what gRPC calls *transparent* retries
+    /// ([`RetryReason::NotProcessed`], [`RetryReason::NothingWritten`]).
+    pub fn transparent_retries(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a.retry_reason,
+                    Some(RetryReason::NotProcessed | RetryReason::NothingWritten)
+                )
+            })
+            .count()
+    }
+
+    /// The time the call spent with no attempt in flight: its [hold](History::held)
+    /// and the waits before its retries.
+    pub fn waited(&self) -> Duration {
+        self.attempts
+            .iter()
+            .filter_map(|a| a.wait)
+            .fold(self.held.unwrap_or_default(), Duration::saturating_add)
     }
 
     /// The last Retry-After hint the server gave, including one that was longer than

@@ -5,6 +5,7 @@
 mod support;
 
 mod events;
+mod grpc_metrics;
 mod many;
 #[cfg(feature = "metrics")]
 mod metrics;

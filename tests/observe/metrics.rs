@@ -40,6 +40,12 @@ enum Seen {
 /// each series as `name{key=value,…}` (the attributes sorted, the server's left
 /// out once checked) with its kind and unit.
 fn recorded(run: impl std::future::Future<Output = ()>) -> BTreeMap<String, Seen> {
+    series(&snapshot_of(run))
+}
+
+/// Runs `run` on a paused clock with a debugging recorder installed; what it
+/// recorded.
+pub(crate) fn snapshot_of(run: impl std::future::Future<Output = ()>) -> Snapshotter {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -53,7 +59,7 @@ fn recorded(run: impl std::future::Future<Output = ()>) -> BTreeMap<String, Seen
             .unwrap();
         rt.block_on(run);
     });
-    series(&snapshotter)
+    snapshotter
 }
 
 fn series(snapshotter: &Snapshotter) -> BTreeMap<String, Seen> {

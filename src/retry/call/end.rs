@@ -78,6 +78,7 @@ impl<S, B> Call<S, B> {
                 #[cfg(feature = "grpc")]
                 grpc_status,
                 wait: None,
+                retry_reason: None,
                 progress,
                 hedge: false,
                 elapsed: now.saturating_duration_since(started),
@@ -170,6 +171,7 @@ impl<S, B> Call<S, B> {
     ) -> Next<RB> {
         if let Some(last) = self.ledger().history.last_mut() {
             last.wait = Some(wait);
+            last.retry_reason = Some(reason);
         }
         tracing::debug!(
             attempt = self.attempt,

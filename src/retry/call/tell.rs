@@ -59,6 +59,7 @@ impl<S, B> Call<S, B> {
                 elapsed,
                 stop,
                 budget_available,
+                history,
             })
         });
     }
