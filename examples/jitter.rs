@@ -19,7 +19,7 @@
 //! Each run is on a single-threaded tokio runtime with a paused clock, and draws
 //! its network delays and backoff waits from generators seeded by the run's seed
 //! (through [`Backoff::waits_with`](backstop::policy::Backoff::waits_with)), so the
-//! output is the same on every machine and every run. For N = 10, 40, …, 190 and
+//! output is the same on every run. For N = 10, 40, …, 190 and
 //! each strategy it prints the mean of 20 seeds:
 //!
 //! ```text
