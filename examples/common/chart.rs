@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use backstop::BoxError;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// Where the example was asked to write its chart: the path given with `--chart`
@@ -65,12 +66,56 @@ where
     X: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
 {
+    let root = canvas(path, (800, 480))?;
+    plot(&root, look, x, y, series)?;
+    root.present().map_err(text)
+}
+
+/// Writes two line charts side by side to `path` (an SVG file): two measures
+/// against the same x, each on its own y axis (`right_y` may be a log scale).
+pub fn side_by_side<X, Y>(
+    path: &Path,
+    (left, left_x, left_y, left_series): (Look<'_>, X, Range<f64>, &[Series]),
+    (right, right_x, right_y, right_series): (Look<'_>, X, Y, &[Series]),
+) -> Result<(), BoxError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let root = canvas(path, (1200, 480))?;
+    let (l, r) = root.split_horizontally(600);
+    plot(&l, left, left_x, left_y, left_series)?;
+    plot(&r, right, right_x, right_y, right_series)?;
+    root.present().map_err(text)
+}
+
+/// A white SVG canvas of `size` pixels, writing to `path`.
+fn canvas(path: &Path, size: (u32, u32)) -> Result<DrawingArea<SVGBackend<'_>, Shift>, BoxError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(text)?;
-    let mut chart = ChartBuilder::on(&root)
+    Ok(root)
+}
+
+/// Draws one chart of `series` on `area`.
+fn plot<X, Y>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    look: Look<'_>,
+    x: X,
+    y: Y,
+    series: &[Series],
+) -> Result<(), BoxError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
         .caption(look.title, ("sans-serif", 20))
         .margin(16)
         .x_label_area_size(44)
@@ -105,7 +150,6 @@ where
         .border_style(BLACK)
         .draw()
         .map_err(text)?;
-    root.present().map_err(text)?;
     Ok(())
 }
 

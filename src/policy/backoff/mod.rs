@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use rand::rngs::ThreadRng;
 use rand::Rng;
 
 use super::FirstError;
@@ -71,7 +72,10 @@ pub enum Jitter {
 /// do not come back in lock-step; AWS measured it to cut the total work of 100
 /// contending clients by more than half against plain exponential backoff. The
 /// random numbers come from a thread-local generator seeded by the operating system,
-/// which applications cannot seed into lock-step.
+/// which applications cannot seed into lock-step; the retry layer always draws
+/// from it. A simulation draws from its own seeded generator instead, through the
+/// same formula ([`next_wait_with`](Backoff::next_wait_with),
+/// [`waits_with`](Backoff::waits_with)), to repeat a run.
 ///
 /// A `Backoff` made here is not checked; the retry policy's builder refuses a bad
 /// one ([`RetryPolicyBuilder::build`](crate::retry::RetryPolicyBuilder::build)).
@@ -182,21 +186,57 @@ impl Backoff {
 
     /// A random wait before retry `retry` (1-based) that follows a wait of
     /// `previous` (`None` before the first retry). Only decorrelated jitter reads
-    /// `previous`.
+    /// `previous`. The draw comes from the thread-local generator;
+    /// [`next_wait_with`](Backoff::next_wait_with) draws from the caller's.
     pub fn next_wait(&self, retry: u32, previous: Option<Duration>) -> Duration {
+        self.next_wait_with(retry, previous, &mut rand::rng())
+    }
+
+    /// [`next_wait`](Backoff::next_wait) drawn from `rng` instead of the
+    /// thread-local generator: the same formula, so a simulation that seeds its
+    /// own generator gets the waits the retry layer would draw, and gets them
+    /// again from the same seed.
+    ///
+    /// `rng` is any [`rand::Rng`] of rand 0.9 (`rand::rngs::StdRng` is one). Do
+    /// not seed the generators of real clients alike: clients seeded alike draw
+    /// alike, and come back in lock-step as if there were no jitter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::policy::Backoff;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let backoff = Backoff::new(Duration::from_millis(5), Duration::from_secs(2));
+    /// let draw = |seed| {
+    ///     let mut rng = StdRng::seed_from_u64(seed);
+    ///     (1..=4)
+    ///         .map(|retry| backoff.next_wait_with(retry, None, &mut rng))
+    ///         .collect::<Vec<_>>()
+    /// };
+    /// assert_eq!(draw(7), draw(7));
+    /// assert!(draw(7).iter().zip(1..).all(|(w, r)| *w < backoff.ceiling(r)));
+    /// ```
+    pub fn next_wait_with<R: Rng + ?Sized>(
+        &self,
+        retry: u32,
+        previous: Option<Duration>,
+        rng: &mut R,
+    ) -> Duration {
         let term = self.ceiling(retry);
         match self.jitter {
-            Jitter::Full => below(term),
+            Jitter::Full => below(term, rng),
             Jitter::Equal => {
                 let half = term / 2;
-                half + below(term - half)
+                half + below(term - half, rng)
             }
             Jitter::Decorrelated => {
                 let high = previous
                     .unwrap_or(self.base)
                     .saturating_mul(DECORRELATED_GROWTH);
                 let low = self.base;
-                (low + below(high.saturating_sub(low))).min(self.max)
+                (low + below(high.saturating_sub(low), rng)).min(self.max)
             }
             Jitter::Proportional(x) => {
                 let x = if x.is_finite() {
@@ -204,7 +244,7 @@ impl Backoff {
                 } else {
                     0.0
                 };
-                let factor = rand::rng().random_range(1.0 - x..=1.0 + x);
+                let factor = rng.random_range(1.0 - x..=1.0 + x);
                 Duration::try_from_secs_f64(term.as_secs_f64() * factor).unwrap_or(Duration::MAX)
             }
             Jitter::None => term,
@@ -212,7 +252,9 @@ impl Backoff {
     }
 
     /// The waits before retry 1, 2, 3 …, each drawn after the one before: what one
-    /// call waits, for simulations and tests. The iterator never ends.
+    /// call waits, for simulations and tests. The iterator never ends; its draws
+    /// come from the thread-local generator ([`waits_with`](Backoff::waits_with)
+    /// takes a generator).
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,10 +270,29 @@ impl Backoff {
     /// }
     /// ```
     pub fn waits(&self) -> Waits {
+        self.waits_with(rand::rng())
+    }
+
+    /// [`waits`](Backoff::waits) drawn from `rng`: one call's waits, the same for
+    /// the same seed. `rng` may be a generator or a `&mut` to one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop::policy::{Backoff, Jitter};
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let backoff = Backoff::new(Duration::from_millis(5), Duration::from_secs(2))
+    ///     .with_jitter(Jitter::Decorrelated);
+    /// let first: Vec<_> = backoff.waits_with(StdRng::seed_from_u64(1)).take(10).collect();
+    /// let again: Vec<_> = backoff.waits_with(StdRng::seed_from_u64(1)).take(10).collect();
+    /// assert_eq!(first, again);
+    /// ```
+    pub fn waits_with<R: Rng>(&self, rng: R) -> Waits<R> {
         Waits {
             backoff: *self,
             retry: 0,
             previous: None,
+            rng,
         }
     }
 
@@ -274,13 +335,13 @@ impl Backoff {
     }
 }
 
-/// A uniform draw from `[0, bound)`; zero for a zero bound.
-fn below(bound: Duration) -> Duration {
+/// A uniform draw from `[0, bound)` by `rng`; zero for a zero bound.
+fn below<R: Rng + ?Sized>(bound: Duration, rng: &mut R) -> Duration {
     let nanos = bound.as_nanos().min(u128::from(u64::MAX)) as u64;
     if nanos == 0 {
         return Duration::ZERO;
     }
-    Duration::from_nanos(rand::rng().random_range(0..nanos))
+    Duration::from_nanos(rng.random_range(0..nanos))
 }
 
 impl Default for Backoff {
@@ -290,20 +351,24 @@ impl Default for Backoff {
     }
 }
 
-/// The waits of one call's retries, in order: [`Backoff::waits`].
+/// The waits of one call's retries, in order, drawn from `R`:
+/// [`Backoff::waits`] (the thread-local generator) or [`Backoff::waits_with`].
 #[derive(Clone, Debug)]
-pub struct Waits {
+pub struct Waits<R = ThreadRng> {
     backoff: Backoff,
     retry: u32,
     previous: Option<Duration>,
+    rng: R,
 }
 
-impl Iterator for Waits {
+impl<R: Rng> Iterator for Waits<R> {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
         self.retry = self.retry.saturating_add(1);
-        let wait = self.backoff.next_wait(self.retry, self.previous);
+        let wait = self
+            .backoff
+            .next_wait_with(self.retry, self.previous, &mut self.rng);
         self.previous = Some(wait);
         Some(wait)
     }

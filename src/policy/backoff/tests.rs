@@ -261,3 +261,60 @@ proptest! {
         prop_assert!(base <= w && w <= max);
     }
 }
+
+/// Every shape, for the tests that draw from a seeded generator.
+fn every_shape() -> [Jitter; 5] {
+    [
+        Jitter::Full,
+        Jitter::Equal,
+        Jitter::Decorrelated,
+        Jitter::Proportional(0.2),
+        Jitter::None,
+    ]
+}
+
+#[test]
+fn a_seed_repeats_its_waits() {
+    use rand::{rngs::StdRng, SeedableRng};
+    for jitter in every_shape() {
+        let b = Backoff::new(ms(5), Duration::from_secs(2)).with_jitter(jitter);
+        let run = |seed| -> Vec<Duration> {
+            b.waits_with(StdRng::seed_from_u64(seed)).take(12).collect()
+        };
+        assert_eq!(run(42), run(42), "{jitter:?}");
+        if jitter != Jitter::None {
+            assert_ne!(run(42), run(43), "{jitter:?}: another seed, other waits");
+        }
+        // One wait at a time, from a borrowed generator: the same draws.
+        let mut rng = StdRng::seed_from_u64(42);
+        let mut previous = None;
+        let one_by_one: Vec<_> = (1..=12)
+            .map(|retry| {
+                let wait = b.next_wait_with(retry, previous, &mut rng);
+                previous = Some(wait);
+                wait
+            })
+            .collect();
+        assert_eq!(one_by_one, run(42), "{jitter:?}");
+    }
+}
+
+#[test]
+fn seeded_waits_keep_each_shape_bounds() {
+    use rand::{rngs::StdRng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(7);
+    let b = Backoff::new(ms(100), Duration::from_secs(5));
+    for retry in 1..=8 {
+        let term = b.ceiling(retry);
+        let full = b.next_wait_with(retry, None, &mut rng);
+        assert!(full < term);
+        let equal = b
+            .with_jitter(Jitter::Equal)
+            .next_wait_with(retry, None, &mut rng);
+        assert!(term / 2 <= equal && equal < term);
+        let none = b
+            .with_jitter(Jitter::None)
+            .next_wait_with(retry, None, &mut rng);
+        assert_eq!(none, term);
+    }
+}
