@@ -105,8 +105,9 @@ impl<F, H> ResponseFuture<F, H> {
     /// Runs `admission` on `req` and sends it through `service` when it goes at
     /// once; `hold` makes the held call of one that waits for its origin's pause
     /// (from the service, which it clones: the one driven ready is left to the next
-    /// call).
-    #[inline]
+    /// call). Always inlined, as the front-ends' `call`s are: the inner future is
+    /// built in place instead of copied out through each layer.
+    #[inline(always)]
     pub(crate) fn admit<S, B>(
         admission: &Admission,
         service: &mut S,
