@@ -295,6 +295,7 @@ pub mod progress;
 pub mod reqwest;
 pub mod retry;
 pub mod stack;
+pub mod throttle;
 
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy};
@@ -308,6 +309,7 @@ pub use policy::error::{BoxError, Error, OriginPaused, TimedOut};
 pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer, RetryPolicy};
 pub use stack::{Backstop, BackstopLayer};
+pub use throttle::{ThrottleLayer, ThrottlePolicy};
 
 /// The old name of [`BudgetPolicy`].
 #[deprecated(since = "0.1.0", note = "renamed `BudgetPolicy`")]

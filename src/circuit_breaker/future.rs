@@ -10,7 +10,8 @@ use crate::admit::NeverHeld;
 use crate::policy::error::{BoxError, Error};
 
 pin_project! {
-    /// Response future of [`CircuitBreaker`](super::CircuitBreaker).
+    /// Response future of [`CircuitBreaker`](super::CircuitBreaker), and of
+    /// [`Throttle`](crate::throttle::Throttle): admission that never holds a call.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: crate::admit::ResponseFuture<F, NeverHeld<F>>,
@@ -18,7 +19,7 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
-    pub(super) fn new(inner: crate::admit::ResponseFuture<F, NeverHeld<F>>) -> Self {
+    pub(crate) fn new(inner: crate::admit::ResponseFuture<F, NeverHeld<F>>) -> Self {
         ResponseFuture { inner }
     }
 }

@@ -138,7 +138,7 @@ pub type CircuitBreakerBuilder = CircuitBreakerPolicyBuilder;
 #[deprecated(since = "0.1.0", note = "renamed `CircuitBreaker`")]
 pub type CircuitBreakerService<S> = CircuitBreaker<S>;
 
-use crate::admit::{Admission, NeverHeld};
+use crate::admit::Admission;
 use crate::policy::error::{BoxError, Error};
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
@@ -197,17 +197,10 @@ where
     #[inline]
     fn call(&mut self, req: Request<B>) -> Self::Future {
         // The breaker's part of admission never holds a call.
-        ResponseFuture::new(crate::admit::ResponseFuture::admit(
+        ResponseFuture::new(crate::admit::ResponseFuture::admit_unheld(
             &self.admission,
             &mut self.inner,
             req,
-            |_: &mut S, _, _, _| -> NeverHeld<S::Future> { unreachable_hold() },
         ))
     }
-}
-
-/// A breaker alone never meets an origin's pause: only a budget holds calls.
-#[cold]
-fn unreachable_hold<F>() -> NeverHeld<F> {
-    unreachable!("a circuit breaker's admission has no budget to hold a call for")
 }

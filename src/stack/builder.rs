@@ -8,6 +8,7 @@ use tower_layer::Layer;
 use super::{Backstop, HedgeMode, NoHedge, WithHedge};
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
+use crate::admit::throttle::ThrottlePolicy;
 use crate::admit::Admission;
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
@@ -33,6 +34,7 @@ pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
     budget: Option<BudgetPolicy>,
     no_budget: bool,
     breaker: Option<CircuitBreakerPolicy>,
+    throttle: Option<ThrottlePolicy>,
     key: Option<IdempotencyKeyLayer>,
     rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
@@ -75,6 +77,7 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             budget: self.budget,
             no_budget: self.no_budget,
             breaker: self.breaker,
+            throttle: self.throttle,
             key: self.key,
             rules: self.rules,
             observer: self.observer,
@@ -103,6 +106,16 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     /// ask it.
     pub fn circuit_breaker(mut self, policy: CircuitBreakerPolicy) -> Self {
         self.breaker = Some(policy);
+        self
+    }
+
+    /// Adaptive throttling per origin (none by default): a call to an origin that
+    /// has been rejecting calls for overload is shed locally, before its first
+    /// attempt, with the probability of the SRE book's formula (see
+    /// [`ThrottlePolicy`]). The breaker decides first, then the throttle, then
+    /// the budget.
+    pub fn throttle(mut self, policy: ThrottlePolicy) -> Self {
+        self.throttle = Some(policy);
         self
     }
 
@@ -218,7 +231,7 @@ impl<H: HedgeMode> BackstopBuilder<H> {
         // The hedge layer reads the breaker and the account from the call's context:
         // admission leaves them there whenever a hedge may go.
         let key = self.key.map(|k| k.config());
-        let mut admission = Admission::new(key, breaker, budget, false);
+        let mut admission = Admission::new(key, breaker, budget, self.throttle, false);
         for shared in [&self.shared.breaker, &self.shared.budget]
             .into_iter()
             .flatten()
@@ -244,6 +257,7 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
             .field("budget", &self.budget)
             .field("no_budget", &self.no_budget)
             .field("breaker", &self.breaker)
+            .field("throttle", &self.throttle)
             .field("key", &self.key)
             .field("rules", &self.rules)
             .field("observer", &self.observer.is_some())

@@ -103,6 +103,13 @@ macro_rules! inspection {
             self.admission().next_probe_at(head)
         }
 
+        /// The probability that the adaptive throttle sheds a call with this
+        /// request head now (its origin's window as it stands); `None` without a
+        /// throttle.
+        pub fn throttle_probability(&self, head: &http::request::Parts) -> Option<f64> {
+            self.admission().throttle_probability(head)
+        }
+
         /// The budget account that a call with this request head spends from,
         /// created if it is new (for metrics and tests); `None` without a budget.
         pub fn budget_account(
