@@ -42,11 +42,12 @@ pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
 }
 
 /// The parts of admission whose state is a standalone layer's (`circuit_breaker_of`,
-/// `budget_of`).
+/// `budget_of`, `throttle_of`).
 #[derive(Clone, Default)]
 struct Shared {
     breaker: Option<Arc<Admission>>,
     budget: Option<Arc<Admission>>,
+    throttle: Option<Arc<Admission>>,
 }
 
 impl<H: HedgeMode> BackstopBuilder<H> {
@@ -171,6 +172,17 @@ impl<H: HedgeMode> BackstopBuilder<H> {
         self
     }
 
+    #[cfg(feature = "reqwest-middleware")]
+    /// The throttles of `layer` instead of a throttle of the stack's own: calls
+    /// through the stack and through the layer (or its clones, or other stacks
+    /// given it) count in the same windows.
+    ///
+    /// Crate-private: it keeps the reqwest adapter's `with_throttle_layer`.
+    pub(crate) fn throttle_of(mut self, layer: &crate::ThrottleLayer) -> Self {
+        self.shared.throttle = Some(layer.admission.clone());
+        self
+    }
+
     /// The stack's layer.
     ///
     /// # Errors
@@ -228,14 +240,24 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             ),
             None => (self.hedge, self.breaker),
         };
+        if self.shared.throttle.is_some() && self.throttle.is_some() {
+            return Err(InvalidConfig::new(
+                "throttle",
+                "a layer's throttles were given with a throttle of the stack's own; give \
+                 one or the other"
+                    .to_owned(),
+            ));
+        }
         // The hedge layer reads the breaker and the account from the call's context:
         // admission leaves them there whenever a hedge may go.
         let key = self.key.map(|k| k.config());
         let mut admission = Admission::new(key, breaker, budget, self.throttle, false);
-        for shared in [&self.shared.breaker, &self.shared.budget]
-            .into_iter()
-            .flatten()
-        {
+        let shared = [
+            &self.shared.breaker,
+            &self.shared.budget,
+            &self.shared.throttle,
+        ];
+        for shared in shared.into_iter().flatten() {
             admission.adopt(shared);
         }
         let layer = BackstopLayer {
@@ -263,6 +285,7 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
             .field("observer", &self.observer.is_some())
             .field("shared_breaker", &self.shared.breaker.is_some())
             .field("shared_budget", &self.shared.budget.is_some())
+            .field("shared_throttle", &self.shared.throttle.is_some())
             .finish()
     }
 }
@@ -413,6 +436,9 @@ mod tests {
             Backstop::builder()
                 .rules(Rules::default())
                 .circuit_breaker_of(&breaker),
+            Backstop::builder()
+                .throttle(ThrottlePolicy::default())
+                .throttle_of(&crate::ThrottleLayer::new(ThrottlePolicy::default())),
         ];
         for builder in refused {
             assert!(builder.build().is_err());

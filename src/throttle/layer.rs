@@ -13,7 +13,7 @@ use crate::admit::Admission;
 /// Clones of the layer, and every service it makes, share the origins' windows.
 #[derive(Clone)]
 pub struct ThrottleLayer {
-    admission: Arc<Admission>,
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl ThrottleLayer {
