@@ -41,8 +41,9 @@
 //!
 //! ```text
 //!  caller
-//!    │   admission              the key stamped, the breaker asked, the budget counted,
-//!    │                          the origin pause met: once per call, one origin lookup
+//!    │   admission              the key stamped, the breaker asked, the throttle asked
+//!    │                          (if set), the budget counted, the origin pause met:
+//!    │                          once per call, one origin lookup
 //!    ▼   retry                  the attempt loop: classify, gates, wait, re-send
 //!        hedge                  extra copies of a slow idempotent attempt
 //!        ProgressTrackingLayer  (yours, around a hyper-util client) how far each attempt got
@@ -50,9 +51,9 @@
 //! ```
 //!
 //! Each part is also a layer of its own, for a stack you compose yourself
-//! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`BudgetLayer`], [`RetryLayer`],
-//! [`HedgeLayer`], [`ProgressTrackingLayer`]); the key, breaker and budget layers run
-//! the same admission code as the stack. The stack alone bounds a call held for a
+//! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`ThrottleLayer`],
+//! [`BudgetLayer`], [`RetryLayer`], [`HedgeLayer`], [`ProgressTrackingLayer`]); the
+//! key, breaker, throttle and budget layers run the same admission code as the stack. The stack alone bounds a call held for a
 //! paused origin by the retry policy's total timeout, which layers above a retry
 //! layer cannot see (see [`stack`]).
 //!
