@@ -45,7 +45,7 @@ use crate::policy::error::Error;
 use crate::policy::{call_deadline, CallContext, Given};
 use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
 use budget::{Account, BudgetPolicy, Hold, OriginAccount};
-pub(crate) use future::{Held, NeverHeld, ResponseFuture};
+pub(crate) use future::{unheld_service, Held, NeverHeld, ResponseFuture};
 use origin::{Found, Origin};
 pub(crate) use pass::Pass;
 use throttle::ThrottlePolicy;
@@ -240,8 +240,12 @@ impl Admission {
             }
         };
         let entered = context.as_deref().and_then(|c| Given::context(c).entered());
-        // The throttle's, taken before the breaker's entry is moved into its permit.
-        let throttle = found.throttle().cloned();
+        // The throttle's, taken before the breaker's entry is moved into its permit
+        // (only looked for when admission has one: off, it costs this branch).
+        let throttle = match self.throttle {
+            Some(_) => found.throttle().cloned(),
+            None => None,
+        };
         // `Found` files here only an entry that keeps a breaker.
         let permit = match found.breaker {
             Some(origin) => match origin.breaker.as_deref() {
@@ -262,8 +266,8 @@ impl Admission {
         // The throttle, after the breaker: a call the breaker refused is not
         // counted; a call it sheds gives the breaker's permit back (dropped).
         let throttle = match throttle {
-            Some(core) => match core.admit(Instant::now()) {
-                Ok(()) => Some(core),
+            Some(core) => match throttled(core) {
+                Ok(core) => Some(core),
                 Err(shed) => {
                     return Entered::Refused {
                         pass: Pass::default(),
@@ -321,6 +325,14 @@ impl Admission {
             Err(error) => Entered::Refused { pass, error },
         }
     }
+}
+
+/// Asks the origin's throttle about a call now: the throttle back when it lets
+/// the call through, else why it shed it. Out of line: a stack without a throttle
+/// carries none of this in its admission.
+#[inline(never)]
+fn throttled(core: Arc<throttle::Core>) -> Result<Arc<throttle::Core>, throttle::Shed> {
+    core.admit(Instant::now()).map(|()| core)
 }
 
 /// Marks a keyed call in its context: the one it carries, else a new one when

@@ -120,10 +120,6 @@ mod future;
 mod layer;
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use http::{Request, Response};
-use tower_service::Service;
 
 pub use crate::admit::breaker::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder, CircuitOpen};
 pub use crate::policy::circuit::State;
@@ -139,7 +135,6 @@ pub type CircuitBreakerBuilder = CircuitBreakerPolicyBuilder;
 pub type CircuitBreakerService<S> = CircuitBreaker<S>;
 
 use crate::admit::Admission;
-use crate::policy::error::{BoxError, Error};
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).
@@ -179,28 +174,5 @@ impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for CircuitBreaker<S>
-where
-    S: Service<Request<B>, Response = Response<RB>>,
-    S::Error: Into<BoxError>,
-{
-    type Response = Response<RB>;
-    type Error = Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.inner
-            .poll_ready(cx)
-            .map_err(|e| Error::from_inner(e.into()))
-    }
-
-    #[inline]
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        // The breaker's part of admission never holds a call.
-        ResponseFuture::new(crate::admit::ResponseFuture::admit_unheld(
-            &self.admission,
-            &mut self.inner,
-            req,
-        ))
-    }
-}
+// The breaker's part of admission never holds a call.
+crate::admit::unheld_service!(CircuitBreaker);

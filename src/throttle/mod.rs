@@ -76,17 +76,11 @@ mod layer;
 
 use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use http::{Request, Response};
-use tower_service::Service;
 
 pub use crate::admit::throttle::{ThrottlePolicy, ThrottlePolicyBuilder, Throttled};
 pub use layer::ThrottleLayer;
 
 use crate::admit::Admission;
-use crate::circuit_breaker::ResponseFuture;
-use crate::policy::error::{BoxError, Error};
 
 /// Sheds calls to an origin that rejects them for overload. See the
 /// [module docs](self).
@@ -115,28 +109,5 @@ impl<S: fmt::Debug> fmt::Debug for Throttle<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for Throttle<S>
-where
-    S: Service<Request<B>, Response = Response<RB>>,
-    S::Error: Into<BoxError>,
-{
-    type Response = Response<RB>;
-    type Error = Error;
-    /// The breaker's future: neither part ever holds a call.
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        let ready = self.inner.poll_ready(cx);
-        ready.map_err(|e| Error::from_inner(e.into()))
-    }
-
-    #[inline]
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let admission = &self.admission;
-        ResponseFuture::new(crate::admit::ResponseFuture::admit_unheld(
-            admission,
-            &mut self.inner,
-            req,
-        ))
-    }
-}
+// The throttle's part of admission never holds a call: the breaker's future.
+crate::admit::unheld_service!(Throttle);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::support::policies::breaker;
 use crate::support::script::ms;
-use crate::support::wire::{empty, transport, within_10s, Body, BOTH};
+use crate::support::wire::{empty, transport, upstream, within_10s, Body, BOTH};
 use backstop::circuit_breaker::State;
 use backstop::observe::{Event, Refusal};
 use backstop::policy::StopReason;
@@ -35,17 +35,9 @@ struct Ended {
     circuit_open: usize,
 }
 
+/// An upstream answering `status` to every call a test makes (at most 100).
 async fn always(protocol: backstop::test_util::Protocol, status: u16) -> Upstream {
-    let step = match status {
-        200 => Step::Reply(Reply::ok()),
-        s => Step::Reply(Reply::status(s)),
-    };
-    backstop::test_util::Upstream::builder()
-        .protocol(protocol)
-        .then(step)
-        .start()
-        .await
-        .expect("upstream starts")
+    upstream(protocol, vec![Step::Reply(Reply::status(status)); 100]).await
 }
 
 fn head(up: &Upstream) -> http::request::Parts {

@@ -8,7 +8,7 @@ mod state;
 pub use config::{ThrottlePolicy, ThrottlePolicyBuilder};
 pub(crate) use error::refusal;
 pub use error::Throttled;
-pub(crate) use state::Core;
+pub(crate) use state::{Core, Shed};
 
 #[cfg(test)]
 mod tests;
