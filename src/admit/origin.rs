@@ -42,15 +42,18 @@ pub(super) struct Found {
 
 impl Found {
     /// Takes a reference to `origin`, found in one of the admission's registries.
-    #[inline]
+    /// (An entry keeps at least one part: one that keeps neither a breaker nor an
+    /// account keeps a throttle.)
+    #[inline(always)]
     pub(super) fn take_from(&mut self, origin: &Arc<Origin>) {
-        if origin.breaker.is_some() {
-            self.breaker = Some(origin.clone());
+        let slot = if origin.breaker.is_some() {
+            &mut self.breaker
         } else if origin.account.is_some() {
-            self.account = Some(origin.clone());
-        } else if origin.throttle.is_some() {
-            self.throttle = Some(origin.clone());
-        }
+            &mut self.account
+        } else {
+            &mut self.throttle
+        };
+        *slot = Some(origin.clone());
     }
 
     /// The call's throttle, wherever it is kept.

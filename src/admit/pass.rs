@@ -173,21 +173,30 @@ impl Pass {
     }
 
     /// The call ended with `result`: the origin is paused on the hint of its final
-    /// answer, and the breaker records the outcome, once.
+    /// answer, and the breaker and the throttle record the outcome, once.
     #[inline]
     pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
             Err(err) => {
                 if let Some(held) = &mut self.0 {
-                    if let Some(permit) = &mut held.permit {
-                        permit.finish(result, held.observed.as_deref());
-                    }
-                    if let Some(throttle) = held.throttle.take() {
-                        throttle.failed(err);
-                    }
+                    held.failed(err);
                 }
             }
+        }
+    }
+}
+
+impl Passed {
+    /// The call ended with `err`: the breaker and the throttle record it. Out of
+    /// line, so that the answered path stays small enough to inline.
+    #[inline(never)]
+    fn failed(&mut self, err: &Error) {
+        if let Some(permit) = &mut self.permit {
+            permit.failed(err, self.observed.as_deref());
+        }
+        if let Some(throttle) = self.throttle.take() {
+            throttle.failed(err);
         }
     }
 }
