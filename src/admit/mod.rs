@@ -240,14 +240,13 @@ impl Admission {
             }
         };
         let entered = context.as_deref().and_then(|c| Given::context(c).entered());
-        // The throttle's, taken before the breaker's entry is moved into its permit
-        // (only looked for when admission has one: off, it costs this branch).
-        let throttle = match self.throttle {
-            Some(_) => found.throttle().cloned(),
-            None => None,
-        };
         // `Found` files here only an entry that keeps a breaker.
-        let permit = match found.breaker {
+        let Found {
+            breaker,
+            account,
+            throttle,
+        } = found;
+        let permit = match breaker {
             Some(origin) => match origin.breaker.as_deref() {
                 Some(core) => match core.admit() {
                     Ok(ticket) => Some(Permit::new(origin, ticket, observed.as_deref())),
@@ -264,20 +263,23 @@ impl Admission {
             None => None,
         };
         // The throttle, after the breaker: a call the breaker refused is not
-        // counted; a call it sheds gives the breaker's permit back (dropped).
-        let throttle = match throttle {
-            Some(core) => match throttled(core) {
-                Ok(core) => Some(core),
-                Err(shed) => {
-                    return Entered::Refused {
-                        pass: Pass::default(),
-                        error: throttle::refusal(req, shed),
+        // counted; a call it sheds gives the breaker's permit back (dropped). Off,
+        // it costs this branch.
+        let throttle = match self.throttle {
+            Some(_) => {
+                match throttled([throttle.as_deref(), account.as_deref()], permit.as_ref()) {
+                    Ok(core) => core,
+                    Err(shed) => {
+                        return Entered::Refused {
+                            pass: Pass::default(),
+                            error: throttle::refusal(req, shed),
+                        }
                     }
                 }
-            },
+            }
             None => None,
         };
-        let pass = Pass::new(permit, found.account, observed, throttle);
+        let pass = Pass::new(permit, account, observed, throttle);
         // Into the context the call carries, else into a new one when admission
         // hands down always.
         let dated = match context {
@@ -327,12 +329,25 @@ impl Admission {
     }
 }
 
-/// Asks the origin's throttle about a call now: the throttle back when it lets
-/// the call through, else why it shed it. Out of line: a stack without a throttle
-/// carries none of this in its admission.
+/// Asks the origin's throttle about a call now (its entry is one of `entries`, or
+/// the breaker's permit's): the throttle back when it lets the call through, else
+/// why it shed it. Out of line: a stack without a throttle carries none of this in
+/// its admission.
 #[inline(never)]
-fn throttled(core: Arc<throttle::Core>) -> Result<Arc<throttle::Core>, throttle::Shed> {
-    core.admit(Instant::now()).map(|()| core)
+fn throttled(
+    entries: [Option<&Origin>; 2],
+    permit: Option<&Permit<Origin>>,
+) -> Result<Option<Arc<throttle::Core>>, throttle::Shed> {
+    let owner = permit.map(Permit::owner);
+    let core = entries
+        .into_iter()
+        .chain([owner])
+        .find_map(|entry| entry?.throttle.as_ref());
+    let Some(core) = core else {
+        return Ok(None);
+    };
+    core.admit(Instant::now())?;
+    Ok(Some(core.clone()))
 }
 
 /// Marks a keyed call in its context: the one it carries, else a new one when
