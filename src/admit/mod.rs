@@ -45,7 +45,7 @@ use crate::policy::error::Error;
 use crate::policy::{call_deadline, CallContext, Given};
 use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
 use budget::{Account, BudgetPolicy, Hold, OriginAccount};
-pub(crate) use future::{unheld_service, Held, NeverHeld, ResponseFuture};
+pub(crate) use future::{Held, NeverHeld, ResponseFuture};
 use origin::{Found, Origin};
 pub(crate) use pass::Pass;
 use throttle::ThrottlePolicy;

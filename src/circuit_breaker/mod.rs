@@ -123,6 +123,7 @@ use std::sync::Arc;
 
 pub use crate::admit::breaker::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder, CircuitOpen};
 pub use crate::policy::circuit::State;
+pub(crate) use future::unheld_service;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 
@@ -175,4 +176,4 @@ impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
 }
 
 // The breaker's part of admission never holds a call.
-crate::admit::unheld_service!(CircuitBreaker);
+future::unheld_service!(CircuitBreaker);

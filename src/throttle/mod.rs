@@ -110,4 +110,4 @@ impl<S: fmt::Debug> fmt::Debug for Throttle<S> {
 }
 
 // The throttle's part of admission never holds a call: the breaker's future.
-crate::admit::unheld_service!(Throttle);
+crate::circuit_breaker::unheld_service!(Throttle);
