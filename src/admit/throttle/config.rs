@@ -27,8 +27,8 @@ const MAX_K: f64 = 1000.0;
 ///
 /// | setting | default | why |
 /// |---|---|---|
-/// | `k` | 2 | the SRE book's multiplier: the client sends up to twice what the origin accepts. A lower `k` sheds sooner (1 sheds all that is not accepted); a higher one lets more through to an origin whose rejections are cheap |
-/// | `window` | 2 min | the SRE book's two minutes of history (Apache Beam's adaptive throttler too). It is cut into ten slots that expire one at a time |
+/// | `k` | 2 | the SRE book's multiplier: the client sends up to twice what the origin accepts. A lower `k` sheds sooner (at 1, about the share of calls rejected); a higher one lets more through to an origin whose rejections are cheap |
+/// | `window` | 2 min | the SRE book's two minutes of history. It is cut into ten slots that expire one at a time |
 /// | `max_rejection` | 1 (no cap) | the book's formula, which never reaches 1 on its own. failsafe-go's adaptive throttler caps its rejection rate (`WithMaxRejectionRate`); a cap of 0.9 keeps a tenth of the calls reaching the origin whatever it answers |
 ///
 /// # Rejections and accepts
