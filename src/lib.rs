@@ -53,9 +53,10 @@
 //! Each part is also a layer of its own, for a stack you compose yourself
 //! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`ThrottleLayer`],
 //! [`BudgetLayer`], [`RetryLayer`], [`HedgeLayer`], [`ProgressTrackingLayer`]); the
-//! key, breaker, throttle and budget layers run the same admission code as the stack. The stack alone bounds a call held for a
-//! paused origin by the retry policy's total timeout, which layers above a retry
-//! layer cannot see (see [`stack`]).
+//! key, breaker, throttle and budget layers run the same admission code as the
+//! stack. The stack alone bounds a call held for a paused origin by the retry
+//! policy's total timeout, which layers above a retry layer cannot see (see
+//! [`stack`]).
 //!
 //! The layers share one value per call, the [`CallContext`](policy::CallContext)
 //! in the request's extensions: the outermost backstop layer puts it there and the

@@ -1,25 +1,25 @@
 //! Admission, written once: what happens around a call's attempts. The idempotency
 //! key is stamped, the breaker admits the call (or refuses it), the adaptive
-//! throttle lets it through (or sheds it), the budget counts it
-//! and meets its origin's pause (holding or refusing it), the handles are handed
-//! down to the layers beneath, and the call's outcome is recorded once when it ends.
+//! throttle lets it through (or sheds it), the budget counts it and meets its
+//! origin's pause (holding or refusing it), the handles are handed down to the
+//! layers beneath, and the call's outcome is recorded once when it ends.
 //!
 //! One [`Admission`] runs whichever parts it was given, in that order, with one
 //! origin lookup for the breaker, the throttle and the budget together (one per
-//! partition when they partition calls differently). The [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
-//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
-//! [`BudgetLayer`](crate::BudgetLayer) and
-//! [`ThrottleLayer`](crate::throttle::ThrottleLayer) are each a front-end over one part (their
-//! service calls [`Admission::enter`]; the breaker's and the budget's future is
-//! [`ResponseFuture`], the key's is its inner service's); the
+//! partition when they partition calls differently). The
+//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer),
+//! [`ThrottleLayer`](crate::throttle::ThrottleLayer) and
+//! [`BudgetLayer`](crate::BudgetLayer) are each a front-end over one part (their
+//! service calls [`Admission::enter`]; the breaker's, the throttle's and the
+//! budget's future is [`ResponseFuture`], the key's is its inner service's); the
 //! [`Backstop`](crate::Backstop) stack runs all parts inside its retry layer's own
 //! future. The same code serves every shape, so the shapes cannot disagree.
 //!
 //! The parts' own machinery lives here too, below every layer: the breaker's state
 //! machine and settings ([`breaker`]), the budget's accounts, numbers and hold
 //! ([`budget`]), the throttle's windows and settings ([`throttle`]), and the key's
-//! settings ([`key`]). The layers re-export what users
-//! name.
+//! settings ([`key`]). The layers re-export what users name.
 
 pub(crate) mod breaker;
 pub(crate) mod budget;
@@ -59,8 +59,8 @@ pub(crate) struct Admission {
     throttle: Option<ThrottlePolicy>,
     /// Each origin's breaker, account and throttle: one registry for the parts
     /// that partition calls alike (the throttle's is always per origin), else one
-    /// for each partition. Shared by clones, and with
-    /// the standalone layers whose part this admission [adopted](Admission::adopt).
+    /// for each partition. Shared by clones, and with the standalone layers whose
+    /// part this admission [adopted](Admission::adopt).
     origins: Arc<[Arc<Registry<Origin>>]>,
     /// Whether the handles (and the keyed mark) go into every call's context, for
     /// the layers beneath; without it, only into a context the call carries
@@ -244,7 +244,7 @@ impl Admission {
         let Found {
             breaker,
             account,
-            throttle,
+            throttle: throttle_entry,
         } = found;
         let permit = match breaker {
             Some(origin) => match origin.breaker.as_deref() {
@@ -267,7 +267,8 @@ impl Admission {
         // it costs this branch.
         let throttle = match self.throttle {
             Some(_) => {
-                match throttled([throttle.as_deref(), account.as_deref()], permit.as_ref()) {
+                let entries = [throttle_entry.as_deref(), account.as_deref()];
+                match throttled(entries, permit.as_ref()) {
                     Ok(core) => core,
                     Err(shed) => {
                         return Entered::Refused {

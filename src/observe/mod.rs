@@ -38,9 +38,9 @@
 //!
 //! A call the breaker, the throttle or the pause refuses never reaches the retry
 //! layer, so it is told as a [`CallRefused`] alone; every call the retry layer
-//! runs ends with one [`CallFinished`]. With feature `metrics`, `MetricsObserver` records the events
-//! through the `metrics` facade, with a table of every metric, its type, unit and
-//! labels.
+//! runs ends with one [`CallFinished`]. With feature `metrics`, `MetricsObserver`
+//! records the events through the `metrics` facade, with a table of every metric,
+//! its type, unit and labels.
 //!
 //! # Examples
 //!

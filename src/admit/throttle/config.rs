@@ -40,7 +40,8 @@ const MAX_K: f64 = 1000.0;
 /// - a 429 (Too Many Requests) or 503 (Service Unavailable), and with feature
 ///   `grpc` a trailers-only gRPC `RESOURCE_EXHAUSTED` or `UNAVAILABLE`;
 /// - an error of kind [`Connect`](crate::policy::ErrorKind::Connect) (connection
-///   refused or reset while connecting), [`ConnectTimeout`](crate::policy::ErrorKind::ConnectTimeout),
+///   refused or reset while connecting),
+///   [`ConnectTimeout`](crate::policy::ErrorKind::ConnectTimeout),
 ///   [`RefusedStream`](crate::policy::ErrorKind::RefusedStream) or
 ///   [`Timeout`](crate::policy::ErrorKind::Timeout) (the origin did not answer in
 ///   time).
