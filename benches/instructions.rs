@@ -16,7 +16,8 @@
 //!
 //! `INSTR_STACK` is one of `bare`, `tower_retry`, `backstop_retry`, `backstop_stack`,
 //! `backstop_layers` (the same five as separate layers), `backstop_reloadable` (the
-//! stack made reloadable), `backstop_stack_metrics` (the stack under an `ObserveLayer`
+//! stack made reloadable), `backstop_stack_throttle` (the stack with adaptive
+//! throttling on), `backstop_stack_metrics` (the stack under an `ObserveLayer`
 //! with `MetricsObserver`: build with `--features metrics`; `INSTR_RECORDER=debugging`
 //! installs `metrics-util`'s debugging recorder, else the facade's no-op one counts
 //! only backstop's own side: events and labels),
@@ -136,6 +137,7 @@ fn main() {
         "tower_retry" => drive(&rt, common::tower_retry(), calls),
         "backstop_retry" => drive(&rt, common::backstop_retry(RetryPolicy::default()), calls),
         "backstop_stack" => drive(&rt, common::backstop_stack(), calls),
+        "backstop_stack_throttle" => drive(&rt, common::backstop_stack_throttle(), calls),
         #[cfg(feature = "metrics")]
         "backstop_stack_metrics" => {
             if std::env::var("INSTR_RECORDER").is_ok_and(|r| r == "debugging") {

@@ -41,8 +41,9 @@
 //!
 //! ```text
 //!  caller
-//!    │   admission              the key stamped, the breaker asked, the budget counted,
-//!    │                          the origin pause met: once per call, one origin lookup
+//!    │   admission              the key stamped, the breaker asked, the throttle asked
+//!    │                          (if set), the budget counted, the origin pause met:
+//!    │                          once per call, one origin lookup
 //!    ▼   retry                  the attempt loop: classify, gates, wait, re-send
 //!        hedge                  extra copies of a slow idempotent attempt
 //!        ProgressTrackingLayer  (yours, around a hyper-util client) how far each attempt got
@@ -50,11 +51,12 @@
 //! ```
 //!
 //! Each part is also a layer of its own, for a stack you compose yourself
-//! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`BudgetLayer`], [`RetryLayer`],
-//! [`HedgeLayer`], [`ProgressTrackingLayer`]); the key, breaker and budget layers run
-//! the same admission code as the stack. The stack alone bounds a call held for a
-//! paused origin by the retry policy's total timeout, which layers above a retry
-//! layer cannot see (see [`stack`]).
+//! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`ThrottleLayer`],
+//! [`BudgetLayer`], [`RetryLayer`], [`HedgeLayer`], [`ProgressTrackingLayer`]); the
+//! key, breaker, throttle and budget layers run the same admission code as the
+//! stack. The stack alone bounds a call held for a paused origin by the retry
+//! policy's total timeout, which layers above a retry layer cannot see (see
+//! [`stack`]).
 //!
 //! The layers share one value per call, the [`CallContext`](policy::CallContext)
 //! in the request's extensions: the outermost backstop layer puts it there and the
@@ -295,6 +297,7 @@ pub mod progress;
 pub mod reqwest;
 pub mod retry;
 pub mod stack;
+pub mod throttle;
 
 pub use body::{OneShot, ReplayBody};
 pub use budget::{BudgetLayer, BudgetPolicy};
@@ -308,6 +311,7 @@ pub use policy::error::{BoxError, Error, OriginPaused, TimedOut};
 pub use progress::ProgressTrackingLayer;
 pub use retry::{Retry, RetryLayer, RetryPolicy};
 pub use stack::{Backstop, BackstopLayer};
+pub use throttle::{ThrottleLayer, ThrottlePolicy};
 
 /// The old name of [`BudgetPolicy`].
 #[deprecated(since = "0.1.0", note = "renamed `BudgetPolicy`")]

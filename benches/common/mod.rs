@@ -175,6 +175,24 @@ pub fn backstop_stack(
         .service(Trivial)
 }
 
+/// The whole stack with adaptive throttling on: key, breaker, throttle, budget,
+/// retry, progress (every answer accepted, so it never sheds).
+pub fn backstop_stack_throttle(
+) -> impl Service<Request<Full<Bytes>>, Response = Res, Error = backstop::Error> + Clone {
+    let layer = backstop::Backstop::builder()
+        .retry(RetryPolicy::default())
+        .idempotency_key(IdempotencyKeyLayer::new())
+        .circuit_breaker(CircuitBreakerPolicy::default())
+        .throttle(backstop::ThrottlePolicy::default())
+        .budget(BudgetPolicy::default())
+        .build()
+        .unwrap();
+    tower::ServiceBuilder::new()
+        .layer(layer)
+        .layer(ProgressTrackingLayer::new())
+        .service(Trivial)
+}
+
 /// The whole stack made reloadable: each call reads its routes from the table a
 /// reload swaps.
 pub fn backstop_reloadable(

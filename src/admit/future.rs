@@ -142,6 +142,30 @@ impl<F, H> ResponseFuture<F, H> {
     }
 }
 
+impl<F> ResponseFuture<F, NeverHeld<F>> {
+    /// [`admit`](ResponseFuture::admit), for an admission that never holds a call
+    /// (it has no budget: a breaker's, a throttle's).
+    #[inline(always)]
+    pub(crate) fn admit_unheld<S, B>(
+        admission: &Admission,
+        service: &mut S,
+        req: Request<B>,
+    ) -> Self
+    where
+        S: Service<Request<B>, Future = F>,
+    {
+        ResponseFuture::admit(admission, service, req, |_: &mut S, _, _, _| {
+            unreachable_hold()
+        })
+    }
+}
+
+/// Only a budget holds a call (for its origin's pause).
+#[cold]
+fn unreachable_hold<F>() -> NeverHeld<F> {
+    unreachable!("an admission without a budget has no pause to hold a call for")
+}
+
 impl<S, B> Held<S, B> {
     /// A call held for its origin's pause, to be sent through `service`.
     pub(crate) fn new(service: S, request: Request<B>, paused: Paused, dated: Instant) -> Self {

@@ -1,22 +1,25 @@
 //! Admission, written once: what happens around a call's attempts. The idempotency
-//! key is stamped, the breaker admits the call (or refuses it), the budget counts it
-//! and meets its origin's pause (holding or refusing it), the handles are handed
-//! down to the layers beneath, and the call's outcome is recorded once when it ends.
+//! key is stamped, the breaker admits the call (or refuses it), the adaptive
+//! throttle lets it through (or sheds it), the budget counts it and meets its
+//! origin's pause (holding or refusing it), the handles are handed down to the
+//! layers beneath, and the call's outcome is recorded once when it ends.
 //!
 //! One [`Admission`] runs whichever parts it was given, in that order, with one
-//! origin lookup for the breaker and the budget together (two when they partition
-//! calls differently). The [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
-//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
+//! origin lookup for the breaker, the throttle and the budget together (one per
+//! partition when they partition calls differently). The
+//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer),
+//! [`ThrottleLayer`](crate::throttle::ThrottleLayer) and
 //! [`BudgetLayer`](crate::BudgetLayer) are each a front-end over one part (their
-//! service calls [`Admission::enter`]; the breaker's and the budget's future is
-//! [`ResponseFuture`], the key's is its inner service's); the
+//! service calls [`Admission::enter`]; the breaker's, the throttle's and the
+//! budget's future is [`ResponseFuture`], the key's is its inner service's); the
 //! [`Backstop`](crate::Backstop) stack runs all parts inside its retry layer's own
 //! future. The same code serves every shape, so the shapes cannot disagree.
 //!
 //! The parts' own machinery lives here too, below every layer: the breaker's state
 //! machine and settings ([`breaker`]), the budget's accounts, numbers and hold
-//! ([`budget`]), and the key's settings ([`key`]). The layers re-export what users
-//! name.
+//! ([`budget`]), the throttle's windows and settings ([`throttle`]), and the key's
+//! settings ([`key`]). The layers re-export what users name.
 
 pub(crate) mod breaker;
 pub(crate) mod budget;
@@ -24,6 +27,7 @@ mod future;
 pub(crate) mod key;
 mod origin;
 mod pass;
+pub(crate) mod throttle;
 
 use std::fmt;
 use std::sync::Arc;
@@ -44,6 +48,7 @@ use budget::{Account, BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
 use origin::{Found, Origin};
 pub(crate) use pass::Pass;
+use throttle::ThrottlePolicy;
 
 /// The parts of admission a layer or a stack runs, and the state of each origin.
 #[derive(Clone, Default)]
@@ -51,9 +56,11 @@ pub(crate) struct Admission {
     key: Option<Arc<key::Config>>,
     breaker: Option<Arc<CircuitBreakerPolicy>>,
     budget: Option<BudgetPolicy>,
-    /// Each origin's breaker and account: one registry when the two partition
-    /// calls alike (or only one is set), else one each. Shared by clones, and with
-    /// the standalone layers whose part this admission [adopted](Admission::adopt).
+    throttle: Option<ThrottlePolicy>,
+    /// Each origin's breaker, account and throttle: one registry for the parts
+    /// that partition calls alike (the throttle's is always per origin), else one
+    /// for each partition. Shared by clones, and with the standalone layers whose
+    /// part this admission [adopted](Admission::adopt).
     origins: Arc<[Arc<Registry<Origin>>]>,
     /// Whether the handles (and the keyed mark) go into every call's context, for
     /// the layers beneath; without it, only into a context the call carries
@@ -88,14 +95,16 @@ impl Admission {
         key: Option<Arc<key::Config>>,
         breaker: Option<CircuitBreakerPolicy>,
         budget: Option<BudgetPolicy>,
+        throttle: Option<ThrottlePolicy>,
         hand_down: bool,
     ) -> Self {
         let breaker = breaker.map(Arc::new);
-        let origins = registries(breaker.as_ref(), budget.as_ref());
+        let origins = registries(breaker.as_ref(), budget.as_ref(), throttle.as_ref());
         Admission {
             key,
             breaker,
             budget,
+            throttle,
             origins,
             hand_down,
         }
@@ -114,11 +123,15 @@ impl Admission {
     pub(crate) fn adopt(&mut self, other: &Admission) {
         debug_assert!(other.breaker.is_none() || self.breaker.is_none());
         debug_assert!(other.budget.is_none() || self.budget.is_none());
+        debug_assert!(other.throttle.is_none() || self.throttle.is_none());
         if other.breaker.is_some() {
             self.breaker = other.breaker.clone();
         }
         if other.budget.is_some() {
             self.budget = other.budget.clone();
+        }
+        if other.throttle.is_some() {
+            self.throttle = other.throttle.clone();
         }
         self.origins = self
             .origins
@@ -136,6 +149,18 @@ impl Admission {
     /// The budget's numbers, when admission has a budget.
     pub(crate) fn budget(&self) -> Option<&BudgetPolicy> {
         self.budget.as_ref()
+    }
+
+    /// The throttle's settings, when admission has a throttle.
+    pub(crate) fn throttle(&self) -> Option<&ThrottlePolicy> {
+        self.throttle.as_ref()
+    }
+
+    /// The probability that the throttle of the origin of `head` sheds a call
+    /// now, if admission has a throttle.
+    pub(crate) fn throttle_probability(&self, head: &Parts) -> Option<f64> {
+        let found = self.origin_of(head);
+        Some(found.throttle()?.probability(Instant::now()))
     }
 
     /// The key's settings, when admission stamps keys.
@@ -216,7 +241,12 @@ impl Admission {
         };
         let entered = context.as_deref().and_then(|c| Given::context(c).entered());
         // `Found` files here only an entry that keeps a breaker.
-        let permit = match found.breaker {
+        let Found {
+            breaker,
+            account,
+            throttle: throttle_entry,
+        } = found;
+        let permit = match breaker {
             Some(origin) => match origin.breaker.as_deref() {
                 Some(core) => match core.admit() {
                     Ok(ticket) => Some(Permit::new(origin, ticket, observed.as_deref())),
@@ -232,7 +262,25 @@ impl Admission {
             },
             None => None,
         };
-        let pass = Pass::new(permit, found.account, observed);
+        // The throttle, after the breaker: a call the breaker refused is not
+        // counted; a call it sheds gives the breaker's permit back (dropped). Off,
+        // it costs this branch.
+        let throttle = match self.throttle {
+            Some(_) => {
+                let entries = [throttle_entry.as_deref(), account.as_deref()];
+                match throttled(entries, permit.as_ref()) {
+                    Ok(core) => core,
+                    Err(shed) => {
+                        return Entered::Refused {
+                            pass: Pass::default(),
+                            error: throttle::refusal(req, shed),
+                        }
+                    }
+                }
+            }
+            None => None,
+        };
+        let pass = Pass::new(permit, account, observed, throttle);
         // Into the context the call carries, else into a new one when admission
         // hands down always.
         let dated = match context {
@@ -282,6 +330,27 @@ impl Admission {
     }
 }
 
+/// Asks the origin's throttle about a call now (its entry is one of `entries`, or
+/// the breaker's permit's): the throttle back when it lets the call through, else
+/// why it shed it. Out of line: a stack without a throttle carries none of this in
+/// its admission.
+#[inline(never)]
+fn throttled(
+    entries: [Option<&Origin>; 2],
+    permit: Option<&Permit<Origin>>,
+) -> Result<Option<Arc<throttle::Core>>, throttle::Shed> {
+    let owner = permit.map(Permit::owner);
+    let core = entries
+        .into_iter()
+        .chain([owner])
+        .find_map(|entry| entry?.throttle.as_ref());
+    let Some(core) = core else {
+        return Ok(None);
+    };
+    core.admit(Instant::now())?;
+    Ok(Some(core.clone()))
+}
+
 /// Marks a keyed call in its context: the one it carries, else a new one when
 /// admission hands down always.
 #[inline]
@@ -294,36 +363,57 @@ fn mark_keyed<B>(req: &mut Request<B>, hand_down: bool) {
     }
 }
 
-/// Fresh registries for a breaker and a budget: one whose entries hold both when
-/// they partition calls alike, else one for each.
+/// Fresh registries for a breaker, a budget and a throttle: one whose entries hold
+/// every part that partitions calls alike, one per partition.
 fn registries(
     breaker: Option<&Arc<CircuitBreakerPolicy>>,
     budget: Option<&BudgetPolicy>,
+    throttle: Option<&ThrottlePolicy>,
 ) -> Arc<[Arc<Registry<Origin>>]> {
-    fn registry(
-        partition: &Partition,
-        breaker: Option<&Arc<CircuitBreakerPolicy>>,
-        budget: Option<&BudgetPolicy>,
-    ) -> Arc<Registry<Origin>> {
-        let (breaker, budget) = (breaker.cloned(), budget.cloned());
-        Arc::new(Registry::new(partition.clone(), move |label| Origin {
-            breaker: breaker
-                .as_ref()
-                .map(|p| Arc::new(Core::new(p.clone(), label))),
-            account: budget.as_ref().map(|p| Arc::new(Account::new(p))),
-        }))
+    /// The parts whose entries one registry keeps.
+    #[derive(Default)]
+    struct Parts {
+        breaker: Option<Arc<CircuitBreakerPolicy>>,
+        budget: Option<BudgetPolicy>,
+        throttle: Option<ThrottlePolicy>,
     }
-    match (breaker, budget) {
-        (Some(b), Some(a)) if b.partition.same_as(&a.partition) => {
-            vec![registry(&b.partition, Some(b), Some(a))]
-        }
-        (b, a) => b
-            .iter()
-            .map(|b| registry(&b.partition, Some(b), None))
-            .chain(a.iter().map(|a| registry(&a.partition, None, Some(a))))
-            .collect(),
+    /// The parts of the registry of `partition`, added when it is new.
+    fn of<'a>(groups: &'a mut Vec<(Partition, Parts)>, partition: &Partition) -> &'a mut Parts {
+        let i = match groups.iter().position(|(p, _)| p.same_as(partition)) {
+            Some(i) => i,
+            None => {
+                groups.push((partition.clone(), Parts::default()));
+                groups.len() - 1
+            }
+        };
+        &mut groups[i].1
     }
-    .into()
+    let mut groups = Vec::new();
+    if let Some(b) = breaker {
+        of(&mut groups, &b.partition).breaker = Some(b.clone());
+    }
+    if let Some(a) = budget {
+        of(&mut groups, &a.partition).budget = Some(a.clone());
+    }
+    if let Some(t) = throttle {
+        of(&mut groups, &Partition::origin()).throttle = Some(t.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(partition, parts)| {
+            Arc::new(Registry::new(partition, move |label| Origin {
+                breaker: parts
+                    .breaker
+                    .as_ref()
+                    .map(|p| Arc::new(Core::new(p.clone(), label))),
+                account: parts.budget.as_ref().map(|p| Arc::new(Account::new(p))),
+                throttle: parts
+                    .throttle
+                    .as_ref()
+                    .map(|p| Arc::new(throttle::Core::new(p))),
+            }))
+        })
+        .collect()
 }
 
 impl fmt::Debug for Admission {
@@ -332,6 +422,7 @@ impl fmt::Debug for Admission {
             .field("key", &self.key.is_some())
             .field("breaker", &self.breaker)
             .field("budget", &self.budget)
+            .field("throttle", &self.throttle)
             .field("hand_down", &self.hand_down)
             .finish()
     }

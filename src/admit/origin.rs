@@ -1,5 +1,6 @@
-//! What admission keeps of one origin (or key): its breaker and its budget account,
-//! side by side in one registry entry, so a call finds both with one lookup.
+//! What admission keeps of one origin (or key): its breaker, its budget account and
+//! its throttle, side by side in one registry entry, so a call finds all with one
+//! lookup.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,12 @@ use tokio::time::Instant;
 
 use super::breaker::{BreakerOwner, Core};
 use super::budget::Account;
+use super::throttle;
 use crate::origin::Entry;
 use crate::policy::{BreakerGate, BreakerHandle};
 
-/// An origin's breaker and budget account, each when the admission has one. A call
+/// An origin's breaker, budget account and throttle, each when the admission has
+/// one (and partitions calls as this entry's registry does). A call
 /// holds one reference to the entry for both, which saves two atomic operations a
 /// call over a reference to each part. The parts are shared on their own only with
 /// what outlives a call or leaves it (the handles a call hands down, a held call's
@@ -20,6 +23,7 @@ use crate::policy::{BreakerGate, BreakerHandle};
 pub(crate) struct Origin {
     pub(super) breaker: Option<Arc<Core>>,
     pub(super) account: Option<Arc<Account>>,
+    pub(super) throttle: Option<Arc<throttle::Core>>,
 }
 
 /// The entries of a call's origin: one reference each, so a call whose breaker and
@@ -31,17 +35,33 @@ pub(super) struct Found {
     pub(super) breaker: Option<Arc<Origin>>,
     /// The entry that keeps the call's account, when it is not the breaker's.
     pub(super) account: Option<Arc<Origin>>,
+    /// The entry that keeps the call's throttle, when it keeps neither a breaker
+    /// nor an account.
+    pub(super) throttle: Option<Arc<Origin>>,
 }
 
 impl Found {
     /// Takes a reference to `origin`, found in one of the admission's registries.
-    #[inline]
+    /// (An entry keeps at least one part: one that keeps neither a breaker nor an
+    /// account keeps a throttle.)
+    #[inline(always)]
     pub(super) fn take_from(&mut self, origin: &Arc<Origin>) {
-        if origin.breaker.is_some() {
-            self.breaker = Some(origin.clone());
+        let slot = if origin.breaker.is_some() {
+            &mut self.breaker
         } else if origin.account.is_some() {
-            self.account = Some(origin.clone());
-        }
+            &mut self.account
+        } else {
+            &mut self.throttle
+        };
+        *slot = Some(origin.clone());
+    }
+
+    /// The call's throttle, wherever it is kept.
+    #[inline]
+    pub(super) fn throttle(&self) -> Option<&Arc<throttle::Core>> {
+        [&self.throttle, &self.account, &self.breaker]
+            .into_iter()
+            .find_map(|origin| origin.as_deref()?.throttle.as_ref())
     }
 
     /// The call's breaker.
@@ -81,10 +101,12 @@ impl Entry for Origin {
     fn last_used(&self) -> Instant {
         let breaker = self.breaker.as_deref().map(Entry::last_used);
         let account = self.account.as_deref().map(Entry::last_used);
-        match (breaker, account) {
-            (Some(a), Some(b)) => a.max(b),
-            (a, b) => a.or(b).unwrap_or_else(Instant::now),
-        }
+        let throttle = self.throttle.as_deref().map(Entry::last_used);
+        [breaker, account, throttle]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_else(Instant::now)
     }
 
     fn keeps_for(&self) -> Duration {
@@ -96,7 +118,11 @@ impl Entry for Origin {
             .account
             .as_deref()
             .map_or(Duration::ZERO, Entry::keeps_for);
-        breaker.max(account)
+        let throttle = self
+            .throttle
+            .as_deref()
+            .map_or(Duration::ZERO, Entry::keeps_for);
+        breaker.max(account).max(throttle)
     }
 
     fn in_use(this: &Arc<Self>) -> bool {
@@ -109,5 +135,9 @@ impl Entry for Origin {
                 .account
                 .as_ref()
                 .is_some_and(|a| Arc::strong_count(a) > 1)
+            || this
+                .throttle
+                .as_ref()
+                .is_some_and(|t| Arc::strong_count(t) > 1)
     }
 }

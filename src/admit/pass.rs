@@ -9,12 +9,14 @@ use tokio::time::Instant;
 use super::breaker::Permit;
 use super::budget::Account;
 use super::origin::{account_of, Origin};
+use super::throttle;
 use crate::observe::{pause_told, Observed};
 use crate::policy::error::Error;
 use crate::policy::{pause_until, BudgetAccount, BudgetHandle, CallContext};
 
 /// An admitted call's pass, held until its state is dropped: its breaker permit
-/// (which records the call's outcome once, when it ends) and its budget account.
+/// (which records the call's outcome once, when it ends), its budget account and
+/// its throttle (which counts the outcome once: it is taken when it does).
 /// Empty for a call admitted holding nothing, which is then one word to check where
 /// it drops.
 #[derive(Default)]
@@ -30,6 +32,8 @@ struct Passed {
     /// The call's observer, told of the pause the call's answer sets and of the
     /// breaker's changes its outcome makes; shared with the call.
     observed: Option<Arc<Observed>>,
+    /// The origin's throttle, which counts the call's outcome when it ends.
+    throttle: Option<Arc<throttle::Core>>,
 }
 
 impl Pass {
@@ -39,14 +43,16 @@ impl Pass {
         permit: Option<Permit<Origin>>,
         budget: Option<Arc<Origin>>,
         observed: Option<Arc<Observed>>,
+        throttle: Option<Arc<throttle::Core>>,
     ) -> Self {
-        if permit.is_none() && budget.is_none() && observed.is_none() {
+        if permit.is_none() && budget.is_none() && observed.is_none() && throttle.is_none() {
             return Pass(None);
         }
         Pass(Some(Passed {
             permit,
             budget,
             observed,
+            throttle,
         }))
     }
 
@@ -85,6 +91,15 @@ impl Pass {
         self.0
             .as_ref()
             .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
+    }
+
+    /// Whether the call records its outcome anywhere: a breaker permit, a budget
+    /// account (its origin's pause) or a throttle.
+    #[inline]
+    fn records(&self) -> bool {
+        self.0.as_ref().is_some_and(|held| {
+            held.budget.is_some() || held.permit.is_some() || held.throttle.is_some()
+        })
     }
 
     /// Whether the call has anything to leave in a context: handles, or the
@@ -135,7 +150,7 @@ impl Pass {
     /// The call ended with a plain first answer (see [`Pass::finish`]).
     #[inline]
     pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
-        if self.holds_handles() {
+        if self.records() {
             self.answered_held(res);
         }
     }
@@ -151,22 +166,37 @@ impl Pass {
             if let Some(permit) = &mut held.permit {
                 permit.answered(res, held.observed.as_deref());
             }
+            if let Some(throttle) = held.throttle.take() {
+                throttle.answered(res);
+            }
         }
     }
 
     /// The call ended with `result`: the origin is paused on the hint of its final
-    /// answer, and the breaker records the outcome, once.
+    /// answer, and the breaker and the throttle record the outcome, once.
     #[inline]
     pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
-            Err(_) => {
+            Err(err) => {
                 if let Some(held) = &mut self.0 {
-                    if let Some(permit) = &mut held.permit {
-                        permit.finish(result, held.observed.as_deref());
-                    }
+                    held.failed(err);
                 }
             }
+        }
+    }
+}
+
+impl Passed {
+    /// The call ended with `err`: the breaker and the throttle record it. Out of
+    /// line, so that the answered path stays small enough to inline.
+    #[inline(never)]
+    fn failed(&mut self, err: &Error) {
+        if let Some(permit) = &mut self.permit {
+            permit.failed(err, self.observed.as_deref());
+        }
+        if let Some(throttle) = self.throttle.take() {
+            throttle.failed(err);
         }
     }
 }

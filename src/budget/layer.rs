@@ -22,7 +22,7 @@ impl BudgetLayer {
     pub fn new(budget: BudgetPolicy) -> Self {
         // The budget's part of admission, handing its account down to the layers
         // beneath (that is its job).
-        let admission = Admission::new(None, None, Some(budget), true);
+        let admission = Admission::new(None, None, Some(budget), None, true);
         BudgetLayer {
             admission: Arc::new(admission),
         }

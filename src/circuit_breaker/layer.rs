@@ -22,7 +22,7 @@ impl CircuitBreakerLayer {
     pub fn new(config: CircuitBreakerPolicy) -> Self {
         // The breaker's part of admission, handing its breaker down to the layers
         // beneath (that is its job).
-        let admission = Admission::new(None, Some(config), None, true);
+        let admission = Admission::new(None, Some(config), None, None, true);
         CircuitBreakerLayer {
             admission: Arc::new(admission),
         }

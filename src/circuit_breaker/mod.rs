@@ -120,13 +120,10 @@ mod future;
 mod layer;
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use http::{Request, Response};
-use tower_service::Service;
 
 pub use crate::admit::breaker::{CircuitBreakerPolicy, CircuitBreakerPolicyBuilder, CircuitOpen};
 pub use crate::policy::circuit::State;
+pub(crate) use future::unheld_service;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 
@@ -138,8 +135,7 @@ pub type CircuitBreakerBuilder = CircuitBreakerPolicyBuilder;
 #[deprecated(since = "0.1.0", note = "renamed `CircuitBreaker`")]
 pub type CircuitBreakerService<S> = CircuitBreaker<S>;
 
-use crate::admit::{Admission, NeverHeld};
-use crate::policy::error::{BoxError, Error};
+use crate::admit::Admission;
 
 /// Refuses calls to an origin whose breaker is open and records one outcome per
 /// call. See the [module docs](self).
@@ -179,37 +175,5 @@ impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for CircuitBreaker<S>
-where
-    S: Service<Request<B>, Response = Response<RB>>,
-    S::Error: Into<BoxError>,
-{
-    type Response = Response<RB>;
-    type Error = Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.inner
-            .poll_ready(cx)
-            .map_err(|e| Error::from_inner(e.into()))
-    }
-
-    // Written into the caller, so the inner future is built where it stays rather
-    // than copied out of each front-end (about 90 instructions a layer).
-    #[inline(always)]
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        // The breaker's part of admission never holds a call.
-        ResponseFuture::new(crate::admit::ResponseFuture::admit(
-            &self.admission,
-            &mut self.inner,
-            req,
-            |_: &mut S, _, _, _| -> NeverHeld<S::Future> { unreachable_hold() },
-        ))
-    }
-}
-
-/// A breaker alone never meets an origin's pause: only a budget holds calls.
-#[cold]
-fn unreachable_hold<F>() -> NeverHeld<F> {
-    unreachable!("a circuit breaker's admission has no budget to hold a call for")
-}
+// The breaker's part of admission never holds a call.
+future::unheld_service!(CircuitBreaker);

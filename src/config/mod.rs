@@ -44,6 +44,8 @@ mod reload;
 #[cfg(feature = "serde")]
 mod routes;
 #[cfg(feature = "serde")]
+mod throttle;
+#[cfg(feature = "serde")]
 mod values;
 
 pub use duration::{format_duration, parse_duration};
@@ -70,6 +72,7 @@ pub mod grpc;
 
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
+use crate::admit::throttle::ThrottlePolicy;
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::policy::Rules;
@@ -77,10 +80,11 @@ use crate::retry::{RetryPolicy, Routes};
 use crate::stack::{Backstop, BackstopBuilder};
 
 /// The whole stack's settings, as one value: the routes (with the default retry
-/// policy), the hedge policy, the budget, the breaker and the idempotency key.
+/// policy), the hedge policy, the budget, the breaker, the adaptive throttle and
+/// the idempotency key.
 ///
 /// The default is the default stack: [`RetryPolicy::default()`] for every call,
-/// no hedging, the default budget, no breaker, no key.
+/// no hedging, the default budget, no breaker, no throttle, no key.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct StackConfig {
@@ -92,6 +96,8 @@ pub struct StackConfig {
     pub budget: Option<BudgetPolicy>,
     /// The circuit breaker; `None` for no breaker.
     pub circuit_breaker: Option<CircuitBreakerPolicy>,
+    /// The adaptive throttle; `None` for no throttle.
+    pub throttle: Option<ThrottlePolicy>,
     /// The idempotency key; `None` for no key.
     pub idempotency_key: Option<IdempotencyKeyLayer>,
     /// Rules for every policy of the stack ([`BackstopBuilder::rules`]); `None`
@@ -106,6 +112,7 @@ impl Default for StackConfig {
             hedge: None,
             budget: Some(BudgetPolicy::default()),
             circuit_breaker: None,
+            throttle: None,
             idempotency_key: None,
             rules: None,
         }
@@ -125,6 +132,9 @@ impl StackConfig {
         };
         if let Some(breaker) = self.circuit_breaker {
             builder = builder.circuit_breaker(breaker);
+        }
+        if let Some(throttle) = self.throttle {
+            builder = builder.throttle(throttle);
         }
         if let Some(key) = self.idempotency_key {
             builder = builder.idempotency_key(key);

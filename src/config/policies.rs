@@ -4,7 +4,6 @@
 //! spec with every setting it has.
 
 use serde::de::{self, Deserializer};
-use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::values::{BackoffSpec, Dur, Header, Meth, Statuses};
@@ -17,27 +16,9 @@ use crate::origin::Partition;
 use crate::policy::{ErrorKind, Rules};
 use crate::retry::RetryPolicy;
 
-/// Writes `Serialize` and `Deserialize` for a policy through its spec:
-/// `Spec::of(&policy)` and `spec.build()`.
-macro_rules! through_spec {
-    ($policy:ty, $spec:ident) => {
-        impl Serialize for $policy {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                $spec::of(self).map_err(ser::Error::custom)?.serialize(s)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $policy {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                $spec::deserialize(d)?.build().map_err(de::Error::custom)
-            }
-        }
-    };
-}
-
 /// A builder's refusal as a file's error, at the field of the setting it names
 /// (relative to the spec's table).
-fn refused(e: crate::policy::InvalidConfig) -> ConfigError {
+pub(crate) fn refused(e: crate::policy::InvalidConfig) -> ConfigError {
     let field = match e.setting() {
         // The rules' statuses, whichever setter gave them.
         "retry_on" => "retryable_statuses",

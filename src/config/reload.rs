@@ -12,9 +12,10 @@ use crate::stack::{HedgeMode, ReloadHandle, ReloadableLayer};
 /// route's retry policy and hedging, and the default's are swapped at once, in
 /// every service the layer made; the calls in flight keep the policies they
 /// started with. Settings that are not reloaded (the stack's hedge policy, the
-/// budget, the breaker, the key, the stack's rules) must be unchanged: a file that
-/// changes them is refused, and so is one that fails validation; either way the
-/// settings in place stay, so there is never a moment with none.
+/// budget, the breaker, the throttle, the key, the stack's rules) must be
+/// unchanged: a file that changes them is refused, and so is one that fails
+/// validation; either way the settings in place stay, so there is never a moment
+/// with none.
 ///
 /// # Examples
 ///
@@ -108,6 +109,7 @@ impl Reloader {
                 "circuit_breaker",
                 spec.circuit_breaker != current.circuit_breaker,
             ),
+            ("throttle", spec.throttle != current.throttle),
             (
                 "idempotency_key",
                 spec.idempotency_key != current.idempotency_key,

@@ -9,6 +9,7 @@ use serde::ser::{self, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::policies::{BreakerSpec, BudgetSpec, HedgeSpec, KeySpec, RetrySpec, RulesSpec};
+use super::throttle::ThrottleSpec;
 use super::values::Meth;
 use super::{ConfigError, StackConfig};
 use crate::hedge::HedgeChoice;
@@ -20,6 +21,29 @@ pub(crate) enum Toggle<T> {
     Off,
     On,
     With(T),
+}
+
+impl<T> Toggle<T> {
+    /// The spec of an optional part: absent (written as nothing) or set.
+    fn of<P>(
+        part: Option<&P>,
+        spec: impl FnOnce(&P) -> Result<T, String>,
+    ) -> Result<Option<Self>, String> {
+        part.map(|p| spec(p).map(Toggle::With)).transpose()
+    }
+
+    /// An optional part, off unless the file turns it on (`true`: its defaults)
+    /// or sets it.
+    fn build<P: Default>(
+        toggle: Option<Self>,
+        build: impl FnOnce(T) -> Result<P, ConfigError>,
+    ) -> Result<Option<P>, ConfigError> {
+        match toggle {
+            None | Some(Toggle::Off) => Ok(None),
+            Some(Toggle::On) => Ok(Some(P::default())),
+            Some(Toggle::With(t)) => build(t).map(Some),
+        }
+    }
 }
 
 impl<T: Serialize> Serialize for Toggle<T> {
@@ -257,6 +281,7 @@ spec!(
         hedge: HedgeSpec,
         budget: Toggle<BudgetSpec>,
         circuit_breaker: Toggle<BreakerSpec>,
+        throttle: Toggle<ThrottleSpec>,
         idempotency_key: Toggle<KeySpec>,
         rules: RulesSpec,
     }
@@ -274,16 +299,9 @@ impl StackSpec {
                 None => Toggle::Off,
                 Some(b) => Toggle::With(BudgetSpec::of(b)?),
             }),
-            circuit_breaker: c
-                .circuit_breaker
-                .as_ref()
-                .map(|b| BreakerSpec::of(b).map(Toggle::With))
-                .transpose()?,
-            idempotency_key: c
-                .idempotency_key
-                .as_ref()
-                .map(|k| KeySpec::of(k).map(Toggle::With))
-                .transpose()?,
+            circuit_breaker: Toggle::of(c.circuit_breaker.as_ref(), BreakerSpec::of)?,
+            throttle: Toggle::of(c.throttle.as_ref(), ThrottleSpec::of)?,
+            idempotency_key: Toggle::of(c.idempotency_key.as_ref(), KeySpec::of)?,
             rules: c.rules.as_ref().map(RulesSpec::of).transpose()?,
         })
     }
@@ -305,22 +323,19 @@ impl StackSpec {
             None | Some(Toggle::On) => Some(Default::default()),
             Some(Toggle::With(b)) => Some(b.build().map_err(at("budget"))?),
         };
-        let circuit_breaker = match self.circuit_breaker {
-            None | Some(Toggle::Off) => None,
-            Some(Toggle::On) => Some(Default::default()),
-            Some(Toggle::With(b)) => Some(b.build().map_err(at("circuit_breaker"))?),
-        };
-        let idempotency_key = match self.idempotency_key {
-            None | Some(Toggle::Off) => None,
-            Some(Toggle::On) => Some(Default::default()),
-            Some(Toggle::With(k)) => Some(k.build().map_err(at("idempotency_key"))?),
-        };
+        let circuit_breaker = Toggle::build(self.circuit_breaker, BreakerSpec::build);
+        let circuit_breaker = circuit_breaker.map_err(at("circuit_breaker"))?;
+        let throttle = Toggle::build(self.throttle, ThrottleSpec::build);
+        let throttle = throttle.map_err(at("throttle"))?;
+        let idempotency_key = Toggle::build(self.idempotency_key, KeySpec::build);
+        let idempotency_key = idempotency_key.map_err(at("idempotency_key"))?;
         let rules = self.rules.map(RulesSpec::build).transpose();
         Ok(StackConfig {
             routes,
             hedge,
             budget,
             circuit_breaker,
+            throttle,
             idempotency_key,
             rules: rules.map_err(at("rules"))?,
         })

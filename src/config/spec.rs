@@ -57,3 +57,23 @@ macro_rules! spec {
         }
     };
 }
+
+/// Writes `Serialize` and `Deserialize` for a policy through its spec:
+/// `Spec::of(&policy)` and `spec.build()`.
+macro_rules! through_spec {
+    ($policy:ty, $spec:ident) => {
+        impl serde::Serialize for $policy {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let spec = $spec::of(self).map_err(serde::ser::Error::custom)?;
+                serde::Serialize::serialize(&spec, s)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $policy {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let spec = <$spec as serde::Deserialize>::deserialize(d)?;
+                spec.build().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}

@@ -33,7 +33,7 @@ impl IdempotencyKeyLayer {
     /// Keys for POST and PATCH, under `Idempotency-Key`, as random UUID v4 strings.
     pub fn new() -> Self {
         // The key's part of admission, marking keyed calls for the layers beneath.
-        let admission = Admission::new(Some(Arc::new(Config::default())), None, None, true);
+        let admission = Admission::new(Some(Arc::new(Config::default())), None, None, None, true);
         IdempotencyKeyLayer {
             admission: Arc::new(admission),
         }

@@ -5,7 +5,7 @@ use std::sync::Once;
 use http::Method;
 use metrics::{counter, gauge, histogram, Label, Unit};
 
-use super::{reason_label, CallInfo, Event, Observer};
+use super::{reason_label, CallInfo, Event, Observer, Refusal};
 use crate::policy::circuit::State;
 use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 
@@ -38,6 +38,7 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 /// | `backstop.origin.pauses.extended` | counter | {pause} | *server* | an ongoing pause is moved out by a later hint |
 /// | `backstop.origin.resumes` | counter | {pause} | *server* | a pause ends (told by the first call after its end) |
 /// | `backstop.origin.paused` | gauge | — | *server* | 1 while the origin is paused, 0 once resumed |
+/// | `backstop.throttle.rejections` | counter | {call} | *server* | the adaptive throttle sheds a call (also counted in `backstop.calls` with `stop="throttled"`) |
 /// | `backstop.pause.wait` | histogram | s | *request*, `route` | a call waits for its origin's pause (calls refused by it are `backstop.calls` with `stop="paused"`) |
 /// | `grpc.client.call.retries` | histogram | {retry} | `grpc.method`, `grpc.target` | a gRPC call with a history ends, when it made retries (not counting transparent ones) |
 /// | `grpc.client.call.transparent_retries` | histogram | {transparent_retry} | `grpc.method`, `grpc.target` | the same, when it made retries of attempts the server did not process or that wrote nothing |
@@ -73,7 +74,7 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 ///   [`StopReason::as_str`](crate::policy::StopReason::as_str) (`answered`,
 ///   `not_retryable`, `attempts_exhausted`, `deadline`, …), or for a refused call
 ///   [`Refusal::as_str`](super::Refusal::as_str) (`circuit_open`, `budget`,
-///   `deadline`, `paused`);
+///   `deadline`, `paused`, `throttled`);
 /// - `reason` of `backstop.retries`: `server_asked`, `not_processed`,
 ///   `idempotent`, `keyed`, `nothing_written`;
 /// - `reason` of `backstop.retries.skipped`: `method` (a keyless non-idempotent
@@ -203,6 +204,11 @@ fn describe() {
         Unit::Seconds,
         "Waits of calls for their origin's pause"
     );
+    describe_counter!(
+        "backstop.throttle.rejections",
+        Unit::Count,
+        "Calls the adaptive throttle shed"
+    );
     super::grpc_metrics::describe();
 }
 
@@ -324,6 +330,9 @@ impl Observer for MetricsObserver {
                 super::grpc_metrics::call_finished(e);
             }
             Event::CallRefused(e) => {
+                if let Refusal::Throttled { .. } = e.refusal {
+                    counter!("backstop.throttle.rejections", server(e.call)).increment(1);
+                }
                 let mut labels = request(e.call, true);
                 labels.push(Label::new("error.type", e.refusal.as_str()));
                 labels.push(Label::new("stop", e.refusal.as_str()));

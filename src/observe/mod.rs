@@ -25,6 +25,7 @@
 //! |---|---|
 //! | retry | [`CallFinished`], [`AttemptFinished`], [`RetryScheduled`], [`RetrySkipped`], [`CallRefused`] (deadline), [`BudgetRanDry`] |
 //! | circuit breaker | [`CallRefused`] (circuit open), [`BreakerStateChanged`] |
+//! | adaptive throttle | [`CallRefused`] (throttled) |
 //! | hedge | [`HedgeSent`], [`HedgeWon`], [`LoserCancelled`], [`BudgetRanDry`] |
 //! | budget (origin pause) | [`OriginPaused`], [`OriginPauseExtended`], [`OriginResumed`], [`CallWaited`], [`CallRefused`] (paused) |
 //!
@@ -35,11 +36,11 @@
 //! answer and holds or refuses a first attempt; the first call to find a pause
 //! over tells [`OriginResumed`].
 //!
-//! A call the breaker or the pause refuses never reaches the retry layer, so it
-//! is told as a [`CallRefused`] alone; every call the retry layer runs ends with one
-//! [`CallFinished`]. With feature `metrics`, `MetricsObserver` records the events
-//! through the `metrics` facade, with a table of every metric, its type, unit and
-//! labels.
+//! A call the breaker, the throttle or the pause refuses never reaches the retry
+//! layer, so it is told as a [`CallRefused`] alone; every call the retry layer
+//! runs ends with one [`CallFinished`]. With feature `metrics`, `MetricsObserver`
+//! records the events through the `metrics` facade, with a table of every metric,
+//! its type, unit and labels.
 //!
 //! # Examples
 //!

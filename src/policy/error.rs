@@ -277,6 +277,14 @@ impl Error {
         self.inner.paused.map(|(until, _)| until)
     }
 
+    /// Whether the adaptive throttle shed the call before its first attempt: its
+    /// origin has been rejecting calls for overload. Nothing was sent; the error's
+    /// source is a [`Throttled`](crate::throttle::Throttled) with the counts that
+    /// decided.
+    pub fn is_throttled(&self) -> bool {
+        self.stop_reason() == Some(StopReason::Throttled)
+    }
+
     /// Whether an attempt timed out or the call's deadline passed.
     pub fn is_timeout(&self) -> bool {
         self.inner.kind == ErrorKind::Timeout

@@ -51,6 +51,16 @@ pub enum Refusal {
         /// When the pause ends.
         until: Instant,
     },
+    /// The adaptive throttle shed the call: its origin has been rejecting calls
+    /// for overload ([`ThrottlePolicy`](crate::throttle::ThrottlePolicy)). The
+    /// window's counts before the call, from which the probability of shedding it
+    /// was computed.
+    Throttled {
+        /// Requests in the origin's window.
+        requests: u64,
+        /// Accepts in the origin's window.
+        accepts: u64,
+    },
 }
 
 impl Refusal {
@@ -61,6 +71,7 @@ impl Refusal {
             Refusal::Budget => "budget",
             Refusal::Deadline => "deadline",
             Refusal::Paused { .. } => "paused",
+            Refusal::Throttled { .. } => "throttled",
         }
     }
 }

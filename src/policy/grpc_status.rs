@@ -185,18 +185,26 @@ impl std::str::FromStr for Code {
 /// budget layers pause the origin on it as on a 429's `Retry-After` (capped by
 /// the budget's `max_pause` the same way).
 pub(crate) fn pushback_pause(headers: &HeaderMap) -> Option<Duration> {
-    let code = Code::from_header(headers.get(&GRPC_STATUS)?);
-    if !matches!(code, Code::Unavailable | Code::ResourceExhausted) {
-        return None;
-    }
-    let grpc = headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if !grpc {
+    if !is_overloaded(headers) {
         return None;
     }
     let ms = parse_digits(headers.get(&PUSHBACK)?.as_bytes(), 19)?;
     Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
+}
+
+/// Whether a trailers-only gRPC response (HTTP 200, `content-type:
+/// application/grpc…`) says its server refuses for overload: its `grpc-status` is
+/// `UNAVAILABLE` or `RESOURCE_EXHAUSTED`.
+pub(crate) fn is_overloaded(headers: &HeaderMap) -> bool {
+    let Some(status) = headers.get(&GRPC_STATUS) else {
+        return false;
+    };
+    matches!(
+        Code::from_header(status),
+        Code::Unavailable | Code::ResourceExhausted
+    ) && headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// The digits of `bytes` as a number, when they are 1 to `max_len` ASCII digits.

@@ -98,6 +98,10 @@ pub enum StopReason {
     /// the call may not wait for the pause to end: the deadline ends inside it, or
     /// the budget fails fast.
     Paused,
+    /// The adaptive throttle shed the call before its first attempt: its origin
+    /// has been rejecting calls for overload
+    /// ([`ThrottlePolicy`](crate::throttle::ThrottlePolicy)).
+    Throttled,
 }
 
 impl StopReason {
@@ -113,6 +117,7 @@ impl StopReason {
             StopReason::Budget => "budget",
             StopReason::CircuitOpen => "circuit_open",
             StopReason::Paused => "paused",
+            StopReason::Throttled => "throttled",
         }
     }
 
@@ -135,6 +140,7 @@ impl fmt::Display for StopReason {
             StopReason::Budget => f.write_str("retry budget spent"),
             StopReason::CircuitOpen => f.write_str("circuit open"),
             StopReason::Paused => f.write_str("origin paused"),
+            StopReason::Throttled => f.write_str("throttled by the client"),
         }
     }
 }

@@ -151,6 +151,23 @@ pub(crate) fn pause_hint(
     }
 }
 
+/// Whether an answer is its origin refusing for overload: a 429 (Too Many
+/// Requests) or a 503 (Service Unavailable); with feature `grpc`, a trailers-only
+/// gRPC `UNAVAILABLE` or `RESOURCE_EXHAUSTED`. These are the answers whose hint
+/// pauses an origin ([`pause_hint`]), and the ones adaptive throttling counts as
+/// rejections.
+pub(crate) fn is_overloaded(status: StatusCode, headers: &HeaderMap) -> bool {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
+        #[cfg(feature = "grpc")]
+        StatusCode::OK => super::grpc_status::is_overloaded(headers),
+        _ => {
+            let _ = headers;
+            false
+        }
+    }
+}
+
 /// Marks a response whose pause hint a layer beneath already set on its origin: a
 /// hedge layer pauses the origin on the hint of a send that lost (or may yet lose)
 /// the race, and the answer may still reach the layers above as the call's. They

@@ -19,6 +19,7 @@ use crate::observe::Observer;
 use crate::policy::{Deadline, Keyed};
 use crate::retry::{RetryPolicy, Routes};
 use crate::stack::{Backstop, BackstopLayer, WithHedge};
+use crate::throttle::{ThrottleLayer, ThrottlePolicy};
 
 /// backstop for a [`reqwest_middleware::ClientWithMiddleware`]: the same attempt
 /// loop, budget, circuit breaker, hedging and idempotency keys as the tower layers.
@@ -87,6 +88,7 @@ struct Config {
     key: Option<IdempotencyKeyLayer>,
     breaker: Option<CircuitBreakerLayer>,
     budget: Option<BudgetLayer>,
+    throttle: Option<ThrottleLayer>,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -98,6 +100,7 @@ impl std::fmt::Debug for Config {
             .field("key", &self.key)
             .field("breaker", &self.breaker)
             .field("budget", &self.budget)
+            .field("throttle", &self.throttle)
             .field("observer", &self.observer.is_some())
             .finish()
     }
@@ -121,6 +124,9 @@ impl Config {
         }
         if let Some(breaker) = &self.breaker {
             builder = builder.circuit_breaker_of(breaker);
+        }
+        if let Some(throttle) = &self.throttle {
+            builder = builder.throttle_of(throttle);
         }
         builder = match &self.budget {
             Some(budget) => builder.budget_of(budget),
@@ -157,6 +163,7 @@ impl BackstopMiddleware {
             key: None,
             breaker: None,
             budget: None,
+            throttle: None,
             observer: None,
         };
         let stack = config.stack();
@@ -195,6 +202,19 @@ impl BackstopMiddleware {
     /// the same layer sees the same breaker states.
     pub fn with_circuit_breaker_layer(self, layer: CircuitBreakerLayer) -> Self {
         self.set(|config| config.breaker = Some(layer))
+    }
+
+    /// Adaptive throttling per origin, with these settings, for this middleware and
+    /// its clones: a call to an origin that has been rejecting calls for overload
+    /// is shed before it is sent (see [`ThrottlePolicy`]).
+    pub fn with_throttle(self, policy: ThrottlePolicy) -> Self {
+        self.with_throttle_layer(ThrottleLayer::new(policy))
+    }
+
+    /// The throttles of `layer`: every middleware and tower stack given a clone of
+    /// the same layer counts in the same windows.
+    pub fn with_throttle_layer(self, layer: ThrottleLayer) -> Self {
+        self.set(|config| config.throttle = Some(layer))
     }
 
     /// Hedges slow idempotent (or keyed) requests as `policy` says. Every hedge
@@ -259,6 +279,11 @@ impl BackstopMiddleware {
     /// The circuit breaker layer, to read an origin's state.
     pub fn circuit_breaker(&self) -> Option<&CircuitBreakerLayer> {
         self.inner.config.breaker.as_ref()
+    }
+
+    /// The throttle layer, to read an origin's probability of shedding a call.
+    pub fn throttle(&self) -> Option<&ThrottleLayer> {
+        self.inner.config.throttle.as_ref()
     }
 
     /// Runs one call through the stack.

@@ -8,6 +8,7 @@ use tower_layer::Layer;
 use super::{Backstop, HedgeMode, NoHedge, WithHedge};
 use crate::admit::breaker::CircuitBreakerPolicy;
 use crate::admit::budget::BudgetPolicy;
+use crate::admit::throttle::ThrottlePolicy;
 use crate::admit::Admission;
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
@@ -33,6 +34,7 @@ pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
     budget: Option<BudgetPolicy>,
     no_budget: bool,
     breaker: Option<CircuitBreakerPolicy>,
+    throttle: Option<ThrottlePolicy>,
     key: Option<IdempotencyKeyLayer>,
     rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
@@ -40,11 +42,12 @@ pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
 }
 
 /// The parts of admission whose state is a standalone layer's (`circuit_breaker_of`,
-/// `budget_of`).
+/// `budget_of`, `throttle_of`).
 #[derive(Clone, Default)]
 struct Shared {
     breaker: Option<Arc<Admission>>,
     budget: Option<Arc<Admission>>,
+    throttle: Option<Arc<Admission>>,
 }
 
 impl<H: HedgeMode> BackstopBuilder<H> {
@@ -75,6 +78,7 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             budget: self.budget,
             no_budget: self.no_budget,
             breaker: self.breaker,
+            throttle: self.throttle,
             key: self.key,
             rules: self.rules,
             observer: self.observer,
@@ -103,6 +107,16 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     /// ask it.
     pub fn circuit_breaker(mut self, policy: CircuitBreakerPolicy) -> Self {
         self.breaker = Some(policy);
+        self
+    }
+
+    /// Adaptive throttling per origin (none by default): a call to an origin that
+    /// has been rejecting calls for overload is shed locally, before its first
+    /// attempt, with the probability of the SRE book's formula (see
+    /// [`ThrottlePolicy`]). The breaker decides first, then the throttle, then
+    /// the budget.
+    pub fn throttle(mut self, policy: ThrottlePolicy) -> Self {
+        self.throttle = Some(policy);
         self
     }
 
@@ -155,6 +169,17 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     /// Crate-private: it keeps the reqwest adapter's `with_budget_layer`.
     pub(crate) fn budget_of(mut self, layer: &crate::BudgetLayer) -> Self {
         self.shared.budget = Some(layer.admission.clone());
+        self
+    }
+
+    #[cfg(feature = "reqwest-middleware")]
+    /// The throttles of `layer` instead of a throttle of the stack's own: calls
+    /// through the stack and through the layer (or its clones, or other stacks
+    /// given it) count in the same windows.
+    ///
+    /// Crate-private: it keeps the reqwest adapter's `with_throttle_layer`.
+    pub(crate) fn throttle_of(mut self, layer: &crate::ThrottleLayer) -> Self {
+        self.shared.throttle = Some(layer.admission.clone());
         self
     }
 
@@ -215,14 +240,24 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             ),
             None => (self.hedge, self.breaker),
         };
+        if self.shared.throttle.is_some() && self.throttle.is_some() {
+            return Err(InvalidConfig::new(
+                "throttle",
+                "a layer's throttles were given with a throttle of the stack's own; give \
+                 one or the other"
+                    .to_owned(),
+            ));
+        }
         // The hedge layer reads the breaker and the account from the call's context:
         // admission leaves them there whenever a hedge may go.
         let key = self.key.map(|k| k.config());
-        let mut admission = Admission::new(key, breaker, budget, false);
-        for shared in [&self.shared.breaker, &self.shared.budget]
-            .into_iter()
-            .flatten()
-        {
+        let mut admission = Admission::new(key, breaker, budget, self.throttle, false);
+        let shared = [
+            &self.shared.breaker,
+            &self.shared.budget,
+            &self.shared.throttle,
+        ];
+        for shared in shared.into_iter().flatten() {
             admission.adopt(shared);
         }
         let layer = BackstopLayer {
@@ -244,11 +279,13 @@ impl<H: HedgeMode + fmt::Debug> fmt::Debug for BackstopBuilder<H> {
             .field("budget", &self.budget)
             .field("no_budget", &self.no_budget)
             .field("breaker", &self.breaker)
+            .field("throttle", &self.throttle)
             .field("key", &self.key)
             .field("rules", &self.rules)
             .field("observer", &self.observer.is_some())
             .field("shared_breaker", &self.shared.breaker.is_some())
             .field("shared_budget", &self.shared.budget.is_some())
+            .field("shared_throttle", &self.shared.throttle.is_some())
             .finish()
     }
 }
@@ -399,6 +436,9 @@ mod tests {
             Backstop::builder()
                 .rules(Rules::default())
                 .circuit_breaker_of(&breaker),
+            Backstop::builder()
+                .throttle(ThrottlePolicy::default())
+                .throttle_of(&crate::ThrottleLayer::new(ThrottlePolicy::default())),
         ];
         for builder in refused {
             assert!(builder.build().is_err());

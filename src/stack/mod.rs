@@ -1,26 +1,29 @@
 //! Middleware that runs the whole of backstop as one service: admission (the
-//! idempotency key, the circuit breaker, the retry budget and the origin pause), the
-//! attempt loop, and hedging, configured once.
+//! idempotency key, the circuit breaker, the adaptive throttle, the retry budget and
+//! the origin pause), the attempt loop, and hedging, configured once.
 //!
 //! [`Backstop::builder`] takes every policy once (retry or routes, hedging, budget,
-//! breaker, keys, rules, observer) and builds a [`BackstopLayer`]; its service,
+//! breaker, throttle, keys, rules, observer) and builds a [`BackstopLayer`]; its service,
 //! [`Backstop<S>`], is one nameable `Clone + Send + Sync` type over any transport,
 //! whatever was configured (`Backstop<S, WithHedge>` when it hedges: a stack that
 //! does not hedge has no hedge layer to pass through). Inside, a call meets:
 //!
 //! ```text
 //!  caller
-//!    │   admission   key stamped; breaker asked; budget counted, origin pause met
+//!    │   admission   key stamped; breaker asked; throttle asked; budget counted,
+//!    │               origin pause met
 //!    ▼   retry       the attempt loop: classify, gates, wait, re-send
 //!        hedge       extra copies of a slow idempotent attempt
 //!        transport   S (wrap a hyper-util client in ProgressTrackingLayer)
 //! ```
 //!
 //! Admission runs inside the retry layer's own future, with one origin lookup for
-//! the breaker and the budget (two when they partition calls differently). It is the
-//! same code the separate [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
-//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
-//! [`BudgetLayer`](crate::BudgetLayer) run. Two things only the stack can do,
+//! the breaker, the throttle and the budget (one per partition when they partition
+//! calls differently). It is the same code the separate
+//! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
+//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer),
+//! [`ThrottleLayer`](crate::ThrottleLayer) and [`BudgetLayer`](crate::BudgetLayer)
+//! run. Two things only the stack can do,
 //! because the separate layers above a retry layer cannot see its policy or its
 //! route: it holds a call for a paused origin no longer than the retry policy's
 //! total timeout allows (a `BudgetLayer` bounds the hold by the call's
@@ -103,6 +106,13 @@ macro_rules! inspection {
             self.admission().next_probe_at(head)
         }
 
+        /// The probability that the adaptive throttle sheds a call with this
+        /// request head now (its origin's window as it stands); `None` without a
+        /// throttle.
+        pub fn throttle_probability(&self, head: &http::request::Parts) -> Option<f64> {
+            self.admission().throttle_probability(head)
+        }
+
         /// The budget account that a call with this request head spends from,
         /// created if it is new (for metrics and tests); `None` without a budget.
         pub fn budget_account(
@@ -112,10 +122,11 @@ macro_rules! inspection {
             self.admission().account(head)
         }
 
-        /// How many origins (or keys) the stack keeps a breaker or an account for
-        /// now, after forgetting the idle ones: those used within the breaker's or
-        /// the budget's window, or that a call still holds. When the breaker and
-        /// the budget partition calls differently, the entries of both are counted.
+        /// How many origins (or keys) the stack keeps a breaker, an account or a
+        /// throttle for now, after forgetting the idle ones: those used within the
+        /// breaker's, the budget's or the throttle's window, or that a call still
+        /// holds. When they partition calls differently, the entries of each
+        /// partition are counted.
         /// Counting sweeps under a lock the calls share, so it suits a metrics
         /// scrape, not every call.
         pub fn origins(&self) -> usize {
@@ -157,7 +168,7 @@ pub struct Backstop<S, H: HedgeMode = NoHedge> {
 
 impl Backstop<()> {
     /// A builder for the stack, with working defaults: [`RetryPolicy::default()`],
-    /// [`BudgetPolicy::default()`], no breaker, no keys, no hedging.
+    /// [`BudgetPolicy::default()`], no breaker, no throttle, no keys, no hedging.
     ///
     /// [`RetryPolicy::default()`]: crate::RetryPolicy::default
     /// [`BudgetPolicy::default()`]: crate::BudgetPolicy::default

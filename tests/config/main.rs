@@ -12,3 +12,5 @@ mod gateway;
 mod grpc;
 #[cfg(feature = "toml")]
 mod reload;
+#[cfg(all(feature = "toml", feature = "json", feature = "yaml"))]
+mod throttle;

@@ -397,3 +397,34 @@ fn an_origin_pause_is_counted_with_its_waits_and_refusals() {
         ])
     );
 }
+
+#[test]
+fn a_call_the_throttle_sheds_is_counted_as_a_rejection_and_a_refused_call() {
+    let seen = recorded(async {
+        // Every answer a 429: after the first, the throttle sheds (seeded draws).
+        let mock = Script::new([429; 20].map(status));
+        let throttle = backstop::ThrottlePolicy::builder().seed(9).build().unwrap();
+        let mut svc = tower::ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(backstop::ThrottleLayer::new(throttle))
+            .layer(RetryLayer::new(RetryPolicy::none()))
+            .service(mock.clone());
+        let mut shed = 0;
+        for _ in 0..20 {
+            if let Err(err) = call_with(&mut svc, get()).await {
+                assert!(err.is_throttled());
+                shed += 1;
+            }
+        }
+        assert!(shed > 10, "{shed}");
+        assert_eq!(mock.calls(), 20 - shed);
+    });
+    let Counter(rejections) = seen["backstop.throttle.rejections{}"] else {
+        panic!("a counter: {seen:#?}")
+    };
+    let refused = "backstop.calls{error.type=throttled,http.request.method=GET,stop=throttled}";
+    assert_eq!(seen[refused], Counter(rejections));
+    let e429 = "error.type=429,http.request.method=GET,http.response.status_code=429";
+    let answered = format!("backstop.calls{{{e429},stop=attempts_exhausted}}");
+    assert_eq!(seen[&*answered], Counter(20 - rejections));
+}

@@ -394,6 +394,55 @@ async fn an_open_breaker_refuses_without_touching_the_network_for_every_clone() 
 }
 
 #[tokio::test]
+async fn the_throttle_sheds_calls_to_an_overloaded_origin_for_every_clone() {
+    within_10s(async {
+        let up = Upstream::builder()
+            .protocol(Protocol::Http1)
+            .then(Reply::status(429))
+            .start()
+            .await
+            .unwrap();
+        let throttle = backstop::ThrottlePolicy::builder().seed(5).build().unwrap();
+        let middleware = BackstopMiddleware::new(RetryPolicy::none()).with_throttle(throttle);
+        let (first, second) = (
+            client(Protocol::Http1, middleware.clone()),
+            client(Protocol::Http1, middleware.clone()),
+        );
+        let (mut sent, mut shed) = (0, 0);
+        for _ in 0..20 {
+            for client in [&first, &second] {
+                match client.get(url(&up, "/")).send().await {
+                    Ok(res) => {
+                        assert_eq!(res.status(), 429);
+                        sent += 1
+                    }
+                    Err(err) => {
+                        let failed = err.backstop().expect("backstop's error");
+                        assert!(failed.is_throttled(), "{failed}");
+                        assert_eq!(failed.stop_reason(), Some(StopReason::Throttled));
+                        assert!(err.reqwest().is_none());
+                        shed += 1
+                    }
+                }
+            }
+        }
+        // The clones count in one window: nearly every call after the first 429
+        // is shed, and the shed ones never reached the upstream.
+        assert_eq!(sent + shed, 40);
+        assert!(shed > 30, "{sent} sent, {shed} shed");
+        assert_eq!(up.requests().len(), sent);
+        let head = http::Request::get(url(&up, "/"))
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let layer = middleware.throttle().expect("a throttle");
+        assert!(layer.probability(&head) > 0.9);
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_hedged_get_answers_from_the_faster_send() {
     within_10s(async {
         let up = upstream(

@@ -12,4 +12,6 @@ mod record;
 mod admission;
 mod composition;
 mod migration;
+#[cfg(feature = "test-util")]
+mod throttle;
 mod tower_http;

@@ -10,6 +10,7 @@ mod guard;
 mod pause;
 mod retry;
 mod routes;
+mod throttle;
 
 use std::io;
 use std::sync::Arc;

@@ -78,21 +78,17 @@ impl<O: BreakerOwner> Permit<O> {
         &self.owner
     }
 
-    /// Records the call's outcome: its final answer or error. A call that ended
-    /// before it sent anything (refused by a layer inside, or out of time before
-    /// its first attempt) says nothing of the origin: it counts neither way, and a
-    /// probe's slot goes back, as for a dropped call. Only the first outcome
-    /// counts.
+    /// Records the call's error; its answer is [`answered`](Permit::answered). A
+    /// call that ended before it sent anything (refused by a layer inside, or out of
+    /// time before its first attempt) says nothing of the origin: it counts neither
+    /// way, and a probe's slot goes back, as for a dropped call. Only the first
+    /// outcome counts.
     #[inline]
-    pub(crate) fn finish<RB>(
-        &mut self,
-        result: &Result<Response<RB>, Error>,
-        observed: Option<&Observed>,
-    ) {
-        match result {
-            Ok(res) => self.answered(res, observed),
-            Err(err) if err.sent_nothing() => self.release(),
-            Err(err) => self.complete(Outcome::Error(err.kind()), Some(err), observed),
+    pub(crate) fn failed(&mut self, err: &Error, observed: Option<&Observed>) {
+        if err.sent_nothing() {
+            self.release();
+        } else {
+            self.complete(Outcome::Error(err.kind()), Some(err), observed);
         }
     }
 
