@@ -101,6 +101,7 @@
 mod many;
 #[cfg(feature = "metrics")]
 mod metrics;
+pub(crate) mod otel;
 
 use std::fmt;
 use std::sync::Arc;

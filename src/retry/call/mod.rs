@@ -19,7 +19,7 @@ mod outcome;
 mod start;
 mod tell;
 
-use super::future::{ResponseFuture, State};
+use super::future::{ResponseFuture, Spans, State};
 use super::head::Head;
 use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};
