@@ -6,5 +6,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(all(feature = "test-util", feature = "metrics"))]
+mod metrics;
+#[cfg(all(feature = "test-util", feature = "metrics"))]
+mod prometheus;
 #[cfg(feature = "test-util")]
 mod spans;
