@@ -46,22 +46,47 @@ pub(crate) struct Spans {
     request: Option<Span>,
 }
 
+/// The call's span and its current request's, entered for one poll (the request's
+/// inside the call's). Each holds a handle of its own, so the request's span can be
+/// closed by the poll that learns its outcome; it ends when this is dropped, at the
+/// end of that poll.
+pub(super) struct EnteredSpans {
+    // Exited first.
+    _request: Option<tracing::span::EnteredSpan>,
+    _call: tracing::span::EnteredSpan,
+}
+
 impl Spans {
-    /// Opens the span of attempt `attempt`'s request and enters it, for the call
-    /// sending it; leaves the call's span on the request for a hedge layer beneath.
-    pub(super) fn sending(
+    /// Opens the span of attempt `attempt`'s request, to be entered while the call
+    /// sends it; leaves the call's span on the request for a hedge layer beneath.
+    #[cold]
+    pub(super) fn open(
         &mut self,
         method: &http::Method,
         uri: &http::Uri,
         extensions: &mut http::Extensions,
         attempt: u32,
-    ) -> tracing::span::Entered<'_> {
+    ) {
         let parent = self.call.id();
         let span = otel::request_span(parent.clone(), method, uri, attempt, None);
         if let Some(parent) = parent {
             extensions.insert(otel::AttemptSpan { parent, attempt });
         }
-        self.request.insert(span).enter()
+        self.request = Some(span);
+    }
+
+    /// The current request's span, while it is being sent.
+    pub(super) fn request(&self) -> Option<&Span> {
+        self.request.as_ref()
+    }
+
+    /// Enters the call's span and the current request's, for one poll.
+    #[cold]
+    fn enter(&self) -> EnteredSpans {
+        EnteredSpans {
+            _request: self.request.clone().map(Span::entered),
+            _call: self.call.clone().entered(),
+        }
     }
 
     /// Closes the current request's span with its outcome.
@@ -286,20 +311,13 @@ where
             }
         }
         let call = this.call;
-        // Entered through a handle of its own, so the request's span beside it can
-        // be opened and closed in the loop.
-        let _entered = this.span.as_deref().map(|s| s.call.clone().entered());
+        let _entered = this.span.as_deref().map(Spans::enter);
         // Every way a call ends leaves this loop with its result, and only here (a
         // plain first answer that nobody is told of returns at once).
         let ended: CallResult<RB> = loop {
             match this.state.as_mut().project() {
                 StateProj::Attempt { future, timeout } => {
-                    let polled = {
-                        let request = this.span.as_deref().and_then(|s| s.request.as_ref());
-                        let _entered = request.map(Span::enter);
-                        future.poll(cx)
-                    };
-                    let result = match polled {
+                    let result = match future.poll(cx) {
                         Poll::Ready(Ok(res)) => {
                             if call.is_plain_answer(&res) {
                                 // The success path: nothing to record, nothing to wait,

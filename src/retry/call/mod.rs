@@ -12,6 +12,7 @@ use bytes::Buf;
 use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
+use tracing::Span;
 
 mod end;
 mod gates;

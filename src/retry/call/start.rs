@@ -205,13 +205,14 @@ where
         if let Some(now) = now {
             stamp(&policy, &mut parts.headers, 1, timeout, now);
         }
+        if let Some(spans) = span.as_deref_mut() {
+            spans.open(&parts.method, &parts.uri, &mut parts.extensions, 1);
+        }
         // Built in one expression, the inner future written straight into ours.
         ResponseFuture {
             state: State::Attempt {
                 future: {
-                    let _entered = span.as_deref_mut().map(|spans| {
-                        spans.sending(&parts.method, &parts.uri, &mut parts.extensions, 1)
-                    });
+                    let _entered = span.as_deref().and_then(Spans::request).map(Span::enter);
                     service.call(Request::from_parts(parts, body))
                 },
                 timeout: crate::retry::future::timer(timeout),
@@ -316,9 +317,11 @@ where
         match self.service() {
             Some(service) => {
                 let (mut parts, body) = req.into_parts();
-                let _entered = spans.map(|spans| {
-                    spans.sending(&parts.method, &parts.uri, &mut parts.extensions, attempt)
+                let spans = spans.map(|spans| {
+                    spans.open(&parts.method, &parts.uri, &mut parts.extensions, attempt);
+                    &*spans
                 });
+                let _entered = spans.and_then(Spans::request).map(Span::enter);
                 Ok((service.call(Request::from_parts(parts, body)), timeout))
             }
             None => Err(self.stopped(StopReason::AttemptsExhausted)),
