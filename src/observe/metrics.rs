@@ -73,7 +73,20 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 /// - `state`: `closed`, `open`, `half-open`.
 ///
 /// `http.request.resend_count` is a span attribute in the convention: it is
-/// never a label here (it would multiply the series).
+/// never a label here (it would multiply the series); the retry layer's spans carry
+/// it (see the crate's README, "Spans").
+///
+/// [`describe`](Self::describe) gives each instrument its unit: with
+/// `metrics-exporter-prometheus`'s `with_recommended_naming(true)`, Prometheus sees
+/// `http_client_request_duration_seconds` and `backstop_calls_total`. The facade
+/// has no annotated units, so a counter's `{call}` reaches OpenTelemetry as `1`.
+///
+/// # Cost
+///
+/// A call's labels are made once, at its first event, from static and shared
+/// strings; each instrument then copies them (one allocation) and the facade
+/// hashes its key. `INSTR_STACK=backstop_stack_metrics` in `benches/instructions.rs`
+/// counts what the observer adds per call.
 ///
 /// Requests sent are told by the retry layer (a hedge layer's sends through it):
 /// a stack without one records no `http.client.request.duration`. Two things are
