@@ -2,16 +2,16 @@
 //! observer itself. The call's context carries the observer, so they are part of
 //! the shared vocabulary; [`observe`](crate::observe) is their public home.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::uri::{Authority, Scheme};
-use http::{Method, Request, Uri};
 use tokio::time::Instant;
 
 use super::circuit::State;
-use super::{AttemptOutcome, CallContext, Progress, RetryReason, StopReason};
+use super::{AttemptOutcome, Progress, RetryReason, StopReason};
+
+#[cfg(feature = "metrics")]
+pub(crate) use super::call_info::CallLabels;
+pub use super::call_info::{CallInfo, Origin};
 
 /// Sees what the layers of a stack decide. See the [module docs](crate::observe).
 ///
@@ -28,179 +28,6 @@ where
 {
     fn on_event(&self, event: &Event<'_>) {
         self(event)
-    }
-}
-
-/// The origin of a call: its scheme, host and port, never its user information,
-/// path or query.
-///
-/// # Examples
-///
-/// ```
-/// use backstop::observe::Origin;
-///
-/// let uri: http::Uri = "https://user:secret@api.example.com:8443/pay?card=4242".parse().unwrap();
-/// let origin = Origin::of(&uri);
-/// assert_eq!(origin.to_string(), "https://api.example.com:8443");
-/// assert_eq!(origin.host(), Some("api.example.com"));
-/// ```
-#[derive(Clone, Default)]
-pub struct Origin {
-    scheme: Option<Scheme>,
-    // Kept whole (a cheap clone of a shared buffer); only its host and port are
-    // ever read, so the user information never leaves it.
-    authority: Option<Authority>,
-}
-
-impl Origin {
-    /// The origin of `uri`.
-    pub fn of(uri: &Uri) -> Self {
-        Origin {
-            scheme: uri.scheme().cloned(),
-            authority: uri.authority().cloned(),
-        }
-    }
-
-    /// The scheme (`http`, `https`), when the URI has one.
-    pub fn scheme(&self) -> Option<&str> {
-        self.scheme.as_ref().map(Scheme::as_str)
-    }
-
-    /// The host, without user information or port.
-    pub fn host(&self) -> Option<&str> {
-        self.authority.as_ref().map(Authority::host)
-    }
-
-    /// The port, when the URI names one.
-    pub fn port(&self) -> Option<u16> {
-        self.authority.as_ref().and_then(Authority::port_u16)
-    }
-}
-
-impl fmt::Display for Origin {
-    /// `scheme://host:port`, each part as far as the URI has it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(scheme) = self.scheme() {
-            write!(f, "{scheme}://")?;
-        }
-        match self.host() {
-            Some(host) => f.write_str(host)?,
-            None => f.write_str("(no authority)")?,
-        }
-        match self.port() {
-            Some(port) => write!(f, ":{port}"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl fmt::Debug for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Origin({self})")
-    }
-}
-
-impl PartialEq for Origin {
-    fn eq(&self, other: &Self) -> bool {
-        self.scheme == other.scheme && self.host() == other.host() && self.port() == other.port()
-    }
-}
-
-impl Eq for Origin {}
-
-/// What every event says of its call: the origin, the route name when a route
-/// table named one, and the method. Each is bounded, so all three make good
-/// metric labels; none holds a path, query, header value or body.
-#[derive(Clone, Debug)]
-pub struct CallInfo {
-    origin: Origin,
-    route: Option<Arc<str>>,
-    method: Method,
-    /// The call's attributes as `metrics` labels, made once per call by the
-    /// first `MetricsObserver` event and shared by the call's later ones.
-    #[cfg(feature = "metrics")]
-    labels: std::sync::OnceLock<CallLabels>,
-}
-
-/// A call's attributes as `metrics` labels: *server* (`server.address`,
-/// `server.port`, `url.scheme`), then `http.request.method`, then `route` when the
-/// call has one. Every value is static or shared, so a copy costs no allocation.
-#[cfg(feature = "metrics")]
-#[derive(Clone, Debug)]
-pub(crate) struct CallLabels {
-    pub(crate) all: Vec<metrics::Label>,
-    /// How many of `all` are *server*.
-    pub(crate) server: usize,
-}
-
-impl CallInfo {
-    /// The call of `req`: its origin, method, and the route its
-    /// [`CallContext`] names.
-    pub fn of<B>(req: &Request<B>) -> Self {
-        CallInfo::of_call(req.uri(), req.method(), req.extensions())
-    }
-
-    /// The same, from a request's head.
-    pub(crate) fn of_head(head: &http::request::Parts) -> Self {
-        CallInfo::of_call(&head.uri, &head.method, &head.extensions)
-    }
-
-    fn of_call(uri: &http::Uri, method: &Method, extensions: &http::Extensions) -> Self {
-        CallInfo {
-            origin: Origin::of(uri),
-            route: CallContext::of(extensions).and_then(|c| c.route().map(Arc::from)),
-            method: method.clone(),
-            #[cfg(feature = "metrics")]
-            labels: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// A call to `origin` with `method`, on no route.
-    pub fn new(origin: Origin, method: Method) -> Self {
-        CallInfo {
-            origin,
-            route: None,
-            method,
-            #[cfg(feature = "metrics")]
-            labels: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The same call, on the route named `route`.
-    pub fn with_route(mut self, route: impl Into<Arc<str>>) -> Self {
-        self.route = Some(route.into());
-        #[cfg(feature = "metrics")]
-        {
-            self.labels = std::sync::OnceLock::new();
-        }
-        self
-    }
-
-    /// The route's name, shared.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn route_shared(&self) -> Option<&Arc<str>> {
-        self.route.as_ref()
-    }
-
-    /// The call's labels, made by `make` on first use.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn labels(&self, make: impl FnOnce(&CallInfo) -> CallLabels) -> &CallLabels {
-        self.labels.get_or_init(|| make(self))
-    }
-
-    /// The call's origin.
-    pub fn origin(&self) -> &Origin {
-        &self.origin
-    }
-
-    /// The name of the route the call matched, when a route table named it.
-    pub fn route(&self) -> Option<&str> {
-        self.route.as_deref()
-    }
-
-    /// The call's method.
-    pub fn method(&self) -> &Method {
-        &self.method
     }
 }
 

@@ -9,6 +9,7 @@
 //! runtime or a network.
 
 mod backoff;
+mod call_info;
 pub(crate) mod circuit;
 mod classify;
 mod config;
