@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use backstop::hedge::{HedgeLayer, HedgePolicy};
-use backstop::test_util::{Protocol, Reply, Upstream};
+use backstop::test_util::{Protocol, Reply, Step, Upstream};
 use backstop::RetryLayer;
 use http::{Request, StatusCode};
 use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
@@ -196,5 +196,62 @@ async fn a_hedged_copy_is_a_client_span_of_its_own_beside_the_original() {
     assert_eq!(attr(original, "error.type"), None);
     assert_eq!(original.status, Status::Unset);
     assert!(original.start_time <= copy.start_time);
+    assert_no_url(&spans);
+}
+
+#[tokio::test]
+async fn a_failed_send_has_an_error_type_and_no_status_code() {
+    // The first request's connection closes before any answer; the resend answers.
+    let up = upstream(Protocol::Http1, vec![Step::CloseOnHead, Reply::ok().into()]).await;
+    let uri = up.uri("/items?token=s3cret");
+    let spans = exported(async {
+        let client = ServiceBuilder::new()
+            .layer(RetryLayer::new(quick()))
+            .service(transport(Protocol::Http1));
+        let req = Request::get(uri).body(empty()).unwrap();
+        let res = client.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    })
+    .await;
+    let sent = named(&spans, "GET");
+    assert_eq!(sent.len(), 2, "{spans:#?}");
+    let failed = sent[0];
+    assert_eq!(attr(failed, "http.response.status_code"), None);
+    assert!(matches!(failed.status, Status::Error { .. }), "{failed:?}");
+    // An error kind (`closed`, `connect`, …), never a status code.
+    let kind = attr(failed, "error.type").expect("an error.type").as_str();
+    assert!(kind.parse::<u16>().is_err() && !kind.is_empty(), "{kind}");
+    assert_eq!(
+        attr(sent[1], "http.request.resend_count"),
+        Some(&Value::I64(1))
+    );
+    assert_no_url(&spans);
+}
+
+#[tokio::test]
+async fn a_method_outside_the_known_ones_is_named_http() {
+    let up = upstream(Protocol::Http1, vec![Reply::ok().into()]).await;
+    let uri = up.uri("/items?token=s3cret");
+    let spans = exported(async {
+        let client = ServiceBuilder::new()
+            .layer(RetryLayer::new(quick()))
+            .service(transport(Protocol::Http1));
+        let method = http::Method::from_bytes(b"PURGE").unwrap();
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(empty())
+            .unwrap();
+        let res = client.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    })
+    .await;
+    let sent = named(&spans, "HTTP");
+    assert_eq!(sent.len(), 1, "{spans:#?}");
+    assert_eq!(sent[0].span_kind, SpanKind::Client);
+    assert_eq!(
+        attr(sent[0], "http.request.method"),
+        Some(&Value::from("_OTHER"))
+    );
     assert_no_url(&spans);
 }
