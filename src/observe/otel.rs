@@ -12,6 +12,11 @@
 //! backstop records holds a URL, a header value or a body. Integers are recorded as
 //! `i64`, which `tracing-opentelemetry` turns into the convention's `int` (it
 //! records a `u64` as a string).
+//!
+//! When a hedge layer beneath races copies, the attempt's span is the original
+//! send's: it records the original's own outcome (none when it lost and was
+//! cancelled), and ends with the race, which may be later than the original's
+//! answer when that answer was a retryable failure and a copy won afterwards.
 
 use http::{Method, StatusCode};
 use tracing::field::Empty;
