@@ -1,12 +1,13 @@
 //! An observer that records through the `metrics` facade.
 
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
-use http::Method;
-use metrics::{counter, gauge, histogram, Label, Unit};
+use metrics::{counter, gauge, histogram, Label, SharedString, Unit};
 
+use super::otel::{error_type, method_name, server_port, status_str};
 use super::{reason_label, CallInfo, Event, Observer, Refusal};
 use crate::policy::circuit::State;
+use crate::policy::event::CallLabels;
 use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 
 /// Records what the layers decide through the [`metrics`](https://docs.rs/metrics)
@@ -86,7 +87,20 @@ use crate::policy::{AttemptOutcome, NoRetry, StopReason};
 /// - `state`: `closed`, `open`, `half-open`.
 ///
 /// `http.request.resend_count` is a span attribute in the convention: it is
-/// never a label here (it would multiply the series).
+/// never a label here (it would multiply the series); the retry layer's spans carry
+/// it (see the crate's README, "Spans").
+///
+/// [`describe`](Self::describe) gives each instrument its unit: with
+/// `metrics-exporter-prometheus`'s `with_recommended_naming(true)`, Prometheus sees
+/// `http_client_request_duration_seconds` and `backstop_calls_total`. The facade
+/// has no annotated units, so a counter's `{call}` reaches OpenTelemetry as `1`.
+///
+/// # Cost
+///
+/// A call's labels are made once, at its first event, from static and shared
+/// strings; each instrument then copies them (one allocation) and the facade
+/// hashes its key. `INSTR_STACK=backstop_stack_metrics` in `benches/instructions.rs`
+/// counts what the observer adds per call.
 ///
 /// Requests sent are told by the retry layer (a hedge layer's sends through it):
 /// a stack without one records no `http.client.request.duration`. Two things are
@@ -212,72 +226,73 @@ fn describe() {
     super::grpc_metrics::describe();
 }
 
-/// `method` as OpenTelemetry's `http.request.method`.
-fn method_label(method: &Method) -> &'static str {
-    match *method {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::CONNECT => "CONNECT",
-        Method::OPTIONS => "OPTIONS",
-        Method::TRACE => "TRACE",
-        Method::PATCH => "PATCH",
-        _ => "_OTHER",
+/// The call's labels, made once per call (see [`CallLabels`]): every value is
+/// static or shared, so each event copies them without allocating a string.
+fn call_labels(call: &CallInfo) -> CallLabels {
+    let origin = call.origin();
+    let mut all = Vec::with_capacity(5);
+    if let Some(host) = origin.host() {
+        all.push(Label::new("server.address", Arc::<str>::from(host)));
     }
+    if let Some(port) = server_port(origin.port(), origin.scheme()) {
+        let port: SharedString = match port {
+            80 => SharedString::const_str("80"),
+            443 => SharedString::const_str("443"),
+            other => Arc::<str>::from(other.to_string()).into(),
+        };
+        all.push(Label::new("server.port", port));
+    }
+    if let Some(scheme) = origin.scheme() {
+        let scheme: SharedString = match scheme {
+            "http" => SharedString::const_str("http"),
+            "https" => SharedString::const_str("https"),
+            other => Arc::<str>::from(other).into(),
+        };
+        all.push(Label::new("url.scheme", scheme));
+    }
+    let server = all.len();
+    all.push(Label::new(
+        "http.request.method",
+        method_name(call.method()),
+    ));
+    if let Some(route) = call.route_shared() {
+        all.push(Label::new("route", route.clone()));
+    }
+    CallLabels { all, server }
+}
+
+/// The first `n` of the call's labels, with room for the ones an event adds.
+fn first(call: &CallInfo, n: impl FnOnce(&CallLabels) -> usize) -> Vec<Label> {
+    let labels = call.labels(call_labels);
+    let n = n(labels).min(labels.all.len());
+    let mut out = Vec::with_capacity(labels.all.len() + 3);
+    out.extend_from_slice(&labels.all[..n]);
+    out
 }
 
 /// *server*: `server.address`, `server.port` (the scheme's when the URI names
 /// none) and `url.scheme`, as far as the call's URI has them.
 fn server(call: &CallInfo) -> Vec<Label> {
-    let origin = call.origin();
-    let mut labels = Vec::with_capacity(8);
-    if let Some(host) = origin.host() {
-        labels.push(Label::new("server.address", host.to_owned()));
-    }
-    let port = origin.port().or(match origin.scheme() {
-        Some("https") => Some(443),
-        Some("http") => Some(80),
-        _ => None,
-    });
-    if let Some(port) = port {
-        labels.push(Label::new("server.port", port.to_string()));
-    }
-    if let Some(scheme) = origin.scheme() {
-        labels.push(Label::new("url.scheme", scheme.to_owned()));
-    }
-    labels
+    first(call, |labels| labels.server)
 }
 
-/// *request*: `http.request.method` and *server*; with `route` when the call's
+/// *request*: *server* and `http.request.method`; with `route` when the call's
 /// route has a name.
 fn request(call: &CallInfo, route: bool) -> Vec<Label> {
-    let mut labels = server(call);
-    labels.push(Label::new(
-        "http.request.method",
-        method_label(call.method()),
-    ));
-    if let (true, Some(name)) = (route, call.route()) {
-        labels.push(Label::new("route", name.to_owned()));
-    }
-    labels
+    first(call, |labels| match route {
+        true => labels.all.len(),
+        false => labels.server + 1,
+    })
 }
 
 /// Adds `http.response.status_code` and `error.type` as the convention sets them
 /// for `outcome`.
 fn outcome(labels: &mut Vec<Label>, outcome: AttemptOutcome) {
-    match outcome {
-        AttemptOutcome::Status(status) => {
-            let code = status.as_u16().to_string();
-            if status.is_client_error() || status.is_server_error() {
-                labels.push(Label::new("error.type", code.clone()));
-            }
-            labels.push(Label::new("http.response.status_code", code));
-        }
-        AttemptOutcome::Error(kind) => labels.push(Label::new("error.type", kind.as_str())),
-        // A loser of a hedge race, cancelled on purpose: not an error.
-        _ => {}
+    if let AttemptOutcome::Status(status) = outcome {
+        labels.push(Label::new("http.response.status_code", status_str(status)));
+    }
+    if let Some(error) = error_type(outcome) {
+        labels.push(Label::new("error.type", error));
     }
 }
 
@@ -308,8 +323,8 @@ impl Observer for MetricsObserver {
                 outcome(&mut labels, e.outcome);
                 histogram!("http.client.request.duration", labels.clone())
                     .record(e.elapsed.as_secs_f64());
-                if let Some(name) = e.call.route() {
-                    labels.push(Label::new("route", name.to_owned()));
+                if let Some(name) = e.call.route_shared() {
+                    labels.push(Label::new("route", name.clone()));
                 }
                 counter!("backstop.attempts", labels).increment(1);
             }

@@ -104,6 +104,7 @@ mod grpc_metrics;
 mod many;
 #[cfg(feature = "metrics")]
 mod metrics;
+pub(crate) mod otel;
 
 use std::fmt;
 use std::sync::Arc;

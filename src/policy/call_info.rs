@@ -1,4 +1,5 @@
-//! What every event says of its call: its origin and the call itself.
+//! Who an event is about: the call's origin and what else names the call (route,
+//! method), each bounded, so they make metric labels.
 
 use std::fmt;
 use std::sync::Arc;
@@ -94,6 +95,21 @@ pub struct CallInfo {
     route: Option<Arc<str>>,
     method: Method,
     grpc: bool,
+    /// The call's attributes as `metrics` labels, made once per call by the
+    /// first `MetricsObserver` event and shared by the call's later ones.
+    #[cfg(feature = "metrics")]
+    labels: std::sync::OnceLock<CallLabels>,
+}
+
+/// A call's attributes as `metrics` labels: *server* (`server.address`,
+/// `server.port`, `url.scheme`), then `http.request.method`, then `route` when the
+/// call has one. Every value is static or shared, so a copy costs no allocation.
+#[cfg(feature = "metrics")]
+#[derive(Clone, Debug)]
+pub(crate) struct CallLabels {
+    pub(crate) all: Vec<metrics::Label>,
+    /// How many of `all` are *server*.
+    pub(crate) server: usize,
 }
 
 impl CallInfo {
@@ -122,6 +138,8 @@ impl CallInfo {
             route: CallContext::of(extensions).and_then(|c| c.route().map(Arc::from)),
             method: method.clone(),
             grpc,
+            #[cfg(feature = "metrics")]
+            labels: std::sync::OnceLock::new(),
         }
     }
 
@@ -132,6 +150,8 @@ impl CallInfo {
             route: None,
             method,
             grpc: false,
+            #[cfg(feature = "metrics")]
+            labels: std::sync::OnceLock::new(),
         }
     }
 
@@ -150,7 +170,23 @@ impl CallInfo {
     /// The same call, on the route named `route`.
     pub fn with_route(mut self, route: impl Into<Arc<str>>) -> Self {
         self.route = Some(route.into());
+        #[cfg(feature = "metrics")]
+        {
+            self.labels = std::sync::OnceLock::new();
+        }
         self
+    }
+
+    /// The route's name, shared.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn route_shared(&self) -> Option<&Arc<str>> {
+        self.route.as_ref()
+    }
+
+    /// The call's labels, made by `make` on first use.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn labels(&self, make: impl FnOnce(&CallInfo) -> CallLabels) -> &CallLabels {
+        self.labels.get_or_init(|| make(self))
     }
 
     /// The call's origin.

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use super::call_info::{CallInfo, Origin};
 use super::circuit::State;
 use super::{AttemptOutcome, History, Progress, RetryReason, StopReason};
+
+#[cfg(feature = "metrics")]
+pub(crate) use super::call_info::CallLabels;
+pub use super::call_info::{CallInfo, Origin};
 
 /// Sees what the layers of a stack decide. See the [module docs](crate::observe).
 ///

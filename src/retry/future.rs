@@ -18,8 +18,9 @@ use super::call::{Call, CallResult, Lazy, Next};
 use super::RetryPolicy;
 use crate::admit::{Admitted, Pass, Paused};
 use crate::body::ReplayBody;
+use crate::observe::otel;
 use crate::policy::error::{BoxError, Error};
-use crate::policy::{CallContext, StopReason};
+use crate::policy::{AttemptOutcome, CallContext, StopReason};
 use std::mem;
 use std::sync::Arc;
 
@@ -32,9 +33,68 @@ pin_project! {
         #[pin]
         pub(super) state: State<S::Future, RB, Held<S, B>>,
         pub(super) call: Call<S, B>,
-        // The call's span, left out when nothing takes it (`Span::none()` does
-        // nothing), which keeps the future small.
-        pub(super) span: Lazy<Span>,
+        // The call's span and its current request's, left out when nothing takes
+        // them (`Span::none()` does nothing), which keeps the future small.
+        pub(super) span: Lazy<Spans>,
+    }
+}
+
+/// The call's span, `backstop.retry`, and the span of the request being sent, one
+/// of OpenTelemetry's HTTP client spans (see `observe::otel`), its child.
+pub(crate) struct Spans {
+    call: Span,
+    request: Option<Span>,
+}
+
+/// The call's span and its current request's, entered for one poll (the request's
+/// inside the call's). Each holds a handle of its own, so the request's span can be
+/// closed by the poll that learns its outcome; it ends when this is dropped, at the
+/// end of that poll.
+pub(super) struct EnteredSpans {
+    // Exited first.
+    _request: Option<tracing::span::EnteredSpan>,
+    _call: tracing::span::EnteredSpan,
+}
+
+impl Spans {
+    /// Opens the span of attempt `attempt`'s request, to be entered while the call
+    /// sends it; leaves the call's span on the request for a hedge layer beneath.
+    #[cold]
+    pub(super) fn open(
+        &mut self,
+        method: &http::Method,
+        uri: &http::Uri,
+        extensions: &mut http::Extensions,
+        attempt: u32,
+    ) {
+        let parent = self.call.id();
+        let span = otel::request_span(parent.clone(), method, uri, attempt, None);
+        if let Some(parent) = parent {
+            extensions.insert(otel::AttemptSpan { parent, attempt });
+        }
+        self.request = Some(span);
+    }
+
+    /// The current request's span, while it is being sent.
+    pub(super) fn request(&self) -> Option<&Span> {
+        self.request.as_ref()
+    }
+
+    /// Enters the call's span and the current request's, for one poll.
+    #[cold]
+    fn enter(&self) -> EnteredSpans {
+        EnteredSpans {
+            _request: self.request.clone().map(Span::entered),
+            _call: self.call.clone().entered(),
+        }
+    }
+
+    /// Closes the current request's span with its outcome.
+    #[cold]
+    fn sent(&mut self, outcome: AttemptOutcome) {
+        if let Some(span) = self.request.take() {
+            otel::request_ended(&span, outcome);
+        }
     }
 }
 
@@ -150,7 +210,7 @@ where
 {
     /// The call's span, left out when nothing takes it.
     #[inline(always)]
-    pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Span>> {
+    pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Spans>> {
         // Checked first: when a subscriber is set and DEBUG is off, making a
         // disabled span and dropping it costs more than this look. Without any
         // subscriber the macro decides, as `tracing`'s `log` output may want the
@@ -173,12 +233,15 @@ where
         if let Some(route) = CallContext::of(req.extensions()).and_then(CallContext::route) {
             span.record("route", route);
         }
-        Some(Box::new(span))
+        Some(Box::new(Spans {
+            call: span,
+            request: None,
+        }))
     }
 
     /// The deadline left no time for a first attempt: the call is refused.
     #[cold]
-    pub(super) fn refused_by_deadline(mut call: Call<S, B>, span: Option<Box<Span>>) -> Self {
+    pub(super) fn refused_by_deadline(mut call: Call<S, B>, span: Option<Box<Spans>>) -> Self {
         let error = call.refused_by_deadline();
         ResponseFuture {
             state: State::Refused { error: Some(error) },
@@ -251,7 +314,7 @@ where
             }
         }
         let call = this.call;
-        let _entered = this.span.as_deref().map(Span::enter);
+        let _entered = this.span.as_deref().map(Spans::enter);
         // Every way a call ends leaves this loop with its result, and only here (a
         // plain first answer that nobody is told of returns at once).
         let ended: CallResult<RB> = loop {
@@ -262,7 +325,11 @@ where
                             if call.is_plain_answer(&res) {
                                 // The success path: nothing to record, nothing to wait,
                                 // and, without a span or an observer, nobody to tell.
-                                if this.span.is_some() || call.is_observed() {
+                                if let Some(spans) = this.span.as_deref_mut() {
+                                    spans.sent(AttemptOutcome::Status(res.status()));
+                                    break Ok(res);
+                                }
+                                if call.is_observed() {
                                     break Ok(res);
                                 }
                                 if let Some(pass) = call.pass_mut() {
@@ -285,6 +352,9 @@ where
                             }
                         },
                     };
+                    if let Some(spans) = this.span.as_deref_mut() {
+                        spans.sent(Call::<S, B>::sent_outcome(&result));
+                    }
                     match call.on_outcome(result) {
                         Next::Return(result) => break result,
                         Next::Wait { wait, response } => {
@@ -376,7 +446,8 @@ where
                             return Poll::Pending;
                         }
                     }
-                    let (future, timeout) = match call.next_attempt(Instant::now()) {
+                    let spans = this.span.as_deref_mut();
+                    let (future, timeout) = match call.next_attempt(Instant::now(), spans) {
                         Ok(next) => next,
                         Err(result) => break result,
                     };
@@ -397,8 +468,8 @@ where
         };
         this.state.set(State::Done);
         drop(_entered);
-        if let Some(span) = this.span.take() {
-            finished(&span, call.attempt);
+        if let Some(spans) = this.span.take() {
+            finished(&spans.call, call.attempt);
         }
         call.ended(&ended);
         Poll::Ready(ended)
@@ -410,7 +481,7 @@ where
 #[cold]
 fn finished(span: &Span, attempts: u32) {
     if attempts > 1 {
-        span.record("http.request.resend_count", attempts - 1);
+        span.record("http.request.resend_count", i64::from(attempts - 1));
     }
     span.in_scope(|| tracing::debug!(attempts, "call finished"));
 }

@@ -108,11 +108,13 @@ pin_project! {
     }
 }
 
-/// One copy: its future while in flight, and how it ended.
+/// One copy: its future while in flight, how it ended, and its span while in
+/// flight (when the call is traced).
 struct InFlight<F> {
     future: Option<Pin<Box<F>>>,
     started: Duration,
     ended: Option<(AttemptOutcome, Duration)>,
+    span: Option<tracing::Span>,
 }
 
 /// A failed send: its kind, read once from the error, and the error.
@@ -220,10 +222,13 @@ where
             // Then the copies, in the order they were sent.
             let mut i = 0;
             while i < race.copies.len() {
-                let polled = match race.as_mut().project().copies[i].future.as_mut() {
+                let copy = &mut race.as_mut().project().copies[i];
+                let _entered = copy.span.as_ref().map(tracing::Span::enter);
+                let polled = match copy.future.as_mut() {
                     Some(future) => future.as_mut().poll(cx),
                     None => Poll::Pending,
                 };
+                drop(_entered);
                 if let Poll::Ready(result) = polled {
                     if let Verdict::Return(out) = race.as_mut().judge(i as u32 + 1, result) {
                         this.state.set(State::Done);

@@ -11,9 +11,11 @@ use http::request::Parts;
 use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
+use tracing::Span;
 
 use super::{Failure, InFlight, Race, RaceProj, Verdict};
 use crate::hedge::{HedgeBody, Judging};
+use crate::observe::otel::{request_ended, request_span, AttemptSpan};
 use crate::observe::{
     pause_told, paused_told, Event, HedgeSent, HedgeWon, LoserCancelled, Observed,
 };
@@ -73,6 +75,9 @@ where
         } else if let Some(c) = this.copies.get_mut(copy as usize - 1) {
             c.ended = Some((outcome, now));
             c.future = None;
+            if let Some(span) = c.span.take() {
+                request_ended(&span, outcome);
+            }
         }
         if let Classification::Retryable(_) = class {
             let mut result = result;
@@ -182,11 +187,27 @@ where
             let after = this.started.elapsed();
             observed.tell(|call| Event::HedgeSent(HedgeSent { call, copy, after }));
         }
-        let future = service.call(Request::from_parts(this.parts.clone(), body));
+        // The copy's own span, beside the attempt's, when the retry layer above
+        // traces the call.
+        let span = this.parts.extensions.get::<AttemptSpan>().map(|a| {
+            let parts = &*this.parts;
+            request_span(
+                Some(a.parent.clone()),
+                &parts.method,
+                &parts.uri,
+                a.attempt,
+                Some(copy),
+            )
+        });
+        let future = {
+            let _entered = span.as_ref().map(Span::enter);
+            service.call(Request::from_parts(this.parts.clone(), body))
+        };
         this.copies.push(InFlight {
             future: Some(Box::pin(future)),
             started: this.started.elapsed(),
             ended: None,
+            span,
         });
         if copy >= *this.max_extra {
             *this.service = None;
@@ -263,6 +284,8 @@ where
         if c.future.take().is_some() {
             c.ended = Some((AttemptOutcome::Canceled, now));
             cancelled(observed, i as u32 + 1);
+            // Cancelled on purpose: its span ends with neither status nor error.
+            c.span = None;
         }
     }
     if let (Some(observed), Some(copy @ 1..)) = (observed, winner) {

@@ -12,6 +12,7 @@ use bytes::Buf;
 use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
+use tracing::Span;
 
 mod end;
 mod gates;
@@ -19,7 +20,7 @@ mod outcome;
 mod start;
 mod tell;
 
-use super::future::{ResponseFuture, State};
+use super::future::{ResponseFuture, Spans, State};
 use super::head::Head;
 use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};

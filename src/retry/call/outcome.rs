@@ -19,11 +19,7 @@ where
             Ok(res) => {
                 // A layer beneath may return the attempt's record with the response
                 // (a hedge layer's sends); it stays on the response too.
-                let hedged = res
-                    .extensions()
-                    .get::<AttemptLog>()
-                    .and_then(AttemptLog::hedged)
-                    .cloned();
+                let hedged = hedged_of_response(&res).cloned();
                 let status = res.status();
                 let outcome = Outcome::Response {
                     status,
@@ -66,10 +62,7 @@ where
                     "attempt failed"
                 );
                 let (class, hint) = self.classify(Outcome::Error(kind), Some(&*err), progress);
-                let hedged = Error::find(&*err)
-                    .and_then(Error::attempt_log)
-                    .and_then(AttemptLog::hedged)
-                    .cloned();
+                let hedged = hedged_of_error(&*err).cloned();
                 self.record(
                     AttemptOutcome::Error(kind),
                     hint,
@@ -116,7 +109,39 @@ where
     }
 }
 
+/// The record of a hedge layer's sends that came back with a response.
+fn hedged_of_response<RB>(res: &Response<RB>) -> Option<&Hedged> {
+    res.extensions()
+        .get::<AttemptLog>()
+        .and_then(AttemptLog::hedged)
+}
+
+/// The record of a hedge layer's sends that came back with an error.
+fn hedged_of_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Hedged> {
+    Error::find(err)
+        .and_then(Error::attempt_log)
+        .and_then(AttemptLog::hedged)
+}
+
 impl<S, B> Call<S, B> {
+    /// How the attempt's own request ended: its answer or failure, or, when a hedge
+    /// layer beneath raced copies of it, the original send's outcome (its copies
+    /// have spans of their own).
+    pub(in crate::retry) fn sent_outcome<RB>(
+        result: &Result<Response<RB>, BoxError>,
+    ) -> AttemptOutcome {
+        let hedged = match result {
+            Ok(res) => hedged_of_response(res),
+            Err(err) => hedged_of_error(&**err),
+        };
+        let original = hedged.and_then(|h| h.sent().iter().find(|s| s.copy == 0));
+        match (original, result) {
+            (Some(original), _) => original.outcome,
+            (None, Ok(res)) => AttemptOutcome::Status(res.status()),
+            (None, Err(err)) => AttemptOutcome::Error(classify_error(&**err)),
+        }
+    }
+
     /// Runs the decision ladder on the current attempt's outcome: the verdict, and
     /// the classifier's wait hint.
     fn classify(

@@ -84,7 +84,7 @@ where
         policy: Arc<RetryPolicy>,
         mut parts: http::request::Parts,
         body: B,
-        span: Option<Box<tracing::Span>>,
+        mut span: Option<Box<Spans>>,
         admitted: Admitted,
     ) -> ResponseFuture<S, B, RB>
     where
@@ -211,11 +211,14 @@ where
         if let Some(now) = now {
             stamp(&policy, &mut parts.headers, 1, timeout, now);
         }
+        if let Some(spans) = span.as_deref_mut() {
+            spans.open(&parts.method, &parts.uri, &mut parts.extensions, 1);
+        }
         // Built in one expression, the inner future written straight into ours.
         ResponseFuture {
             state: State::Attempt {
                 future: {
-                    let _entered = span.as_deref().map(tracing::Span::enter);
+                    let _entered = span.as_deref().and_then(Spans::request).map(Span::enter);
                     service.call(Request::from_parts(parts, body))
                 },
                 timeout: crate::retry::future::timer(timeout),
@@ -274,9 +277,11 @@ where
     }
 
     /// The request for the next attempt and its timeout, or how the call ends.
+    /// The request's span is opened among `spans`, when the call has them.
     pub(in crate::retry) fn next_attempt<RB>(
         &mut self,
         now: Instant,
+        spans: Option<&mut Spans>,
     ) -> Result<(S::Future, Option<Instant>), CallResult<RB>>
     where
         S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>>,
@@ -308,6 +313,7 @@ where
         };
         let mut req = self.track(req);
         self.stamp(&mut req, timeout, now);
+        let attempt = self.attempt;
         let ledger = self.ledger();
         ledger.last_error = None;
         ledger.withdrawn = None;
@@ -315,7 +321,15 @@ where
         // The request came from the kept head, so the service kept beside it is
         // there, driven to readiness by the `Readying` state.
         match self.service() {
-            Some(service) => Ok((service.call(req), timeout)),
+            Some(service) => {
+                let (mut parts, body) = req.into_parts();
+                let spans = spans.map(|spans| {
+                    spans.open(&parts.method, &parts.uri, &mut parts.extensions, attempt);
+                    &*spans
+                });
+                let _entered = spans.and_then(Spans::request).map(Span::enter);
+                Ok((service.call(Request::from_parts(parts, body)), timeout))
+            }
             None => Err(self.stopped(StopReason::AttemptsExhausted)),
         }
     }
