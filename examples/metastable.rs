@@ -647,7 +647,7 @@ async fn main() -> Result<(), BoxError> {
         x_desc: "seconds since the start",
         y_desc: "good calls / s",
         y_format: |v| format!("{v:.0}"),
-        legend: plotters::prelude::SeriesLabelPosition::LowerRight,
+        legend: plotters::prelude::SeriesLabelPosition::MiddleRight,
     };
     common::chart::lines(
         &path,
