@@ -13,20 +13,52 @@ use plotters::prelude::*;
 /// (`cargo run --release --example outage -- --chart docs/outage.svg`), relative to
 /// the directory it runs in. Without it, `None`: the example writes no file.
 pub fn requested() -> Result<Option<PathBuf>, BoxError> {
+    Ok(args(&[])?.chart)
+}
+
+/// What an example was asked on its command line: `--chart <path>` (see
+/// [`requested`]) and which of its own `flags` (each a word such as `--quick`).
+pub struct Args {
+    pub chart: Option<PathBuf>,
+    pub flags: Vec<&'static str>,
+}
+
+impl Args {
+    /// Whether `flag` was given.
+    pub fn has(&self, flag: &str) -> bool {
+        self.flags.contains(&flag)
+    }
+}
+
+/// Reads the command line: `--chart <path>` and any of `flags`; anything else is
+/// an error that lists what the example takes.
+pub fn args(flags: &[&'static str]) -> Result<Args, BoxError> {
     let mut args = std::env::args_os().skip(1);
-    let mut path = None;
+    let mut parsed = Args {
+        chart: None,
+        flags: Vec::new(),
+    };
     while let Some(arg) = args.next() {
-        match (arg.to_str(), args.next()) {
-            (Some("--chart"), Some(to)) => path = Some(PathBuf::from(to)),
-            (Some("--chart"), None) => return Err("--chart needs a path".into()),
-            _ => {
-                return Err(
-                    format!("unknown argument {arg:?}: the one argument is --chart <path>").into(),
+        if arg.to_str() == Some("--chart") {
+            let to = args.next().ok_or("--chart needs a path")?;
+            parsed.chart = Some(PathBuf::from(to));
+            continue;
+        }
+        match flags.iter().find(|flag| arg.to_str() == Some(**flag)) {
+            Some(flag) => parsed.flags.push(flag),
+            None => {
+                let takes: Vec<&str> = std::iter::once("--chart <path>")
+                    .chain(flags.iter().copied())
+                    .collect();
+                return Err(format!(
+                    "unknown argument {arg:?}: the arguments are {}",
+                    takes.join(", ")
                 )
+                .into());
             }
         }
     }
-    Ok(path)
+    Ok(parsed)
 }
 
 /// One line of a chart.
@@ -37,12 +69,17 @@ pub struct Series {
 }
 
 /// The colours the examples use, in order.
-pub const COLORS: [RGBColor; 4] = [
+pub const COLORS: [RGBColor; 6] = [
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
 ];
+
+/// The colour of a reference line (a capacity, a limit) beside the series.
+pub const GREY: RGBColor = RGBColor(0x99, 0x99, 0x99);
 
 /// How a chart reads: its title, axis names, the y labels' format and where the
 /// legend goes.

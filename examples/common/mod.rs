@@ -19,6 +19,11 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+/// The streams an HTTP/2 upstream takes at once on one connection: every one a
+/// client opens in the examples. (hyper's default, 200, would hold the rest back
+/// in the client, a queue the upstream never sees.)
+const MAX_STREAMS: u32 = 100_000;
+
 /// Serves `handler` on a fresh port of 127.0.0.1, over HTTP/2 (cleartext) when
 /// `h2`, else HTTP/1.1, with `TCP_NODELAY`; the address it listens on.
 pub async fn serve<F, Fut, E>(h2: bool, handler: F) -> std::io::Result<SocketAddr>
@@ -38,6 +43,7 @@ where
                 let service = service_fn(handler);
                 let _ = if h2 {
                     http2::Builder::new(TokioExecutor::new())
+                        .max_concurrent_streams(MAX_STREAMS)
                         .serve_connection(io, service)
                         .await
                 } else {
