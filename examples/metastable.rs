@@ -40,7 +40,9 @@
 //!   budget (retries may add 20 % of the first attempts of the last 10 s, plus 10 a
 //!   second);
 //! - `backstop+breaker`: the same with a circuit breaker as well: the default one,
-//!   tripping on its failure ratio only (see `breaker`).
+//!   tripping on its failure ratio only (see `breaker`);
+//! - `backstop+breaker+throttle`: the same with client-side adaptive throttling
+//!   (`ThrottlePolicy::default()`: the SRE book's K = 2 over two minutes).
 //!
 //! Adding a stack is one entry in [`STACKS`].
 //!
@@ -95,6 +97,7 @@ use backstop::budget::BudgetPolicy;
 use backstop::circuit_breaker::CircuitBreakerPolicy;
 use backstop::policy::Backoff;
 use backstop::stack::BackstopBuilder;
+use backstop::ThrottlePolicy;
 use backstop::{Backstop, BoxError, ProgressTrackingLayer, ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, Uri};
@@ -201,9 +204,17 @@ const STACKS: &[Entry] = &[
             )
         },
     },
-    // backstop+breaker+throttle (issue 28's client-side adaptive throttling, built
-    // on another branch) goes here: the `backstop+breaker` entry with the throttle
-    // turned on in its builder.
+    Entry {
+        name: "backstop+breaker+throttle",
+        build: || {
+            backstop(
+                Backstop::builder()
+                    .budget(BudgetPolicy::default())
+                    .circuit_breaker(breaker()?)
+                    .throttle(ThrottlePolicy::default()),
+            )
+        },
+    },
 ];
 
 /// The retries of every stack that retries: attempts, backoff, the attempt
