@@ -13,7 +13,7 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, Re
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use tower::{ServiceBuilder, ServiceExt};
 
-use crate::support::wire::{empty, quick, transport, upstream, within_10s};
+use crate::support::wire::{empty, quick, transport, upstream};
 
 /// A GET answered after a 503 over a loopback upstream, recorded through the
 /// facade into OpenTelemetry's SDK: what its exporter received.
@@ -23,30 +23,21 @@ fn exported() -> Vec<ResourceMetrics> {
         .with_reader(PeriodicReader::builder(exporter.clone()).build())
         .build();
     let recorder = OpenTelemetryRecorder::new(provider.meter("backstop-test"));
-    metrics::with_local_recorder(&recorder, || {
-        // The units reach OpenTelemetry through the descriptions, given before
-        // the instruments are made.
-        MetricsObserver::new().describe();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    crate::recorded_by(&recorder, async {
+        let up = upstream(
+            Protocol::Http2,
+            vec![Reply::status(503).into(), Reply::ok().into()],
+        )
+        .await;
+        let client = ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(quick()))
+            .service(transport(Protocol::Http2));
+        let req = Request::get(up.uri("/items?token=s3cret"))
+            .body(empty())
             .unwrap();
-        rt.block_on(within_10s(async {
-            let up = upstream(
-                Protocol::Http2,
-                vec![Reply::status(503).into(), Reply::ok().into()],
-            )
-            .await;
-            let client = ServiceBuilder::new()
-                .layer(ObserveLayer::new(MetricsObserver::new()))
-                .layer(RetryLayer::new(quick()))
-                .service(transport(Protocol::Http2));
-            let req = Request::get(up.uri("/items?token=s3cret"))
-                .body(empty())
-                .unwrap();
-            let res = client.oneshot(req).await.unwrap();
-            assert_eq!(res.status(), StatusCode::OK);
-        }));
+        let res = client.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
     });
     provider.force_flush().unwrap();
     exporter.get_finished_metrics().unwrap()

@@ -11,7 +11,7 @@ use http::{Request, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tower::{ServiceBuilder, ServiceExt};
 
-use crate::support::wire::{empty, full, quick, transport, upstream, within_10s};
+use crate::support::wire::{empty, full, quick, transport, upstream};
 
 /// Every label a backstop metric may carry, as Prometheus spells them (`.` is `_`),
 /// and the exporter's own (`le`, `quantile`).
@@ -41,39 +41,31 @@ fn rendered() -> String {
         .unwrap()
         .build_recorder();
     let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || {
-        // The units reach the exporter through the descriptions.
-        MetricsObserver::new().describe();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    crate::recorded_by(&recorder, async {
+        let up = upstream(
+            Protocol::Http1,
+            vec![
+                Reply::status(503).into(),
+                Reply::ok().into(),
+                Reply::status(503).into(),
+            ],
+        )
+        .await;
+        let client = ServiceBuilder::new()
+            .layer(ObserveLayer::new(MetricsObserver::new()))
+            .layer(RetryLayer::new(quick()))
+            .service(transport(Protocol::Http1));
+        let get = Request::get(up.uri("/items/7?token=s3cret"))
+            .header("authorization", "Bearer s3cret")
+            .body(empty())
             .unwrap();
-        rt.block_on(within_10s(async {
-            let up = upstream(
-                Protocol::Http1,
-                vec![
-                    Reply::status(503).into(),
-                    Reply::ok().into(),
-                    Reply::status(503).into(),
-                ],
-            )
-            .await;
-            let client = ServiceBuilder::new()
-                .layer(ObserveLayer::new(MetricsObserver::new()))
-                .layer(RetryLayer::new(quick()))
-                .service(transport(Protocol::Http1));
-            let get = Request::get(up.uri("/items/7?token=s3cret"))
-                .header("authorization", "Bearer s3cret")
-                .body(empty())
-                .unwrap();
-            let res = client.clone().oneshot(get).await.unwrap();
-            assert_eq!(res.status(), StatusCode::OK);
-            let post = Request::post(up.uri("/items?token=s3cret"))
-                .body(full("s3cret body"))
-                .unwrap();
-            let res = client.oneshot(post).await.unwrap();
-            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        }));
+        let res = client.clone().oneshot(get).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let post = Request::post(up.uri("/items?token=s3cret"))
+            .body(full("s3cret body"))
+            .unwrap();
+        let res = client.oneshot(post).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     });
     handle.render()
 }

@@ -34,6 +34,16 @@ async fn exported(run: impl std::future::Future<Output = ()>) -> Vec<SpanData> {
     exporter.get_finished_spans().unwrap()
 }
 
+/// Sends `req` through a retry layer over an HTTP/1.1 client, and checks that the
+/// call ended with a 200.
+async fn answered_ok(req: Request<crate::support::wire::Body>) {
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(quick()))
+        .service(transport(Protocol::Http1));
+    let res = client.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
 fn attr<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
     span.attributes
         .iter()
@@ -204,15 +214,8 @@ async fn a_failed_send_has_an_error_type_and_no_status_code() {
     // The first request's connection closes before any answer; the resend answers.
     let up = upstream(Protocol::Http1, vec![Step::CloseOnHead, Reply::ok().into()]).await;
     let uri = up.uri("/items?token=s3cret");
-    let spans = exported(async {
-        let client = ServiceBuilder::new()
-            .layer(RetryLayer::new(quick()))
-            .service(transport(Protocol::Http1));
-        let req = Request::get(uri).body(empty()).unwrap();
-        let res = client.oneshot(req).await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-    })
-    .await;
+    let req = Request::get(uri).body(empty()).unwrap();
+    let spans = exported(answered_ok(req)).await;
     let sent = named(&spans, "GET");
     assert_eq!(sent.len(), 2, "{spans:#?}");
     let failed = sent[0];
@@ -232,20 +235,13 @@ async fn a_failed_send_has_an_error_type_and_no_status_code() {
 async fn a_method_outside_the_known_ones_is_named_http() {
     let up = upstream(Protocol::Http1, vec![Reply::ok().into()]).await;
     let uri = up.uri("/items?token=s3cret");
-    let spans = exported(async {
-        let client = ServiceBuilder::new()
-            .layer(RetryLayer::new(quick()))
-            .service(transport(Protocol::Http1));
-        let method = http::Method::from_bytes(b"PURGE").unwrap();
-        let req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(empty())
-            .unwrap();
-        let res = client.oneshot(req).await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-    })
-    .await;
+    let method = http::Method::from_bytes(b"PURGE").unwrap();
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(empty())
+        .unwrap();
+    let spans = exported(answered_ok(req)).await;
     let sent = named(&spans, "HTTP");
     assert_eq!(sent.len(), 1, "{spans:#?}");
     assert_eq!(sent[0].span_kind, SpanKind::Client);
