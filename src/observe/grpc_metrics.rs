@@ -1,7 +1,7 @@
 //! gRPC's own retry metrics (gRFC A96), recorded for gRPC calls by
 //! [`MetricsObserver`](super::MetricsObserver).
 
-use metrics::{describe_histogram, histogram, Label, Unit};
+use metrics::{describe_histogram, histogram, Label, SharedString, Unit};
 
 use super::CallFinished;
 
@@ -44,8 +44,12 @@ pub(super) fn call_finished(e: &CallFinished<'_>) {
     };
     // `grpc.method` is the route's name: a method path is never a label (gRPC
     // itself records an unregistered method as "other").
+    let method: SharedString = match e.call.route_shared() {
+        Some(route) => route.clone().into(),
+        None => SharedString::const_str("other"),
+    };
     let labels = vec![
-        Label::new("grpc.method", e.call.route().unwrap_or("other").to_owned()),
+        Label::new("grpc.method", method),
         Label::new("grpc.target", e.call.origin().to_string()),
     ];
     let transparent = history.transparent_retries();
