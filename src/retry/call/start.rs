@@ -322,13 +322,17 @@ where
         // there, driven to readiness by the `Readying` state.
         match self.service() {
             Some(service) => {
-                let (mut parts, body) = req.into_parts();
-                let spans = spans.map(|spans| {
-                    spans.open(&parts.method, &parts.uri, &mut parts.extensions, attempt);
-                    &*spans
-                });
+                // The request is taken apart for its span only when it has one.
+                let (req, spans) = match spans {
+                    Some(spans) => {
+                        let (mut parts, body) = req.into_parts();
+                        spans.open(&parts.method, &parts.uri, &mut parts.extensions, attempt);
+                        (Request::from_parts(parts, body), Some(&*spans))
+                    }
+                    None => (req, None),
+                };
                 let _entered = spans.and_then(Spans::request).map(Span::enter);
-                Ok((service.call(Request::from_parts(parts, body)), timeout))
+                Ok((service.call(req), timeout))
             }
             None => Err(self.stopped(StopReason::AttemptsExhausted)),
         }
