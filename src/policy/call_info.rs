@@ -130,9 +130,7 @@ impl CallInfo {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> Self {
-        let grpc = headers
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let grpc = is_grpc(headers);
         CallInfo {
             origin: Origin::of(uri),
             route: CallContext::of(extensions).and_then(|c| c.route().map(Arc::from)),
@@ -203,4 +201,12 @@ impl CallInfo {
     pub fn method(&self) -> &Method {
         &self.method
     }
+}
+
+/// Whether a head says it is gRPC's: its `content-type` is `application/grpc` or
+/// one of its subtypes (`application/grpc+proto`).
+pub(crate) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }

@@ -202,9 +202,7 @@ pub(crate) fn is_overloaded(headers: &HeaderMap) -> bool {
     matches!(
         Code::from_header(status),
         Code::Unavailable | Code::ResourceExhausted
-    ) && headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    ) && super::call_info::is_grpc(headers)
 }
 
 /// The digits of `bytes` as a number, when they are 1 to `max_len` ASCII digits.
