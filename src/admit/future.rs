@@ -117,7 +117,7 @@ impl<F, H> ResponseFuture<F, H> {
     where
         S: Service<Request<B>, Future = F>,
     {
-        match admission.enter(&mut req, None) {
+        match admission.enter(&mut req) {
             Entered::Go(admitted) => ResponseFuture {
                 // Built in one expression, the inner future written straight in.
                 state: State::Called {

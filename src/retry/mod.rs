@@ -204,7 +204,7 @@ where
                 Admitted::default(),
             );
         };
-        let admitted = match admission.enter(&mut req, policy.timeout()) {
+        let admitted = match admission.enter(&mut req) {
             Entered::Go(admitted) => admitted,
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();

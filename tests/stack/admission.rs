@@ -469,6 +469,118 @@ async fn a_hold_whose_pause_is_extended_waits_for_the_new_end() {
     assert_eq!(mock.calls(), 1);
 }
 
+/// Three attempts within a total `timeout`.
+fn retries_within(timeout: Duration) -> RetryPolicy {
+    RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(ms(10), ms(50))
+        .timeout(timeout)
+        .build()
+        .unwrap()
+}
+
+/// A client of `shape` whose budget `layer` holds `a.test` paused for 2 s from now.
+fn paused_2s(shape: Shape, layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) -> Client {
+    let client = crate::shaped!(shape, Stack::new(retry).budget(layer), mock.clone());
+    layer.account(&head(A)).pause(Instant::now() + ms(2000));
+    client
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_call_is_bounded_by_its_deadline_in_every_shape() {
+    // A deadline that ends inside the pause: refused at once, whatever the policy's
+    // timeout, and its origin saw nothing.
+    same_in_every_shape(|shape| async move {
+        let layer = unspread();
+        let mock = Script::new([]);
+        let mut c = paused_2s(shape, &layer, retries_within(ms(10_000)), &mock);
+        let t0 = Instant::now();
+        let mut req = get(A);
+        within(&mut req, ms(500));
+        let err = c.ready().await.unwrap().call(req).await.unwrap_err();
+        assert!(err.is_paused(), "{shape:?}: {err}");
+        (
+            Instant::now() - t0,
+            err.paused_until().map(|at| at - t0),
+            mock.calls(),
+        )
+    })
+    .await;
+
+    // Room for the pause: held to its end, then sent; the deadline still counts the
+    // hold, so a first attempt that hangs is cut at the deadline from the call's
+    // start.
+    let (ended, sent) = same_in_every_shape(|shape| async move {
+        let layer = unspread();
+        let mock = Script::new([crate::support::script::Step::Hang]);
+        let mut c = paused_2s(shape, &layer, RetryPolicy::none(), &mock);
+        let t0 = Instant::now();
+        let mut req = get(A);
+        within(&mut req, ms(3000));
+        let err = c.ready().await.unwrap().call(req).await.unwrap_err();
+        assert!(err.is_deadline(), "{shape:?}: {err}");
+        (Instant::now() - t0, mock.seen()[0].at - t0)
+    })
+    .await;
+    assert_eq!((ended, sent), (ms(3000), ms(2000)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_calls_policy_timeout_counts_from_its_release_in_every_shape() {
+    // The hold comes before the retry's attempts in both shapes: a policy timeout
+    // shorter than the pause neither refuses the call nor cuts its hold, and it
+    // bounds the attempts from the release. The history tells the hold.
+    let (sent, ended, held) = same_in_every_shape(|shape| async move {
+        let layer = unspread();
+        let mock = Script::new([crate::support::script::Step::Hang]);
+        let mut c = paused_2s(shape, &layer, retries_within(ms(500)), &mock);
+        let t0 = Instant::now();
+        let err = call(&mut c, A).await.unwrap_err();
+        assert!(err.is_deadline(), "{shape:?}: {err}");
+        let held = err.history().and_then(History::held);
+        (mock.seen()[0].at - t0, Instant::now() - t0, held)
+    })
+    .await;
+    assert_eq!((sent, ended, held), (ms(2000), ms(2500), Some(ms(2000))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_call_counts_when_released_even_if_its_deadline_then_refuses_it() {
+    // Released at the pause's end with 100 ms of its deadline left: enough for the
+    // budget's minimum, less than the policy's own minimum attempt time. Admission
+    // let it go, so it counts as a first attempt, as a call that goes at once and
+    // is then refused for its deadline does, in both shapes.
+    let available = same_in_every_shape(|shape| async move {
+        let layer = BudgetLayer::new(
+            BudgetPolicy::builder()
+                .ratio(1.0)
+                .min_per_second(0.0)
+                .pause_spread(Duration::ZERO)
+                .pause_min_attempt_time(ms(50))
+                .build()
+                .unwrap(),
+        );
+        let policy = RetryPolicy::builder()
+            .max_attempts(3)
+            .min_attempt_time(ms(200))
+            .build()
+            .unwrap();
+        let mock = Script::new([]);
+        let mut c = paused_2s(shape, &layer, policy, &mock);
+        let account = || layer.account(&head(A));
+        account().deposit();
+        assert_eq!(account().available(), 1);
+        let mut req = get(A);
+        within(&mut req, ms(2_100));
+        let err = c.ready().await.unwrap().call(req).await.unwrap_err();
+        assert!(err.is_deadline(), "{shape:?}: {err}");
+        assert_eq!(mock.calls(), 0);
+        account().available()
+    })
+    .await;
+    assert_eq!(available, 2);
+}
+
 /// A scripted transport whose readiness fails once `broken`.
 #[derive(Clone)]
 struct Breakable {
