@@ -6,7 +6,6 @@
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
-use http::uri::Scheme;
 use http::{HeaderMap, Method, Uri, Version};
 
 /// Headers up to this many bytes (the URI, names, values and 9 bytes per value) are
@@ -111,8 +110,10 @@ fn uri_text(uri: &Uri) -> Option<[&str; 3]> {
         (Some(scheme), Some(authority), Some(path)) if path.starts_with('/') => {
             let text = scheme.as_str();
             // `http` and `https` parse to http's own schemes, spelt in lower case;
-            // any other is read.
-            let own = *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS;
+            // any other is read. (Compared as text: a custom scheme is never spelt
+            // `http` or `https`, and two constant compares cost less than `Scheme`'s
+            // own equality, which is a call.)
+            let own = matches!(text, "http" | "https");
             if !own && (text.is_empty() || text.bytes().any(|b| b.is_ascii_uppercase())) {
                 return None;
             }
