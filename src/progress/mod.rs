@@ -131,7 +131,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let tracking = Given::new(req.extensions())
             .attempt()
