@@ -60,17 +60,12 @@ impl Spans {
     /// Opens the span of attempt `attempt`'s request, to be entered while the call
     /// sends it; leaves the call's span on the request for a hedge layer beneath.
     #[cold]
-    pub(super) fn open(
-        &mut self,
-        method: &http::Method,
-        uri: &http::Uri,
-        extensions: &mut http::Extensions,
-        attempt: u32,
-    ) {
+    pub(super) fn open<T>(&mut self, req: &mut Request<T>, attempt: u32) {
         let parent = self.call.id();
-        let span = otel::request_span(parent.clone(), method, uri, attempt, None);
+        let span = otel::request_span(parent.clone(), req.method(), req.uri(), attempt, None);
         if let Some(parent) = parent {
-            extensions.insert(otel::AttemptSpan { parent, attempt });
+            req.extensions_mut()
+                .insert(otel::AttemptSpan { parent, attempt });
         }
         self.request = Some(span);
     }
@@ -170,8 +165,7 @@ where
             .deposit_at(self.dated.unwrap_or_else(Instant::now));
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
-        let (parts, body) = request.into_parts();
-        let started = Call::start(&mut self.service, policy, parts, body, span, admitted);
+        let started = Call::start(&mut self.service, policy, request, span, admitted);
         Poll::Ready(Ok(started))
     }
 }

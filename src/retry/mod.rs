@@ -194,15 +194,7 @@ where
         // admission (a retry layer alone) the call starts at once.
         let Some(admission) = &self.settings.admission else {
             let span = ResponseFuture::<S, B, RB>::span(&req);
-            let (parts, body) = req.into_parts();
-            return call::Call::start(
-                &mut self.inner,
-                policy,
-                parts,
-                body,
-                span,
-                Admitted::default(),
-            );
+            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
         };
         let admitted = match admission.enter(&mut req) {
             Entered::Go(admitted) => admitted,
@@ -215,7 +207,6 @@ where
             }
         };
         let span = ResponseFuture::<S, B, RB>::span(&req);
-        let (parts, body) = req.into_parts();
-        call::Call::start(&mut self.inner, policy, parts, body, span, admitted)
+        call::Call::start(&mut self.inner, policy, req, span, admitted)
     }
 }

@@ -6,12 +6,7 @@ use super::*;
 /// A fresh record for an attempt whose write safety depends on one (no key, and a
 /// method that is not idempotent), given to the request's context and body.
 #[inline]
-fn track<B>(
-    keyed: bool,
-    idempotent: bool,
-    extensions: &mut http::Extensions,
-    body: &mut ReplayBody<B>,
-) -> Option<AttemptLog>
+fn track<B>(keyed: bool, idempotent: bool, req: &mut Request<ReplayBody<B>>) -> Option<AttemptLog>
 where
     B: Body,
     B::Data: Buf,
@@ -21,8 +16,8 @@ where
         return None;
     }
     let log = AttemptLog::new();
-    CallContext::of_mut(extensions).set_attempt(Some(log.clone()));
-    body.set_progress(Some(log.clone()));
+    CallContext::of_mut(req.extensions_mut()).set_attempt(Some(log.clone()));
+    req.body_mut().set_progress(Some(log.clone()));
     Some(log)
 }
 
@@ -73,17 +68,16 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    /// Reads what the call needs from its request (split into its head and body
-    /// by the caller, which saves a move of the whole request), sends the first
-    /// attempt and builds the call's future. Everything is computed on locals first
-    /// and the future is built in one expression at the end, so the call's state is
-    /// written once, in place, instead of being moved through intermediate values.
+    /// Reads what the call needs from its request, sends the first attempt and
+    /// builds the call's future. Everything is computed on locals first and the
+    /// future is built in one expression at the end, so the call's state is written
+    /// once, in place, instead of being moved through intermediate values; the
+    /// request is moved once, as its body is wrapped for replay.
     #[inline(always)]
     pub(in crate::retry) fn start<RB>(
         service: &mut S,
         policy: Arc<RetryPolicy>,
-        mut parts: http::request::Parts,
-        body: B,
+        req: Request<B>,
         mut span: Option<Box<Spans>>,
         admitted: Admitted,
     ) -> ResponseFuture<S, B, RB>
@@ -92,7 +86,7 @@ where
     {
         let Admitted { pass, keyed, at } = admitted;
         let keyed_by_admission = keyed;
-        let ext = &parts.extensions;
+        let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
         // The clock is read at once only when something must be timed; otherwise the
         // call's start is taken when its first attempt first waits (a transport
@@ -105,7 +99,7 @@ where
             Some(observed) => Some(observed.clone()),
             None => given
                 .observer()
-                .map(|o| Arc::new(Observed::of_head(o.clone(), &parts))),
+                .map(|o| Arc::new(Observed::new(o.clone(), &req))),
         };
         let timed = given_deadline.is_some()
             || policy.timeout().is_some()
@@ -126,23 +120,25 @@ where
             None
         };
         // For an idempotent request a key changes nothing, so it is not looked for.
-        let idempotent = policy.rules().is_idempotent(&parts.method, &parts.uri);
-        let keyed = !idempotent && (keyed_by_admission || policy.carries_key(&parts.headers, ext));
+        let idempotent = policy.rules().is_idempotent(req.method(), req.uri());
+        let keyed = !idempotent && (keyed_by_admission || policy.carries_key(req.headers(), ext));
         let one_shot = given.get::<crate::body::OneShot>().is_some();
         let retries = policy.max_attempts() > 1;
 
         // A policy of one attempt keeps nothing (an empty body stays free of any
         // allocation); a one-shot body is never sent twice, hedges included. The
-        // head is put together with the replay body only in the call to the
-        // service, so the request is not moved in between.
-        let mut body = if one_shot {
-            ReplayBody::one_shot(body)
-        } else {
-            ReplayBody::new(body, if retries { policy.replay_cap() } else { 0 })
-        };
+        // body is wrapped where the request is moved once, for the service.
+        let replay_cap = if retries { policy.replay_cap() } else { 0 };
+        let mut req = req.map(|body| {
+            if one_shot {
+                ReplayBody::one_shot(body)
+            } else {
+                ReplayBody::new(body, replay_cap)
+            }
+        });
         // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
         if let Some(deadline) = deadline.map(crate::policy::Deadline::at) {
-            CallContext::of_mut(&mut parts.extensions).set_deadline(deadline);
+            CallContext::of_mut(req.extensions_mut()).set_deadline(deadline);
         }
         // What later attempts need, allocated once and filled in place (see
         // `in_place`): what is kept of the extensions (read once the deadline is in
@@ -157,14 +153,14 @@ where
                 pass,
             });
             if let Some(resend) = &mut carry.resend {
-                resend.head.fill(&parts);
+                resend.head.fill(&req);
             }
             Some(carry)
         } else {
             Carry::passed(pass)
         };
-        let source = retries.then(|| body.source());
-        let log = track(keyed, idempotent, &mut parts.extensions, &mut body);
+        let source = retries.then(|| req.body().source());
+        let log = track(keyed, idempotent, &mut req);
         let mut ledger = timed.then(|| Ledger::new(policy.max_attempts(), deadline));
         // A call admission held for its origin's pause tells the hold in its history.
         if let Some(held) = held {
@@ -209,17 +205,17 @@ where
             Err(()) => return ResponseFuture::refused_by_deadline(call!(), span),
         };
         if let Some(now) = now {
-            stamp(&policy, &mut parts.headers, 1, timeout, now);
+            stamp(&policy, req.headers_mut(), 1, timeout, now);
         }
         if let Some(spans) = span.as_deref_mut() {
-            spans.open(&parts.method, &parts.uri, &mut parts.extensions, 1);
+            spans.open(&mut req, 1);
         }
         // Built in one expression, the inner future written straight into ours.
         ResponseFuture {
             state: State::Attempt {
                 future: {
                     let _entered = span.as_deref().and_then(Spans::request).map(Span::enter);
-                    service.call(Request::from_parts(parts, body))
+                    service.call(req)
                 },
                 timeout: crate::retry::future::timer(timeout),
             },
@@ -255,15 +251,8 @@ where
     /// Gives the attempt a fresh record when its write safety depends on one: no
     /// key, and a method that is not idempotent.
     #[inline]
-    fn track(&mut self, req: Request<ReplayBody<B>>) -> Request<ReplayBody<B>> {
-        let (mut parts, mut body) = req.into_parts();
-        self.log = track(
-            self.keyed,
-            self.idempotent,
-            &mut parts.extensions,
-            &mut body,
-        );
-        Request::from_parts(parts, body)
+    fn track(&mut self, req: &mut Request<ReplayBody<B>>) {
+        self.log = track(self.keyed, self.idempotent, req);
     }
 
     /// The deadline leaves no time for a first attempt: the call is refused.
@@ -311,7 +300,8 @@ where
             // then ends here.
             return Err(self.stopped(StopReason::AttemptsExhausted));
         };
-        let mut req = self.track(req);
+        let mut req = req;
+        self.track(&mut req);
         self.stamp(&mut req, timeout, now);
         let attempt = self.attempt;
         let ledger = self.ledger();
@@ -322,15 +312,10 @@ where
         // there, driven to readiness by the `Readying` state.
         match self.service() {
             Some(service) => {
-                // The request is taken apart for its span only when it has one.
-                let (req, spans) = match spans {
-                    Some(spans) => {
-                        let (mut parts, body) = req.into_parts();
-                        spans.open(&parts.method, &parts.uri, &mut parts.extensions, attempt);
-                        (Request::from_parts(parts, body), Some(&*spans))
-                    }
-                    None => (req, None),
-                };
+                let spans = spans.map(|spans| {
+                    spans.open(&mut req, attempt);
+                    &*spans
+                });
                 let _entered = spans.and_then(Spans::request).map(Span::enter);
                 Ok((service.call(req), timeout))
             }

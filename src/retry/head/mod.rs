@@ -72,7 +72,7 @@ impl Extras {
 impl Head {
     /// The head of `head`.
     #[cfg(test)]
-    pub(super) fn of(head: &http::request::Parts) -> Self {
+    pub(super) fn of<T>(head: &Request<T>) -> Self {
         let mut kept = Head::empty();
         kept.fill(head);
         kept
@@ -91,10 +91,10 @@ impl Head {
     /// Copies `head` into this room (an empty one, see [`Head::empty`]): what there
     /// is to keep of its extensions, and the rest as flat bytes.
     #[inline]
-    pub(super) fn fill(&mut self, head: &http::request::Parts) {
-        self.extras.keep(&Given::new(&head.extensions));
+    pub(super) fn fill<T>(&mut self, head: &Request<T>) {
+        self.extras.keep(&Given::new(head.extensions()));
         self.kept
-            .fill(&head.method, head.version, &head.uri, &head.headers);
+            .fill(head.method(), head.version(), head.uri(), head.headers());
     }
 
     /// What the layers above gave the call, read as every layer reads it.

@@ -8,8 +8,7 @@ fn round_trip(uri: &Uri, headers: &HeaderMap) -> (Uri, HeaderMap) {
     let mut req = Request::new(());
     *req.uri_mut() = uri.clone();
     *req.headers_mut() = headers.clone();
-    let (parts, ()) = req.into_parts();
-    let back = Head::of(&parts).request(()).unwrap();
+    let back = Head::of(&req).request(()).unwrap();
     (back.uri().clone(), back.headers().clone())
 }
 
