@@ -34,7 +34,7 @@ pub(crate) trait Start {
 /// A call held while its origin is paused: the request, and a clone of the inner
 /// service to send it with (the one the caller drove ready is left to the next
 /// call, so no readiness, such as a concurrency permit, is held during the wait).
-pub(crate) struct Held<S, B> {
+pub struct Held<S, B> {
     service: S,
     request: Option<Request<B>>,
     paused: Paused,
@@ -67,7 +67,8 @@ where
 }
 
 /// The hold of a layer whose part never holds a call (the breaker's).
-pub(crate) struct NeverHeld<F>(Infallible, std::marker::PhantomData<fn() -> F>);
+#[derive(Debug)]
+pub struct NeverHeld<F>(Infallible, std::marker::PhantomData<fn() -> F>);
 
 impl<F> Start for NeverHeld<F> {
     type Future = F;
@@ -78,8 +79,12 @@ impl<F> Start for NeverHeld<F> {
 }
 
 pin_project! {
-    /// The response future of a layer running a part of admission.
-    pub(crate) struct ResponseFuture<F, H> {
+    /// The response future of a layer running a part of admission: the future of
+    /// [`Budget`](crate::budget::Budget), [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker)
+    /// and [`Throttle`](crate::throttle::Throttle), named by their modules'
+    /// `ResponseFuture` aliases. One type for all, so a front-end's call writes the
+    /// inner future where it stays instead of moving it into a wrapper.
+    pub struct ResponseFuture<F, H> {
         #[pin]
         state: State<F, H>,
         // What the call holds: the breaker's permit, the budget's account, the
@@ -166,6 +171,12 @@ fn unreachable_hold<F>() -> NeverHeld<F> {
     unreachable!("an admission without a budget has no pause to hold a call for")
 }
 
+impl<S, B> fmt::Debug for Held<S, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held").finish_non_exhaustive()
+    }
+}
+
 impl<S, B> Held<S, B> {
     /// A call held for its origin's pause, to be sent through `service`.
     pub(crate) fn new(service: S, request: Request<B>, paused: Paused, dated: Instant) -> Self {
@@ -178,6 +189,10 @@ impl<S, B> Held<S, B> {
     }
 }
 
+// The bound names a crate-private trait: the two kinds of hold ([`Held`] and
+// [`NeverHeld`]) are the crate's own, and users name the future only through the
+// front-ends' `ResponseFuture` aliases.
+#[allow(private_bounds)]
 impl<F, H, RB, E> Future for ResponseFuture<F, H>
 where
     F: Future<Output = Result<Response<RB>, E>>,

@@ -265,11 +265,11 @@ where
         // A paused origin: the first attempt is held (or refused) by admission; its
         // retries by the retry layer, which asks the same account. A held call is
         // sent through a clone of the inner service once its hold is over.
-        ResponseFuture::new(crate::admit::ResponseFuture::admit(
+        crate::admit::ResponseFuture::admit(
             &self.admission,
             &mut self.inner,
             req,
             |inner: &mut S, req, paused, dated| Held::new(inner.clone(), req, paused, dated),
-        ))
+        )
     }
 }
