@@ -202,10 +202,20 @@ impl Admission {
         self.origins.iter().map(|registry| registry.len()).sum()
     }
 
+    /// [`enter`](Admission::enter), out of line: for the stack's retry layer.
+    #[inline(never)]
+    pub(crate) fn enter_call<B>(&self, req: &mut Request<B>) -> Entered {
+        self.enter(req)
+    }
+
     /// Runs admission on a call, part by part: the key is stamped, the breaker
     /// admits the call, the budget counts it and meets its origin's pause, holding
     /// it no longer than the call's own deadline allows.
-    #[inline]
+    ///
+    /// Always inlined: a front-end's `call` builds its future in place around it.
+    /// The stack's retry layer calls it through [`Admission::enter_call`], out of
+    /// line, so a retry layer without admission carries none of it.
+    #[inline(always)]
     pub(crate) fn enter<B>(&self, req: &mut Request<B>) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
         if self.origins.is_empty() {

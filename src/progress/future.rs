@@ -20,37 +20,52 @@ pin_project! {
     }
 }
 
-impl<F, RB, E> Future for ResponseFuture<F>
+impl<F, T, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<http::Response<RB>, E>>,
+    F: Future<Output = Result<T, E>>,
 {
     type Output = F::Output;
 
+    // Always inlined: a request without a record passes straight through, and the
+    // inner future writes its answer where the caller's goes.
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        // A request without a record passes straight through: the inner future
-        // writes its answer where ours goes.
-        let Some((progress, capture)) = this.tracking.as_mut() else {
+        let Some(tracking) = this.tracking.as_mut() else {
             return this.inner.poll(cx);
         };
-        let result = this.inner.poll(cx);
-        // hyper-util fills the capture in our own poll, when it hands the request to
-        // a connection and before the connection writes a byte; checking after every
-        // poll keeps the record current even if the future is dropped next (an
-        // attempt timeout).
-        if capture
-            .as_ref()
-            .is_some_and(|c| c.connection_metadata().is_some())
-        {
-            progress.mark_connected();
-            progress.mark_write_began();
-            *capture = None;
-        }
-        if let Poll::Ready(Ok(_)) = &result {
-            progress.mark_head_received();
-        }
-        result
+        tracked(this.inner, tracking, cx)
     }
+}
+
+/// Polls the inner future of a request with a record, and keeps the record
+/// current: out of line, as only a write whose safety depends on it has one.
+#[inline(never)]
+fn tracked<F, T, E>(
+    inner: Pin<&mut F>,
+    (progress, capture): &mut (AttemptLog, Option<CaptureConnection>),
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let result = inner.poll(cx);
+    // hyper-util fills the capture in our own poll, when it hands the request to
+    // a connection and before the connection writes a byte; checking after every
+    // poll keeps the record current even if the future is dropped next (an
+    // attempt timeout).
+    if capture
+        .as_ref()
+        .is_some_and(|c| c.connection_metadata().is_some())
+    {
+        progress.mark_connected();
+        progress.mark_write_began();
+        *capture = None;
+    }
+    if let Poll::Ready(Ok(_)) = &result {
+        progress.mark_head_received();
+    }
+    result
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
