@@ -281,6 +281,7 @@ pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
 pub mod config;
+pub mod fleet;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;

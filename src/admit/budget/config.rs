@@ -1,10 +1,10 @@
 //! The retry budget's settings, with a validating builder.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
 use super::OriginAccount;
+use crate::fleet::Fleet;
 use crate::origin::Partition;
 use crate::policy::{FirstError, InvalidConfig};
 
@@ -141,6 +141,8 @@ pub struct BudgetPolicy {
     min_per_second: f64,
     pub(crate) partition: Partition,
     pub(crate) pause: PauseSettings,
+    /// The fleet the accounts share with, if any.
+    pub(crate) fleet: Option<Fleet>,
 }
 
 impl Default for BudgetPolicy {
@@ -152,6 +154,7 @@ impl Default for BudgetPolicy {
             min_per_second: 10.0,
             partition: Partition::origin(),
             pause: PauseSettings::default(),
+            fleet: None,
         }
     }
 }
@@ -165,6 +168,7 @@ impl BudgetPolicy {
             window: Duration::from_secs(10),
             partition: Partition::origin(),
             pause: PauseSettings::default(),
+            fleet: None,
         }
     }
 
@@ -214,11 +218,18 @@ impl BudgetPolicy {
         self.pause.min_attempt_time
     }
 
-    /// A new account with these numbers, on its own: not shared with any layer.
+    /// The fleet the accounts share pauses and a leased budget with, if any
+    /// ([`crate::fleet`]).
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
+    }
+
+    /// A new account with these numbers, on its own: not shared with any layer
+    /// (with a fleet, shared with the fleet under the key `"account"`).
     ///
     /// Its window starts now (on tokio's clock, so paused-clock tests control it).
     pub fn account(&self) -> OriginAccount {
-        OriginAccount(Arc::new(Account::new(self)))
+        OriginAccount(Account::new(self, "account"))
     }
 }
 
@@ -235,6 +246,7 @@ pub struct BudgetPolicyBuilder {
     window: Duration,
     partition: Partition,
     pause: PauseSettings,
+    fleet: Option<Fleet>,
 }
 
 impl BudgetPolicyBuilder {
@@ -296,6 +308,14 @@ impl BudgetPolicyBuilder {
         self
     }
 
+    /// Shares each origin's pause and one leased budget with the replicas of
+    /// `fleet` (default: none, every process on its own, at no extra cost). See
+    /// [`crate::fleet`]; breakers stay local.
+    pub fn fleet(mut self, fleet: Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
     /// Each number on its own, in the order of the setters above.
     fn check(&self) -> Result<(), InvalidConfig> {
         let mut error = FirstError::default();
@@ -352,6 +372,7 @@ impl BudgetPolicyBuilder {
             min_per_second: self.min_per_second,
             partition: self.partition,
             pause: self.pause,
+            fleet: self.fleet,
         })
     }
 }
