@@ -124,9 +124,13 @@ use http::header::HeaderMap;
 use http::Method;
 
 mod io_tap;
+#[cfg(feature = "redis")]
+mod redis;
 mod script;
 mod server;
 
+#[cfg(feature = "redis")]
+pub use redis::RedisServer;
 use script::Stall;
 pub use script::{Reply, Step};
 
