@@ -32,8 +32,8 @@ use common::{request, Trivial};
 /// The whole stack with `budget`.
 fn stack(
     budget: BudgetPolicy,
-) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error>
-       + Clone {
+) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone
+{
     let layer = backstop::Backstop::builder()
         .retry(RetryPolicy::default())
         .idempotency_key(IdempotencyKeyLayer::new())

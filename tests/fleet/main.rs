@@ -5,6 +5,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod in_process;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
