@@ -34,7 +34,7 @@ pub(crate) struct Account {
     pause: PauseState,
     /// The account's share of its fleet, when the budget has one: while its
     /// lease holds, retries are spent from the lease.
-    fleet: Option<Lease>,
+    fleet: Option<Box<Lease>>,
 }
 
 /// Until when no attempt may reach the account's origin: a server's hint.
@@ -146,7 +146,10 @@ impl Account {
             deposit: budget.deposit_units,
             window: budget.window,
             pause: PauseState::new(budget.pause),
-            fleet: budget.fleet.as_ref().map(|f| f.lease(label, numbers)),
+            fleet: budget
+                .fleet
+                .as_ref()
+                .map(|f| Box::new(f.lease(label, numbers))),
         });
         if let Some(fleet) = &budget.fleet {
             let member: Arc<dyn Member> = account.clone();
@@ -158,7 +161,7 @@ impl Account {
     /// The account's lease, if it has a fleet and the lease holds at `now`.
     #[inline]
     fn leased(&self, now: Instant) -> Option<&Lease> {
-        self.fleet.as_ref().filter(|lease| lease.fresh(now))
+        self.fleet.as_deref().filter(|lease| lease.fresh(now))
     }
 
     /// Pauses the origin until `until` (capped by the budget's `max_pause`).
