@@ -72,6 +72,7 @@ use std::time::Duration;
 
 pub(crate) use lease::{Lease, Numbers};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisStore;
 pub use store::{
     FleetStore, InProcess, KeyCounts, LeaseReport, PauseReport, StoreError, StoreErrorKind,
