@@ -124,23 +124,21 @@ struct Inner {
     on_event: Option<Observe>,
     /// This replica, in the store's count of live replicas.
     replica: u64,
-    joined: Mutex<Joined>,
+    joined: Mutex<Joining>,
 }
 
 /// Accounts that joined since the task last looked, and whether it runs.
 #[derive(Default)]
-struct Joined {
-    new: Vec<Weak<dyn Member>>,
+struct Joining {
+    new: Vec<sync::Joined>,
     running: bool,
 }
 
 impl Inner {
-    /// Hands the accounts that joined since the last call to `take`.
-    fn take_joined(&self, mut take: impl FnMut(Weak<dyn Member>)) {
-        let mut joined = self.joined.lock().unwrap_or_else(PoisonError::into_inner);
-        for member in joined.new.drain(..) {
-            take(member);
-        }
+    /// Moves the accounts that joined since the last call into `joined`.
+    fn take_joined(&self, joined: &mut Vec<sync::Joined>) {
+        let mut joining = self.joined.lock().unwrap_or_else(PoisonError::into_inner);
+        joined.append(&mut joining.new);
     }
 
     /// Tells the observer and the log.
@@ -193,16 +191,17 @@ impl Fleet {
     }
 
     /// A lease for the account of the partition key `label` (kept as a hash).
-    pub(crate) fn lease(&self, label: &str, numbers: Numbers) -> Lease {
-        Lease::new(self.clone(), key_of(label), numbers)
+    pub(crate) fn lease(&self, label: &str, numbers: Numbers) -> Arc<Lease> {
+        Arc::new(Lease::new(self.clone(), key_of(label), numbers))
     }
 
-    /// Shares `member` with the fleet from the next refresh on, and starts the
-    /// task if it is not running and a tokio runtime is at hand (else the next
-    /// account to join starts it; until then every account decides alone).
-    pub(crate) fn join(&self, member: Weak<dyn Member>) {
+    /// Shares `lease` and the pause of `member` with the fleet from the next
+    /// refresh on (until `member` is dropped), and starts the task if it is not
+    /// running and a tokio runtime is at hand (else the next account to join
+    /// starts it; until then every account decides alone).
+    pub(crate) fn join(&self, lease: Weak<Lease>, member: Weak<dyn Member>) {
         let mut joined = self.0.joined.lock().unwrap_or_else(PoisonError::into_inner);
-        joined.new.push(member);
+        joined.new.push(sync::Joined::new(lease, member));
         if joined.running {
             return;
         }

@@ -5,6 +5,7 @@
 //! fails or is slow only revokes the leases (every account decides alone at once).
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -15,11 +16,8 @@ use super::store::{KeyCounts, LeaseReport, PauseReport, StoreError, StoreErrorKi
 use super::{FleetEvent, Inner};
 use crate::policy::later;
 
-/// What a fleet shares of an account: its lease, and its origin's pause.
+/// The pause of an account in a fleet (its lease the fleet holds itself).
 pub(crate) trait Member: Send + Sync + 'static {
-    /// The account's share of the fleet.
-    fn lease(&self) -> &Lease;
-
     /// When the account's pause ends, if one is set (it may have ended).
     fn pause_end(&self) -> Option<Instant>;
 
@@ -38,13 +36,25 @@ enum View {
     Stale(Instant),
 }
 
-/// One member's own first attempts per report, over the window: its weight.
-struct Own {
+/// An account in the fleet, while it lives: its lease and its pause (weak, so
+/// the registry still forgets an idle account, and nothing here keeps the
+/// fleet), and its own first attempts per report over the window (its weight).
+pub(super) struct Joined {
+    lease: Weak<Lease>,
     member: Weak<dyn Member>,
     reports: VecDeque<(Instant, u64)>,
 }
 
-impl Own {
+impl Joined {
+    pub(super) fn new(lease: Weak<Lease>, member: Weak<dyn Member>) -> Self {
+        Joined {
+            lease,
+            member,
+            reports: VecDeque::new(),
+        }
+    }
+
+    /// Adds a report's first attempts; the sum over `window`.
     fn add(&mut self, now: Instant, firsts: u64, window: Duration) -> u64 {
         self.reports.push_back((now, firsts));
         while let Some(&(at, _)) = self.reports.front() {
@@ -57,6 +67,13 @@ impl Own {
     }
 }
 
+/// An account alive for one exchange.
+struct Live<'a> {
+    joined: &'a mut Joined,
+    lease: Arc<Lease>,
+    member: Arc<dyn Member>,
+}
+
 /// Runs until the fleet is dropped.
 pub(super) async fn run(fleet: Weak<Inner>) {
     let Some(settings) = fleet.upgrade().map(|f| f.settings) else {
@@ -67,28 +84,40 @@ pub(super) async fn run(fleet: Weak<Inner>) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut view = View::Starting;
     let mut next_lease = Instant::now();
-    let mut own: Vec<Own> = Vec::new();
+    let mut joined: Vec<Joined> = Vec::new();
     loop {
         tick.tick().await;
         let Some(inner) = fleet.upgrade() else {
             return;
         };
-        inner.take_joined(|member| {
-            own.push(Own {
-                member,
-                reports: VecDeque::new(),
+        inner.take_joined(&mut joined);
+        joined.retain(|j| j.member.strong_count() > 0 && j.lease.strong_count() > 0);
+        let mut live: Vec<Live<'_>> = joined
+            .iter_mut()
+            .filter_map(|joined| {
+                let lease = joined.lease.upgrade()?;
+                let member = joined.member.upgrade()?;
+                Some(Live {
+                    joined,
+                    lease,
+                    member,
+                })
             })
-        });
-        own.retain(|o| o.member.strong_count() > 0);
-        let members: Vec<Arc<dyn Member>> = own.iter().filter_map(|o| o.member.upgrade()).collect();
-        if members.is_empty() {
+            .collect();
+        if live.is_empty() {
             continue;
         }
         let now = Instant::now();
         let lease_due = now >= next_lease;
-        let result = exchange(&inner, &clock, &members, &mut own, lease_due).await;
+        let result = exchange(&inner, &clock, &mut live, lease_due).await;
         if lease_due && result.is_ok() {
             next_lease = later(now, settings.lease_every);
+        }
+        if result.is_err() {
+            // Every account decides alone at once.
+            for account in &live {
+                account.lease.revoke();
+            }
         }
         view = match (result, view) {
             (Ok(()), View::Stale(since)) => {
@@ -98,12 +127,8 @@ pub(super) async fn run(fleet: Weak<Inner>) {
                 View::Fresh
             }
             (Ok(()), _) => View::Fresh,
-            (Err(_), View::Stale(since)) => {
-                revoke(&members);
-                View::Stale(since)
-            }
+            (Err(_), View::Stale(since)) => View::Stale(since),
             (Err(error), _) => {
-                revoke(&members);
                 inner.tell(FleetEvent::Stale { kind: error.kind() });
                 View::Stale(now)
             }
@@ -111,60 +136,48 @@ pub(super) async fn run(fleet: Weak<Inner>) {
     }
 }
 
-fn revoke(members: &[Arc<dyn Member>]) {
-    for member in members {
-        member.lease().revoke();
-    }
-}
-
 /// One exchange with the store: the pauses, then (when due) the lease.
 async fn exchange(
     inner: &Inner,
     clock: &Clock,
-    members: &[Arc<dyn Member>],
-    own: &mut [Own],
+    live: &mut [Live<'_>],
     lease_due: bool,
 ) -> Result<(), StoreError> {
     let settings = inner.settings;
     let now = Instant::now();
     let now_ms = clock.unix_ms(now);
     let end_ms = |m: &Arc<dyn Member>| m.pause_end().map_or(0, |end| clock.unix_ms(end));
-    let reports: Vec<PauseReport> = members
+    let reports: Vec<PauseReport> = live
         .iter()
-        .map(|m| {
-            let lease = m.lease();
-            let end = end_ms(m);
-            let new = end > now_ms && end > lease.pushed.load(std::sync::atomic::Ordering::Relaxed);
+        .map(|a| {
+            let end = end_ms(&a.member);
+            let new = end > now_ms && end > a.lease.pushed.load(Ordering::Relaxed);
             PauseReport {
-                key: lease.key.clone(),
+                key: a.lease.key.clone(),
                 until: if new { end } else { 0 },
             }
         })
         .collect();
     let stored = bounded(settings.timeout, inner.store.pauses(now_ms, &reports)).await?;
-    if stored.len() != members.len() {
+    if stored.len() != live.len() {
         return Err(StoreError::new(StoreErrorKind::Protocol));
     }
-    for ((member, report), until) in members.iter().zip(&reports).zip(stored) {
-        let pushed = &member.lease().pushed;
-        pushed.fetch_max(
-            until.max(report.until),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        if until > now_ms && until > end_ms(member) {
-            member.pause(clock.instant(until));
+    for ((a, report), until) in live.iter().zip(&reports).zip(stored) {
+        let pushed = &a.lease.pushed;
+        pushed.fetch_max(until.max(report.until), Ordering::Relaxed);
+        if until > now_ms && until > end_ms(&a.member) {
+            a.member.pause(clock.instant(until));
         }
     }
     if !lease_due {
         return Ok(());
     }
-    let counts: Vec<KeyCounts> = members
+    let counts: Vec<KeyCounts> = live
         .iter()
-        .map(|m| {
-            let lease = m.lease();
+        .map(|a| {
+            let lease = &a.lease;
             let (firsts, spent) = lease.take_counts();
-            let window = lease.numbers.window;
-            let slot_ms = (window.as_millis() / 10).max(1) as u64;
+            let slot_ms = (lease.numbers.window.as_millis() / 10).max(1) as u64;
             KeyCounts {
                 key: lease.key.clone(),
                 firsts,
@@ -181,10 +194,10 @@ async fn exchange(
         counts,
     };
     let totals = match bounded(settings.timeout, inner.store.totals(&report)).await {
-        Ok(totals) if totals.len() == members.len() => totals,
+        Ok(totals) if totals.len() == live.len() => totals,
         failed => {
-            for (member, c) in members.iter().zip(&report.counts) {
-                member.lease().restore_counts(c.firsts, c.spent);
+            for (a, c) in live.iter().zip(&report.counts) {
+                a.lease.restore_counts(c.firsts, c.spent);
             }
             return Err(failed
                 .err()
@@ -194,12 +207,9 @@ async fn exchange(
     // A lease holds until a little after the next one is due, so a late tick
     // never drops an account to its local view; a failed exchange revokes it.
     let until = later(Instant::now(), settings.lease_every * 2);
-    for ((member, c), totals) in members.iter().zip(&report.counts).zip(totals) {
-        let lease = member.lease();
-        let weight = own
-            .iter_mut()
-            .find(|o| std::ptr::addr_eq(o.member.as_ptr(), Arc::as_ptr(member)))
-            .map_or(c.firsts, |o| o.add(now, c.firsts, lease.numbers.window));
+    for ((a, c), totals) in live.iter_mut().zip(&report.counts).zip(totals) {
+        let lease = &a.lease;
+        let weight = a.joined.add(now, c.firsts, lease.numbers.window);
         lease.grant(lease_units(totals, weight, lease.numbers), until);
     }
     Ok(())

@@ -197,3 +197,19 @@ impl Near for Instant {
         d.as_millis()
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_task_ends_with_the_last_account_and_fleet() {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let store = Arc::new(InProcess::new());
+    let a = replica(&store, 1.0, Fleet::builder(store.clone()));
+    sleep(100 * MS).await;
+    assert_eq!(metrics.num_alive_tasks(), 1, "the fleet's task runs");
+    drop(a);
+    sleep(100 * MS).await;
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        0,
+        "and ends with its last account"
+    );
+}

@@ -34,7 +34,7 @@ pub(crate) struct Account {
     pause: PauseState,
     /// The account's share of its fleet, when the budget has one: while its
     /// lease holds, retries are spent from the lease.
-    fleet: Option<Box<Lease>>,
+    fleet: Option<Arc<Lease>>,
 }
 
 /// Until when no attempt may reach the account's origin: a server's hint.
@@ -146,14 +146,11 @@ impl Account {
             deposit: budget.deposit_units,
             window: budget.window,
             pause: PauseState::new(budget.pause),
-            fleet: budget
-                .fleet
-                .as_ref()
-                .map(|f| Box::new(f.lease(label, numbers))),
+            fleet: budget.fleet.as_ref().map(|f| f.lease(label, numbers)),
         });
-        if let Some(fleet) = &budget.fleet {
+        if let (Some(fleet), Some(lease)) = (&budget.fleet, &account.fleet) {
             let member: Arc<dyn Member> = account.clone();
-            fleet.join(Arc::downgrade(&member));
+            fleet.join(Arc::downgrade(lease), Arc::downgrade(&member));
         }
         account
     }
@@ -300,13 +297,6 @@ impl BudgetAccount for Account {
 }
 
 impl Member for Account {
-    fn lease(&self) -> &Lease {
-        // Only an account with a lease joins a fleet.
-        self.fleet
-            .as_ref()
-            .expect("an account joins a fleet with its lease")
-    }
-
     fn pause_end(&self) -> Option<Instant> {
         self.pause.end()
     }
