@@ -79,6 +79,7 @@ impl Default for PauseSettings {
 /// | `max_pause` | 10 s | the retry layer's default `max_retry_after`: the pause and the retry's own wait end together |
 /// | `pause_spread` | 200 ms | a few round trips: callers released after a pause arrive as a ramp, not a burst, and still well inside a one-second hint's granularity |
 /// | `pause_min_attempt_time` | 10 ms | the retry layer's default `min_attempt_time` |
+/// | `fleet` | none | each process on its own; with a [`Fleet`](crate::fleet::Fleet), replicas share pauses and lease one budget ([`crate::fleet`]) |
 ///
 /// The arithmetic is exact: the ratio is kept in millionths and every first attempt
 /// deposits `ratio · 1 000 000` units, every retry withdraws `1 000 000`, so a ratio
