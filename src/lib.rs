@@ -241,9 +241,22 @@
 //! - `reqwest-middleware`: [`reqwest`](mod@crate::reqwest), backstop as a
 //!   `reqwest-middleware` middleware (reqwest 0.13, reqwest-middleware 0.5), and
 //!   reqwest's native retry configured from a [`RetryPolicy`]; it turns on `hyper`.
+//! - `redis`: `fleet::RedisStore`, through which the replicas of a [`fleet`] share
+//!   origin pauses and one leased retry budget (the `redis` crate, tokio, its
+//!   reconnecting connection manager). The [`fleet`] module itself, and its
+//!   in-process store, are always compiled.
 //!
 //! The other layers need nothing beyond the core dependencies, so they are always
 //! compiled.
+//!
+//! # Replicas
+//!
+//! Each process keeps its own budget and pauses unless its budget is given a
+//! [`fleet::Fleet`]: then the replicas that share its store learn a server's pause
+//! once for the fleet and lease one retry budget (the ratio of the fleet's first
+//! attempts plus one floor), with no network round trip on a call's path and
+//! falling back to their own state when the store is slow or down. Breakers stay
+//! local. See [`fleet`].
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -281,6 +294,7 @@ pub mod body;
 pub mod budget;
 pub mod circuit_breaker;
 pub mod config;
+pub mod fleet;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
@@ -343,7 +357,7 @@ pub type ProgressLayer = ProgressTrackingLayer;
 pub mod test_util;
 
 // The README's examples include the reqwest one, so they run with its feature (the
-// README's test command, `cargo test --all-features`, turns it on).
+// README's test command, `scripts/test`, runs `cargo test --all-features`).
 #[cfg(all(doctest, feature = "reqwest-middleware"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

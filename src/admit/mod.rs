@@ -411,16 +411,19 @@ fn registries(
     groups
         .into_iter()
         .map(|(partition, parts)| {
-            Arc::new(Registry::new(partition, move |label| Origin {
-                breaker: parts
-                    .breaker
-                    .as_ref()
-                    .map(|p| Arc::new(Core::new(p.clone(), label))),
-                account: parts.budget.as_ref().map(|p| Arc::new(Account::new(p))),
-                throttle: parts
-                    .throttle
-                    .as_ref()
-                    .map(|p| Arc::new(throttle::Core::new(p))),
+            Arc::new(Registry::new(partition, move |label| {
+                let account = parts.budget.as_ref().map(|p| Account::new(p, &label));
+                Origin {
+                    breaker: parts
+                        .breaker
+                        .as_ref()
+                        .map(|p| Arc::new(Core::new(p.clone(), label))),
+                    account,
+                    throttle: parts
+                        .throttle
+                        .as_ref()
+                        .map(|p| Arc::new(throttle::Core::new(p))),
+                }
             }))
         })
         .collect()

@@ -1,4 +1,5 @@
-//! A loopback upstream with scripted faults, for tests.
+//! A loopback upstream with scripted faults, for tests (and, with the `redis`
+//! feature, a [`RedisServer`] of a test's own for fleet tests).
 //!
 //! [`Upstream`] is a real HTTP server on `127.0.0.1` (an ephemeral port) that speaks
 //! HTTP/1.1 or HTTP/2 with prior knowledge (h2c), and handles each request according to
@@ -124,9 +125,14 @@ use http::header::HeaderMap;
 use http::Method;
 
 mod io_tap;
+#[cfg(feature = "redis")]
+mod redis;
 mod script;
 mod server;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::RedisServer;
 use script::Stall;
 pub use script::{Reply, Step};
 

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::config::{PauseMode, PauseSettings};
 use super::events::{emit, PauseEvent};
 use super::BudgetPolicy;
+use crate::fleet::{Lease, Member, Numbers};
 use crate::observe::{paused_told, Observed};
 use crate::origin::{Entry, Ring};
 use crate::policy::{later, BudgetAccount, BudgetHandle, Pause, PauseChange};
@@ -31,6 +32,9 @@ pub(crate) struct Account {
     window: Duration,
     /// The origin's pause.
     pause: PauseState,
+    /// The account's share of its fleet, when the budget has one: while its
+    /// lease holds, retries are spent from the lease.
+    fleet: Option<Arc<Lease>>,
 }
 
 /// Until when no attempt may reach the account's origin: a server's hint.
@@ -127,14 +131,34 @@ impl PauseState {
 }
 
 impl Account {
-    pub(crate) fn new(budget: &BudgetPolicy) -> Self {
-        Account {
+    /// The account of the partition key `label` (which only a fleet reads, as
+    /// a hash), shared with the budget's fleet when it has one.
+    pub(crate) fn new(budget: &BudgetPolicy, label: &str) -> Arc<Self> {
+        let numbers = Numbers {
+            deposit: budget.deposit_units,
+            floor: budget.floor_units,
+            unit: UNIT,
+            window: budget.window,
+        };
+        let account = Arc::new(Account {
             ring: Ring::new(budget.window),
             balance: AtomicI64::new(budget.floor_units),
             deposit: budget.deposit_units,
             window: budget.window,
             pause: PauseState::new(budget.pause),
+            fleet: budget.fleet.as_ref().map(|f| f.lease(label, numbers)),
+        });
+        if let (Some(fleet), Some(lease)) = (&budget.fleet, &account.fleet) {
+            let member: Arc<dyn Member> = account.clone();
+            fleet.join(Arc::downgrade(lease), Arc::downgrade(&member));
         }
+        account
+    }
+
+    /// The account's lease, if it has a fleet and the lease holds at `now`.
+    #[inline]
+    fn leased(&self, now: Instant) -> Option<&Lease> {
+        self.fleet.as_deref().filter(|lease| lease.fresh(now))
     }
 
     /// Pauses the origin until `until` (capped by the budget's `max_pause`).
@@ -166,23 +190,39 @@ impl Account {
     #[inline]
     pub(crate) fn deposit_at(&self, now: Instant) {
         let slot = self.ring.current(now, |e| self.expire(e));
+        if let Some(lease) = &self.fleet {
+            lease.count_first();
+        }
         if self.deposit != 0 {
             self.balance.fetch_add(self.deposit, Ordering::Relaxed);
             slot.fetch_add(self.deposit as u64, Ordering::Relaxed);
         }
     }
 
-    /// Spends one retry if the balance holds a whole one.
+    /// Spends one retry if the balance holds a whole one: the fleet's lease
+    /// while it holds, else the account's own balance.
     pub(crate) fn withdraw(&self) -> bool {
-        let slot = self.ring.current(Instant::now(), |e| self.expire(e));
-        // The balance is the one place withdrawals meet, so two callers can never
-        // both spend the last retry.
-        let spent = self
-            .balance
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                (b >= UNIT).then_some(b - UNIT)
-            })
-            .is_ok();
+        let now = Instant::now();
+        let slot = self.ring.current(now, |e| self.expire(e));
+        let spent = match self.leased(now) {
+            // The lease decides; the balance still counts the retry, so the
+            // account is ready to decide alone the moment the lease ends.
+            Some(lease) => {
+                let spent = lease.take();
+                if spent {
+                    self.balance.fetch_sub(UNIT, Ordering::Relaxed);
+                }
+                spent
+            }
+            // The balance is the one place withdrawals meet, so two callers can
+            // never both spend the last retry.
+            None => self
+                .balance
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    (b >= UNIT).then_some(b - UNIT)
+                })
+                .is_ok(),
+        };
         if spent {
             slot.fetch_sub(UNIT as u64, Ordering::Relaxed);
         }
@@ -195,6 +235,9 @@ impl Account {
     /// the withdrawal has then been given back by its expiry.
     pub(crate) fn refund_withdrawal(&self, withdrawn: Instant) {
         let now = Instant::now();
+        if let Some(lease) = self.leased(now) {
+            lease.give_back();
+        }
         if self
             .ring
             .add_if_live(withdrawn, now, UNIT as u64, |e| self.expire(e))
@@ -208,9 +251,13 @@ impl Account {
         self.refund_withdrawal(Instant::now());
     }
 
-    /// Whole retries available now.
+    /// Whole retries available now: the fleet's lease's while it holds.
     pub(crate) fn available(&self) -> u64 {
-        self.ring.current(Instant::now(), |e| self.expire(e));
+        let now = Instant::now();
+        self.ring.current(now, |e| self.expire(e));
+        if let Some(lease) = self.leased(now) {
+            return lease.available();
+        }
         (self.balance.load(Ordering::Relaxed).max(0) / UNIT) as u64
     }
 }
@@ -246,6 +293,16 @@ impl BudgetAccount for Account {
 
     fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
         self.pause.paused(now)
+    }
+}
+
+impl Member for Account {
+    fn pause_end(&self) -> Option<Instant> {
+        self.pause.end()
+    }
+
+    fn pause(&self, until: Instant) {
+        self.pause.pause(until);
     }
 }
 

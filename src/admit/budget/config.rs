@@ -1,10 +1,10 @@
 //! The retry budget's settings, with a validating builder.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::account::{Account, UNIT};
 use super::OriginAccount;
+use crate::fleet::Fleet;
 use crate::origin::Partition;
 use crate::policy::{FirstError, InvalidConfig};
 
@@ -79,6 +79,7 @@ impl Default for PauseSettings {
 /// | `max_pause` | 10 s | the retry layer's default `max_retry_after`: the pause and the retry's own wait end together |
 /// | `pause_spread` | 200 ms | a few round trips: callers released after a pause arrive as a ramp, not a burst, and still well inside a one-second hint's granularity |
 /// | `pause_min_attempt_time` | 10 ms | the retry layer's default `min_attempt_time` |
+/// | `fleet` | none | each process on its own; with a [`Fleet`](crate::fleet::Fleet), replicas share pauses and lease one budget ([`crate::fleet`]) |
 ///
 /// The arithmetic is exact: the ratio is kept in millionths and every first attempt
 /// deposits `ratio · 1 000 000` units, every retry withdraws `1 000 000`, so a ratio
@@ -144,6 +145,8 @@ pub struct BudgetPolicy {
     min_per_second: f64,
     pub(crate) partition: Partition,
     pub(crate) pause: PauseSettings,
+    /// The fleet the accounts share with, if any.
+    pub(crate) fleet: Option<Fleet>,
 }
 
 impl Default for BudgetPolicy {
@@ -155,6 +158,7 @@ impl Default for BudgetPolicy {
             min_per_second: 10.0,
             partition: Partition::origin(),
             pause: PauseSettings::default(),
+            fleet: None,
         }
     }
 }
@@ -168,6 +172,7 @@ impl BudgetPolicy {
             window: Duration::from_secs(10),
             partition: Partition::origin(),
             pause: PauseSettings::default(),
+            fleet: None,
         }
     }
 
@@ -217,11 +222,18 @@ impl BudgetPolicy {
         self.pause.min_attempt_time
     }
 
-    /// A new account with these numbers, on its own: not shared with any layer.
+    /// The fleet the accounts share pauses and a leased budget with, if any
+    /// ([`crate::fleet`]).
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
+    }
+
+    /// A new account with these numbers, on its own: not shared with any layer
+    /// (with a fleet, shared with the fleet under the key `"account"`).
     ///
     /// Its window starts now (on tokio's clock, so paused-clock tests control it).
     pub fn account(&self) -> OriginAccount {
-        OriginAccount(Arc::new(Account::new(self)))
+        OriginAccount(Account::new(self, "account"))
     }
 }
 
@@ -238,6 +250,7 @@ pub struct BudgetPolicyBuilder {
     window: Duration,
     partition: Partition,
     pause: PauseSettings,
+    fleet: Option<Fleet>,
 }
 
 impl BudgetPolicyBuilder {
@@ -299,6 +312,14 @@ impl BudgetPolicyBuilder {
         self
     }
 
+    /// Shares each origin's pause and one leased budget with the replicas of
+    /// `fleet` (default: none, every process on its own, at no extra cost). See
+    /// [`crate::fleet`]; breakers stay local.
+    pub fn fleet(mut self, fleet: Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
     /// Each number on its own, in the order of the setters above.
     fn check(&self) -> Result<(), InvalidConfig> {
         let mut error = FirstError::default();
@@ -355,6 +376,7 @@ impl BudgetPolicyBuilder {
             min_per_second: self.min_per_second,
             partition: self.partition,
             pause: self.pause,
+            fleet: self.fleet,
         })
     }
 }
