@@ -122,7 +122,7 @@ impl<F, H> ResponseFuture<F, H> {
     where
         S: Service<Request<B>, Future = F>,
     {
-        match admission.enter(&mut req) {
+        match admission.enter(&mut req, None) {
             Entered::Go(admitted) => ResponseFuture {
                 // Built in one expression, the inner future written straight in.
                 state: State::Called {

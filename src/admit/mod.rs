@@ -32,6 +32,7 @@ pub(crate) mod throttle;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::request::Parts;
 use http::Request;
@@ -41,7 +42,7 @@ use crate::observe::Observed;
 use crate::origin::{Partition, Registry};
 use crate::policy::circuit::State;
 use crate::policy::error::Error;
-use crate::policy::{CallContext, Given};
+use crate::policy::{call_deadline, CallContext, Given};
 use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
 use budget::{Account, BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
@@ -204,19 +205,19 @@ impl Admission {
 
     /// [`enter`](Admission::enter), out of line: for the stack's retry layer.
     #[inline(never)]
-    pub(crate) fn enter_call<B>(&self, req: &mut Request<B>) -> Entered {
-        self.enter(req)
+    pub(crate) fn enter_call<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
+        self.enter(req, timeout)
     }
 
     /// Runs admission on a call, part by part: the key is stamped, the breaker
     /// admits the call, the budget counts it and meets its origin's pause, holding
-    /// it no longer than the call's own deadline allows.
+    /// it no longer than its deadline and `timeout` from its date allow.
     ///
     /// Always inlined: a front-end's `call` builds its future in place around it.
     /// The stack's retry layer calls it through [`Admission::enter_call`], out of
     /// line, so a retry layer without admission carries none of it.
     #[inline(always)]
-    pub(crate) fn enter<B>(&self, req: &mut Request<B>) -> Entered {
+    pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
         if self.origins.is_empty() {
             // The key alone: nothing to look up, hold or record.
@@ -319,12 +320,11 @@ impl Admission {
         };
         let account = account.clone();
         // A paused origin: the first attempt is held (or refused) here, its retries
-        // by the retry's gates, which ask the same account. The hold happens before
-        // the retry's attempts in every shape, so it ends by the call's own deadline
-        // (a `Deadline`, or one a layer above set in the context) and by the pause's
-        // cap; a retry policy's total timeout counts from the first attempt's send.
+        // by the retry's gates, which ask the same account. The total timeout counts
+        // from the call's date, the hold included, so the hold ends by the call's
+        // deadline: the request's or `timeout` from the date, whichever is earlier.
         let dated = now;
-        let deadline = Given::new(req.extensions()).deadline();
+        let deadline = call_deadline(Given::new(req.extensions()).deadline(), timeout, dated);
         let now = Instant::now();
         match Hold::meet(pause, now, deadline, &account, pass.observed()) {
             Ok(hold) => Entered::Held {

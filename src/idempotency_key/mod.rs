@@ -113,7 +113,7 @@ where
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         // The key's part of admission lets every call go: it stamps and marks.
-        let _ = self.admission.enter(&mut req);
+        let _ = self.admission.enter(&mut req, None);
         self.inner.call(req)
     }
 }

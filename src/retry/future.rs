@@ -151,21 +151,20 @@ where
         if let Some(dated) = self.dated {
             Paused::note_hold(request.extensions_mut(), dated);
         }
-        // Its attempts start now, at its release: the policy's total timeout counts
-        // from here, as it does behind a separate budget layer (the hold itself
-        // ended by the call's own deadline).
         let admitted = Admitted {
             pass: idle.pass_mut().map(mem::take).unwrap_or_default(),
             keyed: self.keyed,
-            at: Some(Instant::now()),
+            at: self.dated,
         };
-        // It goes: it counts as a first attempt now, at its date, as a call that
-        // goes at once does (in every shape, whatever the attempts then do).
-        self.paused
-            .deposit_at(self.dated.unwrap_or_else(Instant::now));
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
         let started = Call::start(&mut self.service, policy, request, span, admitted);
+        // It went, unless its deadline refused it at the last moment: only a call
+        // that goes counts as a first attempt, at its date.
+        if !matches!(started.state, State::Refused { .. }) {
+            self.paused
+                .deposit_at(self.dated.unwrap_or_else(Instant::now));
+        }
         Poll::Ready(Ok(started))
     }
 }

@@ -196,7 +196,7 @@ where
             let span = ResponseFuture::<S, B, RB>::span(&req);
             return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
         };
-        let admitted = match admission.enter_call(&mut req) {
+        let admitted = match admission.enter_call(&mut req, policy.timeout()) {
             Entered::Go(admitted) => admitted,
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();

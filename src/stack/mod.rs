@@ -23,9 +23,12 @@
 //! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer),
 //! [`ThrottleLayer`](crate::ThrottleLayer) and [`BudgetLayer`](crate::BudgetLayer)
-//! run. One thing only the stack can do, because the separate layers above a
-//! retry layer cannot see its route: its observer events name the route the call
-//! matched.
+//! run. Two things only the stack can do,
+//! because the separate layers above a retry layer cannot see its policy or its
+//! route: it holds a call for a paused origin no longer than the retry policy's
+//! total timeout allows (a `BudgetLayer` bounds the hold by the call's
+//! [`Deadline`](crate::policy::Deadline) alone), and its observer events name the
+//! route the call matched.
 //!
 //! What the stack guarantees by construction:
 //!
@@ -38,12 +41,8 @@
 //!   setting turns that off. (A `HedgeLayer` composed by hand beneath a stack that does not hedge finds them
 //!   only in a call that carries a context already: give the stack the hedge policy
 //!   instead.)
-//! - **A held call is bounded alike in every shape**: a call held for its origin's
-//!   pause waits before its first attempt, as behind a separate `BudgetLayer`, no
-//!   longer than the pause's cap and its own [`Deadline`](crate::policy::Deadline)
-//!   allow; the retry policy's total
-//!   [`timeout`](crate::retry::RetryPolicyBuilder::timeout) counts from its first
-//!   attempt.
+//! - **A held call is bounded** by its deadline and by its retry policy's total
+//!   [`timeout`](crate::retry::RetryPolicyBuilder::timeout), which counts the hold.
 //! - **The builder's result does not depend on the order of its calls**: each
 //!   setter sets one thing, and the combination is checked in
 //!   [`build`](BackstopBuilder::build).

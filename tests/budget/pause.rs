@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::support::requests::{call, get, head};
-use crate::support::script::{slow, status, status_with, Reply, Script};
-use crate::support::shape::Stack;
+use crate::support::script::{slow, status, status_with, Reply, Script, Step};
+use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetPolicy, PauseMode};
 use backstop::policy::{BudgetAccount, BudgetHandle, Deadline, History, StopReason};
 use backstop::RetryPolicy;
@@ -36,6 +36,12 @@ fn retries() -> RetryPolicy {
 fn client(layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) -> Client {
     let stack = Stack::new(retry).budget(layer);
     crate::stacked!(stack, mock.clone())
+}
+
+/// The separate layers: `BudgetLayer → RetryLayer → mock`.
+fn layered(layer: &BudgetLayer, retry: RetryPolicy, mock: &Script) -> Client {
+    let stack = Stack::new(retry).budget(layer);
+    crate::shaped!(Shape::Layers, stack, mock.clone())
 }
 
 /// The stack: budget, retry and hedge (a copy after 100 ms) over `mock`.
@@ -151,6 +157,99 @@ async fn a_call_whose_deadline_ends_inside_the_pause_fails_at_once_with_the_hint
     assert_eq!(res.status(), StatusCode::OK);
     let at = mock.seen()[0].at - t0;
     assert!((ms(2000)..=ms(2040)).contains(&at), "{at:?}");
+}
+
+/// Three attempts within a total `timeout`.
+fn within(timeout: Duration) -> RetryPolicy {
+    RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(ms(10), ms(50))
+        .timeout(timeout)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guarded_call_is_held_within_its_policys_total_timeout() {
+    let layer = BudgetLayer::default();
+    pause_with(&layer, &[("retry-after", "2")]).await;
+    let t0 = Instant::now();
+
+    // A total timeout that ends inside the pause: refused at once.
+    let mock = Script::new([]);
+    let mut c = client(&layer, within(ms(500)), &mock);
+    let err = call(&mut c, A).await.unwrap_err();
+    assert_eq!(Instant::now(), t0, "refused at once");
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(err.paused_until(), Some(t0 + Duration::from_secs(2)));
+    assert_eq!(mock.calls(), 0);
+
+    // Room for the pause: held, then sent, and the hold counts in the call's
+    // time, so a first attempt that hangs is cut at the timeout from the call's
+    // start, not from its release.
+    let mock = Script::new([Step::Hang]);
+    let mut c = client(&layer, within(Duration::from_secs(3)), &mock);
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_deadline(), "{err}");
+    assert_eq!(mock.calls(), 1);
+    assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
+    assert_eq!(Instant::now(), t0 + Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_call_its_deadline_refuses_on_release_is_not_counted() {
+    // Released at the pause's end with 100 ms of its timeout left: enough for the
+    // budget's minimum, less than the policy's own minimum attempt time.
+    let budget = BudgetPolicy::builder()
+        .ratio(1.0)
+        .min_per_second(0.0)
+        .pause_spread(Duration::ZERO)
+        .pause_min_attempt_time(ms(50))
+        .build()
+        .unwrap();
+    let layer = BudgetLayer::new(budget);
+    pause_with(&layer, &[("retry-after", "2")]).await;
+    let account = || layer.account(&head(A));
+    assert_eq!(account().available(), 1);
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .timeout(ms(2_100))
+        .min_attempt_time(ms(200))
+        .build()
+        .unwrap();
+    let mock = Script::new([]);
+    let mut c = client(&layer, policy, &mock);
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_deadline(), "{err}");
+    assert_eq!(mock.calls(), 0);
+    assert_eq!(
+        account().available(),
+        1,
+        "a call that sent nothing bought nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_budget_layer_only_a_deadline_bounds_the_hold() {
+    // The budget layer above does not know the retry layer's policy: it holds
+    // the call for the pause, and the policy's time starts when the retry layer
+    // gets the call (a `Deadline` in the request bounds both).
+    let layer = BudgetLayer::default();
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
+    assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let t0 = Instant::now();
+    let mock = Script::new([]);
+    let mut c = layered(&layer, within(ms(500)), &mock);
+    let res = call(&mut c, A).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
+    // The retry layer beneath tells the budget layer's hold in the history.
+    let hold = res.extensions().get::<History>().and_then(History::held);
+    assert!(
+        hold.is_some_and(|h| ms(2_000) <= h && h <= ms(2_200)),
+        "{hold:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -108,13 +108,10 @@ impl Default for PauseSettings {
 /// at the end of its own wait, so a retry waiting for the same hint goes when the
 /// pause ends. One pause per account: the partition decides what an origin is.
 ///
-/// The deadline a hold meets is the call's own
+/// The deadline the budget layer sees is the call's own
 /// ([`Deadline`](crate::policy::Deadline) or one an outer layer set in the
-/// [`CallContext`](crate::policy::CallContext)), in the [`Backstop`](crate::Backstop)
-/// stack as behind a separate [`BudgetLayer`](crate::BudgetLayer); a retry
-/// policy's total timeout starts with the first attempt, after the hold. A call
-/// counts as a first attempt when it goes, at once or at its release, whatever its
-/// attempts then do.
+/// [`CallContext`](crate::policy::CallContext)); a retry policy's total timeout
+/// starts when the retry layer inside gets the call, after a first attempt's wait.
 ///
 /// # Examples
 ///

@@ -110,9 +110,9 @@ where
             .then(Instant::now)
             .or(at)
             .or_else(|| given.entered());
-        // The total timeout counts from admission's date, which for a call it held
-        // for a paused origin is its release: in every shape the hold comes before
-        // the attempts. (An untimed call has neither deadline: nothing to compare.)
+        // The total timeout counts from admission's date: a call it held for a
+        // paused origin counts the hold, which admission kept within that timeout.
+        // (An untimed call has neither deadline: nothing to compare.)
         let deadline = if timed {
             at.or(started)
                 .and_then(|dated| call_deadline(given_deadline, policy.timeout(), dated))

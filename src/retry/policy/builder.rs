@@ -154,17 +154,16 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// The total time of a call's attempts, every attempt and wait between them
-    /// included (more than zero).
+    /// The total time of a call, every attempt and wait included (more than zero).
     ///
-    /// It counts from when the retry layer sends the call's first attempt. A call
-    /// held for its origin's pause (see [`BudgetPolicy`](crate::BudgetPolicy)'s
-    /// "Pause") waits before that, in the [`Backstop`](crate::Backstop) stack as
-    /// behind a separate [`BudgetLayer`](crate::BudgetLayer): the hold is bounded
-    /// by the pause's cap (`max_pause`) and by the call's own
-    /// [`Deadline`](crate::policy::Deadline), which counts from the call's start
-    /// and bounds the hold and the attempts together. Give a call a `Deadline` to
-    /// bound its whole time.
+    /// It counts from when the retry layer gets the call. In the
+    /// [`Backstop`](crate::Backstop) stack it counts from the call's date instead
+    /// (its own, or an earlier one a layer above set), so the wait for a paused
+    /// origin counts in it: the stack refuses at once a call whose timeout ends
+    /// inside the pause. A separate [`BudgetLayer`](crate::BudgetLayer) above a
+    /// retry layer does not know the retry policy: the time it holds a call for its
+    /// origin's pause comes before this timeout starts, and only a
+    /// [`Deadline`](crate::policy::Deadline) in the request bounds both.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.policy.timeout = Some(timeout);
         self
