@@ -89,6 +89,12 @@ impl Lease {
         }
     }
 
+    /// Says the account learned a pause here: the fleet's task pushes it now,
+    /// not at its next refresh.
+    pub(crate) fn learned_pause(&self) {
+        self._fleet.0.learned.notify_one();
+    }
+
     /// Counts one first attempt for the next report. Out of line: a stack
     /// without a fleet carries none of it on its success path.
     #[inline(never)]

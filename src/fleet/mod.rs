@@ -125,6 +125,9 @@ struct Inner {
     /// This replica, in the store's count of live replicas.
     replica: u64,
     joined: Mutex<Joining>,
+    /// Woken when an account learns a pause here, so the task pushes it at once
+    /// rather than at its next refresh.
+    learned: Arc<tokio::sync::Notify>,
 }
 
 /// Accounts that joined since the task last looked, and whether it runs.
@@ -232,8 +235,8 @@ pub struct FleetBuilder {
 
 impl FleetBuilder {
     /// How often pauses are exchanged with the store, from 1 ms to 10 s
-    /// (default 50 ms): a pause one replica learns reaches the others within
-    /// about twice this.
+    /// (default 50 ms): a pause one replica learns is pushed at once and reaches
+    /// the others within about this (at their next exchange).
     pub fn refresh(mut self, refresh: Duration) -> Self {
         self.settings.refresh = refresh;
         self
@@ -297,6 +300,7 @@ impl FleetBuilder {
             store: self.store,
             settings: self.settings,
             on_event: self.on_event,
+            learned: Arc::default(),
             replica: rand::random(),
             joined: Mutex::default(),
         })))

@@ -1,6 +1,6 @@
 //! The background task that keeps a replica's accounts in step with its fleet:
-//! every `refresh` it pushes the pauses learned here and takes in those learned
-//! elsewhere; every `lease_every` it reports the counts and leases each
+//! every `refresh` it pushes the pauses learned here (at once when one is
+//! learned) and takes in those learned elsewhere; every `lease_every` it reports the counts and leases each
 //! account's allowance. Nothing here runs on a call's path, and a store that
 //! fails or is slow only revokes the leases (every account decides alone at once).
 
@@ -76,7 +76,7 @@ struct Live<'a> {
 
 /// Runs until the fleet is dropped.
 pub(super) async fn run(fleet: Weak<Inner>) {
-    let Some(settings) = fleet.upgrade().map(|f| f.settings) else {
+    let Some((settings, learned)) = fleet.upgrade().map(|f| (f.settings, f.learned.clone())) else {
         return;
     };
     let clock = Clock::now();
@@ -86,7 +86,10 @@ pub(super) async fn run(fleet: Weak<Inner>) {
     let mut next_lease = Instant::now();
     let mut joined: Vec<Joined> = Vec::new();
     loop {
-        tick.tick().await;
+        // Every refresh, and at once when an account learned a pause here.
+        let tick = std::pin::pin!(tick.tick());
+        let learned = std::pin::pin!(learned.notified());
+        futures_util::future::select(tick, learned).await;
         let Some(inner) = fleet.upgrade() else {
             return;
         };

@@ -163,7 +163,18 @@ impl Account {
 
     /// Pauses the origin until `until` (capped by the budget's `max_pause`).
     pub(crate) fn pause_until(&self, until: Instant) {
-        self.pause.pause(until);
+        self.pause_here(until);
+    }
+
+    /// Pauses the origin for a hint learned here; says what changed. A pause
+    /// learned here reaches the fleet at once (one learned from the fleet is set
+    /// through `Member::pause`, and not pushed back).
+    fn pause_here(&self, until: Instant) -> Option<PauseChange> {
+        let change = self.pause.pause(until);
+        if let (Some(_), Some(lease)) = (&change, &self.fleet) {
+            lease.learned_pause();
+        }
+        change
     }
 
     /// The origin's pause now, if it is paused; reads the clock only when a pause
@@ -288,7 +299,7 @@ impl BudgetAccount for Account {
     }
 
     fn pause_reporting(&self, until: Instant) -> Option<PauseChange> {
-        self.pause.pause(until)
+        self.pause_here(until)
     }
 
     fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
