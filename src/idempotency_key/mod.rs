@@ -110,7 +110,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    #[inline]
+    // Written into the caller, as the other front-ends' calls are, so the inner
+    // future is built where it stays rather than copied out of this layer.
+    #[inline(always)]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         // The key's part of admission lets every call go: it stamps and marks.
         let _ = self.admission.enter(&mut req, None);
