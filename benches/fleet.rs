@@ -27,7 +27,7 @@ use std::hint::black_box;
 use backstop::budget::BudgetPolicy;
 use backstop::fleet::{Fleet, FleetStore, InProcess, RedisStore};
 use backstop::test_util::RedisServer;
-use backstop::{CircuitBreakerPolicy, IdempotencyKeyLayer, ProgressTrackingLayer, RetryPolicy};
+use backstop::ProgressTrackingLayer;
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
 use http::{Request, Response};
@@ -43,15 +43,8 @@ fn stack(
     budget: BudgetPolicy,
 ) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = backstop::Error> + Clone
 {
-    let layer = backstop::Backstop::builder()
-        .retry(RetryPolicy::default())
-        .idempotency_key(IdempotencyKeyLayer::new())
-        .circuit_breaker(CircuitBreakerPolicy::default())
-        .budget(budget)
-        .build()
-        .unwrap();
     tower::ServiceBuilder::new()
-        .layer(layer)
+        .layer(common::backstop_with(budget))
         .layer(ProgressTrackingLayer::new())
         .service(Trivial)
 }

@@ -185,10 +185,7 @@ async fn main() -> Result<(), BoxError> {
     let Some(path) = chart else {
         return Ok(());
     };
-    let top = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0, f64::max);
+    let top = common::chart::top(&series);
     let look = common::chart::Look {
         title: "Origin 429s per 250 ms: 20 replicas, Retry-After: 5",
         x_desc: "seconds since the start",

@@ -414,10 +414,7 @@ async fn main() -> Result<(), BoxError> {
     let Some(path) = chart else {
         return Ok(());
     };
-    let top = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0, f64::max);
+    let top = common::chart::top(&series);
     let title = format!(
         "Upstream requests per second: down for {:.1} s, then up",
         OUTAGE.as_secs_f64()

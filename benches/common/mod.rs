@@ -156,11 +156,16 @@ pub fn backstop_retry(
 /// The whole stack as the README builds it: key, breaker, budget and retry in one
 /// `Backstop` layer, over progress.
 pub fn backstop() -> backstop::BackstopLayer {
+    backstop_with(BudgetPolicy::default())
+}
+
+/// [`backstop`], with `budget`.
+pub fn backstop_with(budget: BudgetPolicy) -> backstop::BackstopLayer {
     backstop::Backstop::builder()
         .retry(RetryPolicy::default())
         .idempotency_key(IdempotencyKeyLayer::new())
         .circuit_breaker(CircuitBreakerPolicy::default())
-        .budget(BudgetPolicy::default())
+        .budget(budget)
         .build()
         .unwrap()
 }

@@ -68,6 +68,14 @@ pub struct Series {
     pub color: RGBColor,
 }
 
+/// The highest value of any series: where a chart's y axis ends.
+pub fn top(series: &[Series]) -> f64 {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+}
+
 /// The colours the examples use, in order.
 pub const COLORS: [RGBColor; 6] = [
     RGBColor(0xd6, 0x27, 0x28),
