@@ -85,11 +85,7 @@ fn main() -> Result<(), BoxError> {
             .collect()
     };
     let (calls, completion) = (series(|o| o.calls), series(|o| o.completion_ms));
-    let top = |s: &[Series]| {
-        s.iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .fold(1.0, f64::max)
-    };
+    let top = |s: &[Series]| common::chart::top(s).max(1.0);
     let x = || CLIENTS[0] as f64..CLIENTS[CLIENTS.len() - 1] as f64;
     let calls_look = Look {
         title: "Calls (writes), mean of 20 seeds",
