@@ -357,7 +357,7 @@ pub type ProgressLayer = ProgressTrackingLayer;
 pub mod test_util;
 
 // The README's examples include the reqwest one, so they run with its feature (the
-// README's test command, `scripts/test`, runs `cargo test --all-features`).
+// README's test command runs `cargo test --all-features`).
 #[cfg(all(doctest, feature = "reqwest-middleware"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

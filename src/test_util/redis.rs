@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// What to do when `redis-server` is missing: the test fails saying so.
 const INSTALL: &str = "redis-server not found on PATH: install it (Debian/Ubuntu: \
-     `apt-get install redis-server`), or run the tests with `scripts/test`, which does";
+     `apt-get install redis-server`), or run `scripts/test-deps`, which does";
 
 /// A `redis-server` on 127.0.0.1 on a free port, with nothing saved to disk
 /// (`--save '' --appendonly no`), killed when dropped. It can be killed and
