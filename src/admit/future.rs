@@ -13,7 +13,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::{Admission, Entered, Pass, Paused};
+use super::{Admission, Beneath, Deferred, Entered, Note, Pass, Paused};
 use crate::observe::Observed;
 use crate::policy::error::{BoxError, Error};
 
@@ -31,15 +31,36 @@ pub(crate) trait Start {
     ) -> Poll<Result<Self::Future, Error>>;
 }
 
-/// A call held while its origin is paused: the request, and a clone of the inner
-/// service to send it with (the one the caller drove ready is left to the next
-/// call, so no readiness, such as a concurrency permit, is held during the wait).
-pub struct Held<S, B> {
-    service: S,
-    request: Option<Request<B>>,
+/// A call held while its origin is paused, by a budget layer that holds it
+/// itself (no retry layer beneath to hand the hold down to).
+pub struct Held<S, B>
+where
+    S: Service<Request<B>>,
+{
+    way: Way<S, B>,
     paused: Paused,
     /// When the call was dated: its deposit's time, made once it goes.
     dated: Instant,
+}
+
+/// Where a held call waits. (The whole hold is boxed, so its ways' sizes do not
+/// weigh on the front-end's future.)
+#[allow(clippy::large_enum_variant)]
+enum Way<S, B>
+where
+    S: Service<Request<B>>,
+{
+    /// Before its inner service is called: the request, and a clone of the inner
+    /// service to send it with (the one the caller drove ready is left to the
+    /// next call, so no readiness, such as a concurrency permit, is held during
+    /// the wait).
+    Unsent {
+        service: S,
+        request: Option<Request<B>>,
+    },
+    /// After: the inner service's future, not polled until the hold is over (a
+    /// hold handed down that nobody beneath took).
+    Called { future: Option<S::Future> },
 }
 
 impl<S, B> Start for Held<S, B>
@@ -55,14 +76,23 @@ where
         observed: Option<&Observed>,
     ) -> Poll<Result<S::Future, Error>> {
         ready!(self.paused.poll(cx, observed))?;
-        ready!(self.service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
-        let Some(mut request) = self.request.take() else {
-            return Poll::Ready(Err(Error::polled_after_completion("admission")));
+        let future = match &mut self.way {
+            Way::Unsent { service, request } => {
+                ready!(service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
+                let Some(mut request) = request.take() else {
+                    return Poll::Ready(Err(Error::polled_after_completion("admission")));
+                };
+                Paused::note_hold(request.extensions_mut(), self.dated);
+                service.call(request)
+            }
+            Way::Called { future } => match future.take() {
+                Some(future) => future,
+                None => return Poll::Ready(Err(Error::polled_after_completion("admission"))),
+            },
         };
-        Paused::note_hold(request.extensions_mut(), self.dated);
         // It goes: it counts as a first attempt now, at its date.
         self.paused.deposit_at(self.dated);
-        Poll::Ready(Ok(self.service.call(request)))
+        Poll::Ready(Ok(future))
     }
 }
 
@@ -106,44 +136,158 @@ pin_project! {
     }
 }
 
+/// How a front-end makes the hold of a call it holds itself.
+pub(crate) trait Holding<S, B>: Sized
+where
+    S: Service<Request<B>>,
+{
+    /// A call held before its inner service is called (sent through a clone of
+    /// `service` once its hold is over).
+    fn unsent(service: &mut S, req: Request<B>, paused: Paused, dated: Instant) -> Self;
+
+    /// A call held after: its inner service's future waits, unpolled.
+    fn called(future: S::Future, paused: Paused, dated: Instant) -> Self;
+}
+
+impl<S, B> Holding<S, B> for Held<S, B>
+where
+    S: Service<Request<B>> + Clone,
+{
+    fn unsent(service: &mut S, req: Request<B>, paused: Paused, dated: Instant) -> Self {
+        Held {
+            way: Way::Unsent {
+                service: service.clone(),
+                request: Some(req),
+            },
+            paused,
+            dated,
+        }
+    }
+
+    fn called(future: S::Future, paused: Paused, dated: Instant) -> Self {
+        Held {
+            way: Way::Called {
+                future: Some(future),
+            },
+            paused,
+            dated,
+        }
+    }
+}
+
+impl<S, B> Holding<S, B> for NeverHeld<S::Future>
+where
+    S: Service<Request<B>>,
+{
+    fn unsent(_: &mut S, _: Request<B>, _: Paused, _: Instant) -> Self {
+        unreachable_hold()
+    }
+
+    fn called(_: S::Future, _: Paused, _: Instant) -> Self {
+        unreachable_hold()
+    }
+}
+
 impl<F, H> ResponseFuture<F, H> {
     /// Runs `admission` on `req` and sends it through `service` when it goes at
-    /// once; `hold` makes the held call of one that waits for its origin's pause
-    /// (from the service, which it clones: the one driven ready is left to the next
-    /// call). Always inlined, as the front-ends' `call`s are: the inner future is
-    /// built in place instead of copied out through each layer.
+    /// once; holds it (see [`Holding`]) when its origin is paused, or hands the
+    /// hold down to the retry layer `beneath` (a budget layer's; `None` for a part
+    /// that never holds). Always inlined, as the front-ends' `call`s are: the
+    /// inner future is built in place instead of copied out through each layer.
     #[inline(always)]
     pub(crate) fn admit<S, B>(
         admission: &Admission,
         service: &mut S,
         mut req: Request<B>,
-        hold: impl FnOnce(&mut S, Request<B>, Paused, Instant) -> H,
+        beneath: Option<&Beneath>,
     ) -> Self
     where
         S: Service<Request<B>, Future = F>,
+        H: Holding<S, B>,
     {
-        match admission.enter(&mut req, None) {
-            Entered::Go(admitted) => ResponseFuture {
-                // Built in one expression, the inner future written straight in.
-                state: State::Called {
-                    future: service.call(req),
-                },
-                pass: admitted.pass,
-            },
+        let hand_down = beneath.is_some_and(Beneath::hands_down);
+        match admission.enter(&mut req, None, hand_down) {
+            Entered::Go(admitted) => {
+                if let Some(beneath) = beneath.filter(|b| !b.known()) {
+                    return ResponseFuture::asking(beneath, service, req, admitted.pass);
+                }
+                ResponseFuture {
+                    // Built in one expression, the inner future written straight in.
+                    state: State::Called {
+                        future: service.call(req),
+                    },
+                    pass: admitted.pass,
+                }
+            }
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
                 ResponseFuture {
                     state: State::Held {
-                        held: Box::new(hold(service, req, paused, dated)),
+                        held: Box::new(H::unsent(service, req, paused, dated)),
                     },
                     pass: admitted.pass,
                 }
+            }
+            Entered::Deferred { admitted, hold } => {
+                ResponseFuture::handed_down(beneath, service, req, admitted.pass, hold)
             }
             Entered::Refused { pass, error } => ResponseFuture {
                 state: State::Done { error: Some(error) },
                 pass,
             },
         }
+    }
+
+    /// Sends a call that asks what is beneath (a budget layer's first): a note
+    /// in its context, which a retry layer beneath marks as its `call` runs.
+    #[cold]
+    #[inline(never)]
+    fn asking<S, B>(beneath: &Beneath, service: &mut S, mut req: Request<B>, pass: Pass) -> Self
+    where
+        S: Service<Request<B>, Future = F>,
+    {
+        let note = Note::leave(&mut req, None);
+        let future = service.call(req);
+        beneath.learn(&note);
+        ResponseFuture {
+            state: State::Called { future },
+            pass,
+        }
+    }
+
+    /// Hands the hold of a call whose origin is paused down to the retry layer
+    /// beneath, which meets it within its policy's timeout and counts the call
+    /// when it goes. When nobody beneath took it, the call is held here after
+    /// all, its inner future unpolled until the hold is over.
+    #[cold]
+    #[inline(never)]
+    fn handed_down<S, B>(
+        beneath: Option<&Beneath>,
+        service: &mut S,
+        mut req: Request<B>,
+        pass: Pass,
+        hold: Deferred,
+    ) -> Self
+    where
+        S: Service<Request<B>, Future = F>,
+        H: Holding<S, B>,
+    {
+        let dated = hold.dated();
+        let note = Note::leave(&mut req, Some(hold));
+        let future = service.call(req);
+        if let Some(beneath) = beneath {
+            beneath.learn(&note);
+        }
+        let state = match note.claim() {
+            None => State::Called { future },
+            Some(hold) => match hold.meet(None) {
+                Ok(paused) => State::Held {
+                    held: Box::new(H::called(future, paused, dated)),
+                },
+                Err(error) => State::Done { error: Some(error) },
+            },
+        };
+        ResponseFuture { state, pass }
     }
 }
 
@@ -159,9 +303,7 @@ impl<F> ResponseFuture<F, NeverHeld<F>> {
     where
         S: Service<Request<B>, Future = F>,
     {
-        ResponseFuture::admit(admission, service, req, |_: &mut S, _, _, _| {
-            unreachable_hold()
-        })
+        ResponseFuture::admit(admission, service, req, None)
     }
 }
 
@@ -171,21 +313,12 @@ fn unreachable_hold<F>() -> NeverHeld<F> {
     unreachable!("an admission without a budget has no pause to hold a call for")
 }
 
-impl<S, B> fmt::Debug for Held<S, B> {
+impl<S, B> fmt::Debug for Held<S, B>
+where
+    S: Service<Request<B>>,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Held").finish_non_exhaustive()
-    }
-}
-
-impl<S, B> Held<S, B> {
-    /// A call held for its origin's pause, to be sent through `service`.
-    pub(crate) fn new(service: S, request: Request<B>, paused: Paused, dated: Instant) -> Self {
-        Held {
-            service,
-            request: Some(request),
-            paused,
-            dated,
-        }
     }
 }
 

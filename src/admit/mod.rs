@@ -27,11 +27,11 @@ mod future;
 pub(crate) mod key;
 mod origin;
 mod pass;
+mod paused;
 pub(crate) mod throttle;
 
 use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::request::Parts;
@@ -48,6 +48,7 @@ use budget::{Account, BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
 use origin::{Found, Origin};
 pub(crate) use pass::Pass;
+pub(crate) use paused::{Beneath, Deferred, Note, Paused};
 use throttle::ThrottlePolicy;
 
 /// The parts of admission a layer or a stack runs, and the state of each origin.
@@ -84,6 +85,9 @@ pub(crate) enum Entered {
     Go(Admitted),
     /// Its origin is paused: the first attempt waits for its share of the end.
     Held { admitted: Admitted, paused: Paused },
+    /// Its origin is paused, and the retry layer beneath meets the pause within
+    /// its policy's timeout (a budget layer's call, handed down).
+    Deferred { admitted: Admitted, hold: Deferred },
     /// The breaker or the origin's pause refused it; the call holds what must
     /// still see its end (the breaker permit, given back as the call sent nothing).
     Refused { pass: Pass, error: Error },
@@ -206,18 +210,25 @@ impl Admission {
     /// [`enter`](Admission::enter), out of line: for the stack's retry layer.
     #[inline(never)]
     pub(crate) fn enter_call<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
-        self.enter(req, timeout)
+        self.enter(req, timeout, false)
     }
 
     /// Runs admission on a call, part by part: the key is stamped, the breaker
     /// admits the call, the budget counts it and meets its origin's pause, holding
-    /// it no longer than its deadline and `timeout` from its date allow.
+    /// it no longer than its deadline and `timeout` from its date allow; or, with
+    /// `hand_hold_down` (a budget layer above a retry layer), leaving the pause for
+    /// the retry layer to meet within its own policy's timeout.
     ///
     /// Always inlined: a front-end's `call` builds its future in place around it.
     /// The stack's retry layer calls it through [`Admission::enter_call`], out of
     /// line, so a retry layer without admission carries none of it.
     #[inline(always)]
-    pub(crate) fn enter<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
+    pub(crate) fn enter<B>(
+        &self,
+        req: &mut Request<B>,
+        timeout: Option<Duration>,
+        hand_hold_down: bool,
+    ) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
         if self.origins.is_empty() {
             // The key alone: nothing to look up, hold or record.
@@ -324,7 +335,23 @@ impl Admission {
         // from the call's date, the hold included, so the hold ends by the call's
         // deadline: the request's or `timeout` from the date, whichever is earlier.
         let dated = now;
-        let deadline = call_deadline(Given::new(req.extensions()).deadline(), timeout, dated);
+        let given = Given::new(req.extensions()).deadline();
+        if hand_hold_down {
+            let hold = Deferred {
+                account,
+                pause,
+                dated,
+                deadline: given,
+                observed: pass.shared_observed().cloned(),
+            };
+            let admitted = Admitted {
+                pass,
+                keyed,
+                at: Some(dated),
+            };
+            return Entered::Deferred { admitted, hold };
+        }
+        let deadline = call_deadline(given, timeout, dated);
         let now = Instant::now();
         match Hold::meet(pause, now, deadline, &account, pass.observed()) {
             Ok(hold) => Entered::Held {
@@ -333,7 +360,7 @@ impl Admission {
                     keyed,
                     at: Some(dated),
                 },
-                paused: Paused { account, hold },
+                paused: Paused::new(account, hold),
             },
             Err(error) => Entered::Refused { pass, error },
         }
@@ -438,34 +465,5 @@ impl fmt::Debug for Admission {
             .field("throttle", &self.throttle)
             .field("hand_down", &self.hand_down)
             .finish()
-    }
-}
-
-/// A held call's wait for its share of the end of its origin's pause.
-pub(crate) struct Paused {
-    account: Arc<Account>,
-    hold: Hold,
-}
-
-impl Paused {
-    /// Notes in the call's context how long it was held since admission dated it
-    /// `at`, as its hold ends: the retry layer's history of the call tells it.
-    pub(crate) fn note_hold(extensions: &mut http::Extensions, at: Instant) {
-        CallContext::of_mut(extensions).set_held(at.elapsed());
-    }
-
-    /// Counts the held call, dated `at`, as a first attempt: it goes.
-    pub(crate) fn deposit_at(&self, at: Instant) {
-        self.account.deposit_at(at);
-    }
-
-    /// Waits out the hold: ready when the first attempt may go, or with the error
-    /// that refuses the call (see [`Hold::poll`]).
-    pub(crate) fn poll(
-        &mut self,
-        cx: &mut Context<'_>,
-        observed: Option<&Observed>,
-    ) -> Poll<Result<(), Error>> {
-        self.hold.poll(cx, &self.account, observed)
     }
 }

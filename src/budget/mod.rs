@@ -70,10 +70,21 @@
 //! or a date) says the origin is overloaded or rate-limiting, not only for the
 //! call that received it. The hint pauses the origin's account until it ends
 //! (capped at [`BudgetPolicy::max_pause`], never past what the server said), and
-//! while it is paused no attempt reaches the origin: [`Budget`] holds a call's
-//! first attempt, the retry layer each retry (it asks the same account through the
+//! while it is paused no attempt reaches the origin: a call's first attempt is
+//! held, the retry layer holds each retry (it asks the same account through the
 //! [`BudgetHandle`](crate::policy::BudgetHandle) before every attempt), a hedge
-//! layer sends no hedge. A call whose deadline leaves room for the rest of the
+//! layer sends no hedge. A call's deadline is its
+//! [`Deadline`](crate::policy::Deadline), or its retry policy's total
+//! [`timeout`](crate::retry::RetryPolicyBuilder::timeout) from its date, whichever is
+//! earlier: above a [`RetryLayer`](crate::RetryLayer), [`Budget`] hands the hold of
+//! a call's first attempt down to it (in the call's context), so the retry layer
+//! holds the call within its own policy's timeout, exactly as the
+//! [`Backstop`](crate::Backstop) stack does; over a transport, [`Budget`] holds
+//! the call itself, within its `Deadline`. (A new [`Budget`] service learns from
+//! its first call whether a retry layer is beneath it; before it knows, a hold it
+//! hands down that nobody takes is held by the budget layer after all, its inner
+//! service called at once and its future polled once the hold is over.)
+//! A call whose deadline leaves room for the rest of the
 //! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
 //! otherwise it fails at once with an error that says so
 //! ([`Error::is_paused`](crate::Error::is_paused)) and when the pause ends
@@ -198,11 +209,12 @@ pub type BudgetService<S> = Budget<S>;
 #[deprecated(since = "0.1.0", note = "moved to `backstop::Partition`")]
 pub type Partition = crate::Partition;
 
-use crate::admit::{Admission, Held};
+use crate::admit::{Admission, Beneath};
 
 /// Counts each call as a first attempt in its origin's retry budget account and
 /// leaves the account's handle in the request extensions; holds a call whose
-/// origin is paused. See the [module docs](self).
+/// origin is paused, or hands its hold down to the retry layer beneath. See the
+/// [module docs](self#the-origin-pause).
 ///
 /// Its response is the inner service's; its error is a [`backstop::Error`](crate::Error)
 /// that keeps the inner service's error as its source (or, for a call refused
@@ -210,6 +222,8 @@ use crate::admit::{Admission, Held};
 pub struct Budget<S> {
     inner: S,
     admission: Arc<Admission>,
+    /// Whether a retry layer beneath meets the holds this service hands down.
+    beneath: Beneath,
 }
 
 impl<S> Budget<S> {
@@ -219,7 +233,11 @@ impl<S> Budget<S> {
     }
 
     pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
-        Budget { inner, admission }
+        Budget {
+            inner,
+            admission,
+            beneath: Beneath::default(),
+        }
     }
 
     crate::inner_accessors!();
@@ -230,6 +248,7 @@ impl<S: Clone> Clone for Budget<S> {
         Budget {
             inner: self.inner.clone(),
             admission: self.admission.clone(),
+            beneath: self.beneath.clone(),
         }
     }
 }
@@ -262,14 +281,14 @@ where
     // than copied out of each front-end (about 90 instructions a layer).
     #[inline(always)]
     fn call(&mut self, req: Request<B>) -> ResponseFuture<S, B> {
-        // A paused origin: the first attempt is held (or refused) by admission; its
-        // retries by the retry layer, which asks the same account. A held call is
-        // sent through a clone of the inner service once its hold is over.
+        // A paused origin: the first attempt is held (or refused) by the retry layer
+        // beneath, within its policy's timeout, or here when none is beneath; its
+        // retries by the retry layer, which asks the same account.
         crate::admit::ResponseFuture::admit(
             &self.admission,
             &mut self.inner,
             req,
-            |inner: &mut S, req, paused, dated| Held::new(inner.clone(), req, paused, dated),
+            Some(&self.beneath),
         )
     }
 }

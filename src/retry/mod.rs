@@ -101,7 +101,7 @@ pub use layer::RetryLayer;
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use route::{PathMatch, Route, RoutePolicy, Routes};
 
-use crate::admit::{Admission, Admitted, Entered};
+use crate::admit::{Admission, Admitted, Deferred, Entered, Note};
 use crate::body::ReplayBody;
 use crate::policy::error::{BoxError, Error};
 
@@ -157,6 +157,37 @@ impl<S> Retry<S> {
     pub(crate) fn admission(&self) -> Option<&Admission> {
         self.settings.admission.as_ref()
     }
+
+    /// Meets the pause of a call a budget layer above handed down (or admission
+    /// deferred): held no longer than `policy`'s total timeout from the call's
+    /// date allows, as the stack holds its own, or refused.
+    #[cold]
+    #[inline(never)]
+    fn meet<B, RB>(
+        &mut self,
+        policy: Arc<RetryPolicy>,
+        req: Request<B>,
+        admitted: Admitted,
+        hold: &Deferred,
+    ) -> ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+        S::Error: Into<BoxError>,
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        match hold.meet(policy.timeout()) {
+            Ok(paused) => {
+                let admitted = Admitted {
+                    at: Some(hold.dated()),
+                    ..admitted
+                };
+                ResponseFuture::held(self.inner.clone(), policy, req, admitted, paused)
+            }
+            Err(error) => ResponseFuture::refused(policy, admitted.pass, error),
+        }
+    }
 }
 
 impl<S, B, RB> Service<Request<B>> for Retry<S>
@@ -183,29 +214,39 @@ where
         // The route gives the policy (unless the call brings its own), and leaves its
         // name and hedging in the call's context for the layers beneath.
         // Only the context in the extensions (the usual stack): no policy to look for.
-        let given = if crate::policy::Given::new(req.extensions()).has_others() {
+        let given = crate::policy::Given::new(req.extensions());
+        let noted = given.has_note();
+        let given = if given.has_others() {
             req.extensions_mut().remove::<RetryPolicy>()
         } else {
             None
         };
         let policy = self.settings.routes.choose(&mut req, given);
+        // A budget layer above left a note: this layer tells it that it is here,
+        // and meets the hold it handed down, if any, within the policy's timeout.
+        let note = if noted { Note::take(&mut req) } else { None };
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness. Without
         // admission (a retry layer alone) the call starts at once.
-        let Some(admission) = &self.settings.admission else {
-            let span = ResponseFuture::<S, B, RB>::span(&req);
-            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+        let admitted = match &self.settings.admission {
+            None => Admitted::default(),
+            Some(admission) => match admission.enter_call(&mut req, policy.timeout()) {
+                Entered::Go(admitted) => admitted,
+                Entered::Held { admitted, paused } => {
+                    let service = self.inner.clone();
+                    return ResponseFuture::held(service, policy, req, admitted, paused);
+                }
+                Entered::Deferred { admitted, hold } => {
+                    return self.meet(policy, req, admitted, &hold)
+                }
+                Entered::Refused { pass, error } => {
+                    return ResponseFuture::refused(policy, pass, error)
+                }
+            },
         };
-        let admitted = match admission.enter_call(&mut req, policy.timeout()) {
-            Entered::Go(admitted) => admitted,
-            Entered::Held { admitted, paused } => {
-                let service = self.inner.clone();
-                return ResponseFuture::held(service, policy, req, admitted, paused);
-            }
-            Entered::Refused { pass, error } => {
-                return ResponseFuture::refused(policy, pass, error)
-            }
-        };
+        if let Some(hold) = note.as_deref().and_then(Note::claim) {
+            return self.meet(policy, req, admitted, hold);
+        }
         let span = ResponseFuture::<S, B, RB>::span(&req);
         call::Call::start(&mut self.inner, policy, req, span, admitted)
     }

@@ -23,12 +23,11 @@
 //! [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer),
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer),
 //! [`ThrottleLayer`](crate::ThrottleLayer) and [`BudgetLayer`](crate::BudgetLayer)
-//! run. Two things only the stack can do,
-//! because the separate layers above a retry layer cannot see its policy or its
-//! route: it holds a call for a paused origin no longer than the retry policy's
-//! total timeout allows (a `BudgetLayer` bounds the hold by the call's
-//! [`Deadline`](crate::policy::Deadline) alone), and its observer events name the
-//! route the call matched.
+//! run. One thing only the stack can do, because the separate layers above a retry
+//! layer cannot see its route: its observer events name the route the call
+//! matched. (A held call is bounded alike in both: a `BudgetLayer` above a
+//! `RetryLayer` hands the hold down to it, and the retry layer meets it within its
+//! policy's total timeout, as the stack does.)
 //!
 //! What the stack guarantees by construction:
 //!

@@ -5,7 +5,7 @@ use crate::support::shape::BudgetLayer;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::support::requests::{call, get, head};
+use crate::support::requests::{call, call_with, get, head};
 use crate::support::script::{slow, status, status_with, Reply, Script, Step};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetPolicy, PauseMode};
@@ -199,57 +199,86 @@ async fn a_guarded_call_is_held_within_its_policys_total_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_held_call_its_deadline_refuses_on_release_is_not_counted() {
     // Released at the pause's end with 100 ms of its timeout left: enough for the
-    // budget's minimum, less than the policy's own minimum attempt time.
-    let budget = BudgetPolicy::builder()
-        .ratio(1.0)
-        .min_per_second(0.0)
-        .pause_spread(Duration::ZERO)
-        .pause_min_attempt_time(ms(50))
-        .build()
-        .unwrap();
-    let layer = BudgetLayer::new(budget);
-    pause_with(&layer, &[("retry-after", "2")]).await;
-    let account = || layer.account(&head(A));
-    assert_eq!(account().available(), 1);
-    let policy = RetryPolicy::builder()
-        .max_attempts(3)
-        .timeout(ms(2_100))
-        .min_attempt_time(ms(200))
-        .build()
-        .unwrap();
-    let mock = Script::new([]);
-    let mut c = client(&layer, policy, &mock);
-    let err = call(&mut c, A).await.unwrap_err();
-    assert!(err.is_deadline(), "{err}");
-    assert_eq!(mock.calls(), 0);
-    assert_eq!(
-        account().available(),
-        1,
-        "a call that sent nothing bought nothing"
-    );
+    // budget's minimum, less than the policy's own minimum attempt time. Alike in
+    // both shapes: behind a budget layer, the retry layer holds the call.
+    for shape in [Shape::Stack, Shape::Layers] {
+        let budget = BudgetPolicy::builder()
+            .ratio(1.0)
+            .min_per_second(0.0)
+            .pause_spread(Duration::ZERO)
+            .pause_min_attempt_time(ms(50))
+            .build()
+            .unwrap();
+        let layer = BudgetLayer::new(budget);
+        let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+        let stack = Stack::new(RetryPolicy::none()).budget(&layer);
+        let res = call(&mut crate::shaped!(shape, stack, pausing), A).await;
+        assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+        let account = || layer.account(&head(A));
+        assert_eq!(account().available(), 1, "{shape:?}");
+        let policy = RetryPolicy::builder()
+            .max_attempts(3)
+            .timeout(ms(2_100))
+            .min_attempt_time(ms(200))
+            .build()
+            .unwrap();
+        let mock = Script::new([]);
+        let stack = Stack::new(policy).budget(&layer);
+        let mut c = crate::shaped!(shape, stack, mock.clone());
+        let err = call(&mut c, A).await.unwrap_err();
+        assert!(err.is_deadline(), "{shape:?}: {err}");
+        assert_eq!(mock.calls(), 0, "{shape:?}");
+        assert_eq!(
+            account().available(),
+            1,
+            "{shape:?}: a call that sent nothing bought nothing"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn behind_a_budget_layer_only_a_deadline_bounds_the_hold() {
-    // The budget layer above does not know the retry layer's policy: it holds
-    // the call for the pause, and the policy's time starts when the retry layer
-    // gets the call (a `Deadline` in the request bounds both).
+async fn a_hold_handed_down_that_nobody_takes_is_held_by_the_budget_layer() {
+    // A new budget service does not know yet that no retry layer is beneath it: it
+    // hands its first held call down; nobody takes the hold, so it holds the call
+    // itself, bounded by the call's deadline, its transport's future unpolled
+    // until the hold is over.
     let layer = BudgetLayer::default();
     let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
     let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
     assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
     let t0 = Instant::now();
-    let mock = Script::new([]);
-    let mut c = layered(&layer, within(ms(500)), &mock);
-    let res = call(&mut c, A).await.unwrap();
+    let polled = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let transport = || {
+        let polled = polled.clone();
+        tower::service_fn(
+            move |_: http::Request<http_body_util::Full<bytes::Bytes>>| {
+                let polled = polled.clone();
+                async move {
+                    polled.lock().unwrap().push(Instant::now());
+                    let res = http::Response::new(http_body_util::Full::<bytes::Bytes>::default());
+                    Ok::<_, std::io::Error>(res)
+                }
+            },
+        )
+    };
+    // Its deadline ends inside the pause: refused at once, nothing polled.
+    let mut svc = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(transport());
+    let mut req = get(A);
+    req.extensions_mut().insert(Deadline::after(ms(500)));
+    let err = call_with(&mut svc, req).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now(), t0);
+    assert!(polled.lock().unwrap().is_empty());
+    // Room for the pause: polled once it is over.
+    let mut svc = ServiceBuilder::new().layer(layer).service(transport());
+    let res = call(&mut svc, A).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(mock.seen()[0].at >= t0 + Duration::from_secs(2), "held");
-    // The retry layer beneath tells the budget layer's hold in the history.
-    let hold = res.extensions().get::<History>().and_then(History::held);
-    assert!(
-        hold.is_some_and(|h| ms(2_000) <= h && h <= ms(2_200)),
-        "{hold:?}"
-    );
+    let polled = polled.lock().unwrap();
+    assert_eq!(polled.len(), 1);
+    let at = polled[0] - t0;
+    assert!((ms(2000)..=ms(2200)).contains(&at), "{at:?}");
 }
 
 #[tokio::test(start_paused = true)]

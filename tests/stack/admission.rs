@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::record::Recorder;
 use crate::support::requests::{call, get, head};
-use crate::support::script::{ms, slow, status, status_with, Reply, Script};
+use crate::support::script::{ms, slow, status, status_with, Reply, Script, Step};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::BudgetPolicy;
 use backstop::circuit_breaker::State;
@@ -57,6 +57,10 @@ fn unspread() -> BudgetLayer {
 }
 
 fn within(req: &mut Request<Full<Bytes>>, after: Duration) {
+    within_deadline(req, after)
+}
+
+fn within_deadline(req: &mut Request<Full<Bytes>>, after: Duration) {
     req.extensions_mut().insert(Deadline::after(after));
 }
 
@@ -294,6 +298,105 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
 
 // ---------------------------------------------------------------------------------
 // The separate layers and the stack: front-ends of one admission
+
+/// What a held call met, in one shape: whether it was refused for the pause, when it
+/// ended and when its attempt was sent (from the pause's start), how many attempts
+/// reached the origin, and the hold its history tells.
+#[derive(Debug, PartialEq)]
+struct Met {
+    paused: bool,
+    ended: Duration,
+    sent: Vec<Duration>,
+    held: Option<Duration>,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_call_is_bounded_alike_in_every_shape() {
+    // A budget layer above a retry layer hands the hold down to it, so the hold ends
+    // by the call's deadline in both shapes: the request's `Deadline`, or the retry
+    // policy's total timeout from the call's date, whichever is earlier.
+    let timed = |timeout: Duration| {
+        RetryPolicy::builder()
+            .max_attempts(3)
+            .backoff(ms(10), ms(50))
+            .timeout(timeout)
+            .build()
+            .unwrap()
+    };
+    let met = same_in_every_shape(|shape| async move {
+        let budget = unspread();
+        let mut met = Vec::new();
+        // A timeout that ends inside the pause; a timeout with room for it, whose
+        // attempt hangs; the same, answered; a `Deadline` inside the pause with no
+        // timeout.
+        let cases: [(RetryPolicy, Step, Option<Duration>); 4] = [
+            (timed(ms(500)), status(200), None),
+            (timed(ms(3000)), Step::Hang, None),
+            (timed(ms(3000)), status(200), None),
+            (retries(), status(200), Some(ms(1500))),
+        ];
+        for (policy, step, deadline) in cases {
+            // A 429 with a 2 s hint pauses the origin.
+            let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+            let once = Stack::new(RetryPolicy::none()).budget(&budget);
+            let mut once = crate::shaped!(shape, once, pausing);
+            assert_eq!(call(&mut once, A).await.unwrap().status(), 429);
+            let start = Instant::now();
+            let mock = Script::new([step]);
+            let mut client =
+                crate::shaped!(shape, Stack::new(policy).budget(&budget), mock.clone());
+            let mut req = get(A);
+            if let Some(deadline) = deadline {
+                within_deadline(&mut req, deadline);
+            }
+            let result = client.ready().await.unwrap().call(req).await;
+            met.push(Met {
+                paused: result.as_ref().is_err_and(backstop::Error::is_paused),
+                ended: Instant::now() - start,
+                sent: mock.seen().iter().map(|s| s.at - start).collect(),
+                held: result
+                    .ok()
+                    .and_then(|res| res.extensions().get::<History>().and_then(History::held)),
+            });
+        }
+        met
+    })
+    .await;
+    let s = Duration::from_secs;
+    assert_eq!(
+        met,
+        [
+            // Refused at once, nothing sent.
+            Met {
+                paused: true,
+                ended: s(0),
+                sent: vec![],
+                held: None
+            },
+            // Held to the pause's end, then cut at the timeout from the call's date.
+            Met {
+                paused: false,
+                ended: s(3),
+                sent: vec![s(2)],
+                held: None
+            },
+            // Held, sent at the end, and the history tells the hold.
+            Met {
+                paused: false,
+                ended: s(2),
+                sent: vec![s(2)],
+                held: Some(s(2))
+            },
+            // The Deadline alone bounds it too.
+            Met {
+                paused: true,
+                ended: s(0),
+                sent: vec![],
+                held: None
+            },
+        ]
+    );
+}
 
 /// The stop reason in `res`'s history.
 fn stopped<B>(res: &Response<B>) -> Option<StopReason> {
@@ -699,9 +802,12 @@ mod wire {
     }
 
     #[tokio::test]
-    async fn a_429_pause_holds_the_next_call() {
+    async fn a_429_pause_holds_the_next_call_alike_in_every_shape() {
         within_10s(async {
-            for protocol in BOTH {
+            for (protocol, shape) in BOTH
+                .into_iter()
+                .flat_map(|p| [(p, Shape::Stack), (p, Shape::Layers)])
+            {
                 let up = upstream(
                     protocol,
                     vec![Step::Reply(
@@ -710,14 +816,12 @@ mod wire {
                 )
                 .await;
                 let budget = BudgetLayer::default();
-                // One stack's breaker and budget for both clients.
+                // One breaker and budget for every client.
                 let breakers = breaker(5, ms(1000));
                 let once = Stack::new(RetryPolicy::none())
                     .breaker(&breakers)
                     .budget(&budget);
-                let mut once: WireClient = crate::stacked!(once, transport(protocol));
-                let stack = guard(quick(), &breakers, &budget);
-                let mut client: WireClient = crate::stacked!(stack, transport(protocol));
+                let mut once: WireClient = crate::shaped!(shape, once, transport(protocol));
                 let get = || Request::get(up.uri("/items")).body(empty()).unwrap();
                 let res = once.ready().await.unwrap().call(get()).await.unwrap();
                 assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -725,14 +829,31 @@ mod wire {
                     .account(&Request::get(up.uri("/")).body(()).unwrap().into_parts().0)
                     .paused_until()
                     .expect("paused");
+                // A total timeout that ends inside the pause: refused at once.
+                let short = RetryPolicy::builder().timeout(ms(100)).build().unwrap();
+                let short = guard(short, &breakers, &budget);
+                let mut short: WireClient = crate::shaped!(shape, short, transport(protocol));
+                let err = short.ready().await.unwrap().call(get()).await.unwrap_err();
+                assert!(err.is_paused(), "{protocol:?} {shape:?}: {err}");
+                assert!(
+                    Instant::now() < until,
+                    "{protocol:?} {shape:?}: refused at once"
+                );
+                assert_eq!(up.requests().len(), 1, "{protocol:?} {shape:?}");
+                // Room for the pause: held, then sent.
+                let stack = guard(quick(), &breakers, &budget);
+                let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
                 let res = client.ready().await.unwrap().call(get()).await.unwrap();
-                assert_eq!(res.status(), StatusCode::OK, "{protocol:?}");
-                assert!(Instant::now() >= until, "{protocol:?}: held");
-                assert_eq!(up.requests().len(), 2, "{protocol:?}");
+                assert_eq!(res.status(), StatusCode::OK, "{protocol:?} {shape:?}");
+                assert!(Instant::now() >= until, "{protocol:?} {shape:?}: held");
+                assert_eq!(up.requests().len(), 2, "{protocol:?} {shape:?}");
                 // The answer's history tells the hold.
                 let history = res.extensions().get::<History>().expect("history");
                 let hold = history.held().expect("held");
-                assert!(hold >= ms(200) && hold < ms(2000), "{protocol:?}: {hold:?}");
+                assert!(
+                    hold >= ms(200) && hold < ms(2000),
+                    "{protocol:?} {shape:?}: {hold:?}"
+                );
                 assert_eq!(history.stop_reason(), Some(StopReason::Answered));
             }
         })

@@ -156,14 +156,12 @@ impl RetryPolicyBuilder {
 
     /// The total time of a call, every attempt and wait included (more than zero).
     ///
-    /// It counts from when the retry layer gets the call. In the
-    /// [`Backstop`](crate::Backstop) stack it counts from the call's date instead
-    /// (its own, or an earlier one a layer above set), so the wait for a paused
-    /// origin counts in it: the stack refuses at once a call whose timeout ends
-    /// inside the pause. A separate [`BudgetLayer`](crate::BudgetLayer) above a
-    /// retry layer does not know the retry policy: the time it holds a call for its
-    /// origin's pause comes before this timeout starts, and only a
-    /// [`Deadline`](crate::policy::Deadline) in the request bounds both.
+    /// It counts from the call's date: when the retry layer gets the call, or an
+    /// earlier date a budget layer above set (the [`Backstop`](crate::Backstop)
+    /// stack's, or a separate [`BudgetLayer`](crate::BudgetLayer)'s). The wait for
+    /// a paused origin counts in it, in every shape: the retry layer holds the call
+    /// (a budget layer above hands the hold down to it), and refuses at once a
+    /// call whose timeout ends inside the pause.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.policy.timeout = Some(timeout);
         self

@@ -1,0 +1,207 @@
+//! A call whose origin is paused: where its first attempt waits, and which layer
+//! holds it.
+//!
+//! A hold ends by the call's deadline: the request's [`Deadline`], or the retry
+//! policy's total timeout from the call's date, whichever is earlier. Only the
+//! retry layer knows that timeout (its route chose the policy), so the stack's
+//! retry layer holds its calls itself, and a `BudgetLayer` above a `RetryLayer`
+//! hands each held call down to it: the budget layer leaves the hold in the
+//! call's context (a [`Note`] carrying a [`Deferred`] hold), calls its inner
+//! service at once, and the retry layer beneath meets the hold exactly as the stack
+//! does. One bound, in every shape.
+//!
+//! A budget layer learns once, from the first call it sends, whether a retry layer
+//! is beneath it ([`Beneath`]): that call carries a note the retry layer marks. With
+//! none beneath (a budget layer over a transport), the budget layer holds the call
+//! itself before calling its inner service, bounded by the call's `Deadline`. A
+//! hold handed down that nobody beneath took (the service's first call, or a
+//! router that sent the call another way) is held by the budget layer after all,
+//! before it polls its inner service's future.
+//!
+//! [`Deadline`]: crate::policy::Deadline
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Request;
+use tokio::time::Instant;
+
+use super::budget::{Account, Hold};
+use crate::observe::Observed;
+use crate::policy::error::Error;
+use crate::policy::{call_deadline, CallContext, Pause};
+
+/// A held call's wait for its share of the end of its origin's pause.
+pub(crate) struct Paused {
+    account: Arc<Account>,
+    hold: Hold,
+    /// The observer of a hold handed down by a budget layer (the layer that holds
+    /// it has no record of the call of its own).
+    observed: Option<Arc<Observed>>,
+}
+
+impl Paused {
+    /// The wait of a call held by the admission that admitted it.
+    pub(crate) fn new(account: Arc<Account>, hold: Hold) -> Self {
+        Paused {
+            account,
+            hold,
+            observed: None,
+        }
+    }
+
+    /// Notes in the call's context how long it was held since admission dated it
+    /// `at`, as its hold ends: the retry layer's history of the call tells it.
+    pub(crate) fn note_hold(extensions: &mut http::Extensions, at: Instant) {
+        CallContext::of_mut(extensions).set_held(at.elapsed());
+    }
+
+    /// Counts the held call, dated `at`, as a first attempt: it goes.
+    pub(crate) fn deposit_at(&self, at: Instant) {
+        self.account.deposit_at(at);
+    }
+
+    /// Waits out the hold: ready when the first attempt may go, or with the error
+    /// that refuses the call (see [`Hold::poll`]). `observed` is the call's
+    /// record, when the layer holding it keeps one.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        observed: Option<&Observed>,
+    ) -> Poll<Result<(), Error>> {
+        let observed = observed.or(self.observed.as_deref());
+        self.hold.poll(cx, &self.account, observed)
+    }
+}
+
+/// A hold a budget layer hands down to the retry layer beneath it: what meeting
+/// the pause needs, besides the retry policy's timeout.
+pub(crate) struct Deferred {
+    pub(super) account: Arc<Account>,
+    pub(super) pause: Pause,
+    /// When admission dated the call: the total timeout counts from here.
+    pub(super) dated: Instant,
+    /// The request's own deadline, if it has one.
+    pub(super) deadline: Option<Instant>,
+    pub(super) observed: Option<Arc<Observed>>,
+}
+
+impl Deferred {
+    /// When admission dated the call.
+    pub(crate) fn dated(&self) -> Instant {
+        self.dated
+    }
+
+    /// Meets the pause now for a call whose policy's total timeout is `timeout`
+    /// (`None` for the budget layer, which knows no policy): the call's wait, or
+    /// the error that refuses it.
+    pub(crate) fn meet(&self, timeout: Option<Duration>) -> Result<Paused, Error> {
+        let deadline = call_deadline(self.deadline, timeout, self.dated);
+        let observed = self.observed.as_deref();
+        let hold = Hold::meet(
+            self.pause,
+            Instant::now(),
+            deadline,
+            &self.account,
+            observed,
+        )?;
+        Ok(Paused {
+            account: self.account.clone(),
+            hold,
+            observed: self.observed.clone(),
+        })
+    }
+}
+
+/// A retry layer was beneath (it marked the note).
+const SENDER: u8 = 1;
+/// The hold the note carries was taken, by the retry layer beneath or by the
+/// budget layer after all.
+const CLAIMED: u8 = 2;
+
+/// What a budget layer leaves in a call's context for the retry layer beneath:
+/// a question (is a retry layer there?), and a hold to meet when the call's origin
+/// is paused. Not carried into another call's context.
+pub(crate) struct Note {
+    marks: AtomicU8,
+    hold: Option<Deferred>,
+}
+
+impl Note {
+    /// Leaves a note in the context of `req`, carrying `hold`; the budget layer
+    /// keeps the other handle.
+    pub(crate) fn leave<B>(req: &mut Request<B>, hold: Option<Deferred>) -> Arc<Note> {
+        let note = Arc::new(Note {
+            marks: AtomicU8::new(0),
+            hold,
+        });
+        let shared: Arc<dyn Any + Send + Sync> = note.clone();
+        CallContext::of_mut(req.extensions_mut()).set_note(shared);
+        note
+    }
+
+    /// The retry layer's look: takes the note a budget layer above left in the
+    /// call's context, if any, and marks it (a retry layer is here).
+    #[cold]
+    pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
+        let note = req
+            .extensions_mut()
+            .get_mut::<CallContext>()?
+            .take_note()?
+            .downcast::<Note>()
+            .ok()?;
+        note.marks.fetch_or(SENDER, Ordering::AcqRel);
+        Some(note)
+    }
+
+    /// Takes the hold the note carries, unless it was taken already.
+    pub(crate) fn claim(&self) -> Option<&Deferred> {
+        let hold = self.hold.as_ref()?;
+        let marks = self.marks.fetch_or(CLAIMED, Ordering::AcqRel);
+        (marks & CLAIMED == 0).then_some(hold)
+    }
+
+    /// Whether a retry layer beneath marked the note.
+    fn seen_by_sender(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & SENDER != 0
+    }
+}
+
+/// Not known yet: the next call carries a note.
+const UNKNOWN: u8 = 0;
+/// A retry layer is beneath: holds are handed down.
+const RETRY: u8 = 1;
+/// None is: the budget layer holds its calls itself.
+const NONE: u8 = 2;
+
+/// What a budget layer's service knows of the layers beneath it: whether a retry
+/// layer there meets the holds it hands down. Learned from its first call and
+/// shared by its clones (a service over another inner service learns anew).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Beneath(Arc<AtomicU8>);
+
+impl Beneath {
+    /// Whether a held call is handed down to the retry layer beneath: unless
+    /// the service knows none is there. (Before it knows, the call handed down
+    /// asks; if nobody takes the hold, the budget layer holds the call after all.)
+    #[inline]
+    pub(crate) fn hands_down(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != NONE
+    }
+
+    /// Whether the service knows what is beneath it.
+    #[inline]
+    pub(crate) fn known(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != UNKNOWN
+    }
+
+    /// Learns from the note a call carried, once its inner service's `call` has
+    /// returned, whether a retry layer is beneath.
+    pub(crate) fn learn(&self, note: &Note) {
+        let state = if note.seen_by_sender() { RETRY } else { NONE };
+        self.0.store(state, Ordering::Relaxed);
+    }
+}
