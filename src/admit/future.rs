@@ -57,6 +57,9 @@ where
     Unsent {
         service: S,
         request: Option<Request<B>>,
+        /// What the budget layer knows of the layers beneath, asked again as the
+        /// call goes.
+        beneath: Option<Beneath>,
     },
     /// After: the inner service's future, not polled until the hold is over (a
     /// hold handed down that nobody beneath took).
@@ -77,13 +80,26 @@ where
     ) -> Poll<Result<S::Future, Error>> {
         ready!(self.paused.poll(cx, observed))?;
         let future = match &mut self.way {
-            Way::Unsent { service, request } => {
+            Way::Unsent {
+                service,
+                request,
+                beneath,
+            } => {
                 ready!(service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
                 let Some(mut request) = request.take() else {
                     return Poll::Ready(Err(Error::polled_after_completion("admission")));
                 };
                 Paused::note_hold(request.extensions_mut(), self.dated);
-                service.call(request)
+                // It asks again whether a retry layer is beneath.
+                match beneath {
+                    Some(beneath) => {
+                        let note = Note::leave(&mut request, None);
+                        let future = service.call(request);
+                        beneath.learn(&note);
+                        future
+                    }
+                    None => service.call(request),
+                }
             }
             Way::Called { future } => match future.take() {
                 Some(future) => future,
@@ -143,7 +159,13 @@ where
 {
     /// A call held before its inner service is called (sent through a clone of
     /// `service` once its hold is over).
-    fn unsent(service: &mut S, req: Request<B>, paused: Paused, dated: Instant) -> Self;
+    fn unsent(
+        service: &mut S,
+        req: Request<B>,
+        paused: Paused,
+        dated: Instant,
+        beneath: Option<&Beneath>,
+    ) -> Self;
 
     /// A call held after: its inner service's future waits, unpolled.
     fn called(future: S::Future, paused: Paused, dated: Instant) -> Self;
@@ -153,11 +175,18 @@ impl<S, B> Holding<S, B> for Held<S, B>
 where
     S: Service<Request<B>> + Clone,
 {
-    fn unsent(service: &mut S, req: Request<B>, paused: Paused, dated: Instant) -> Self {
+    fn unsent(
+        service: &mut S,
+        req: Request<B>,
+        paused: Paused,
+        dated: Instant,
+        beneath: Option<&Beneath>,
+    ) -> Self {
         Held {
             way: Way::Unsent {
                 service: service.clone(),
                 request: Some(req),
+                beneath: beneath.cloned(),
             },
             paused,
             dated,
@@ -179,7 +208,7 @@ impl<S, B> Holding<S, B> for NeverHeld<S::Future>
 where
     S: Service<Request<B>>,
 {
-    fn unsent(_: &mut S, _: Request<B>, _: Paused, _: Instant) -> Self {
+    fn unsent(_: &mut S, _: Request<B>, _: Paused, _: Instant, _: Option<&Beneath>) -> Self {
         unreachable_hold()
     }
 
@@ -207,23 +236,18 @@ impl<F, H> ResponseFuture<F, H> {
     {
         let hand_down = beneath.is_some_and(Beneath::hands_down);
         match admission.enter(&mut req, None, hand_down) {
-            Entered::Go(admitted) => {
-                if let Some(beneath) = beneath.filter(|b| !b.known()) {
-                    return ResponseFuture::asking(beneath, service, req, admitted.pass);
-                }
-                ResponseFuture {
-                    // Built in one expression, the inner future written straight in.
-                    state: State::Called {
-                        future: service.call(req),
-                    },
-                    pass: admitted.pass,
-                }
-            }
+            Entered::Go(admitted) => ResponseFuture {
+                // Built in one expression, the inner future written straight in.
+                state: State::Called {
+                    future: service.call(req),
+                },
+                pass: admitted.pass,
+            },
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
                 ResponseFuture {
                     state: State::Held {
-                        held: Box::new(H::unsent(service, req, paused, dated)),
+                        held: Box::new(H::unsent(service, req, paused, dated, beneath)),
                     },
                     pass: admitted.pass,
                 }
@@ -238,21 +262,24 @@ impl<F, H> ResponseFuture<F, H> {
         }
     }
 
-    /// Sends a call that asks what is beneath (a budget layer's first): a note
-    /// in its context, which a retry layer beneath marks as its `call` runs.
+    /// [`admit`](ResponseFuture::admit) for a budget layer that does not know yet
+    /// what is beneath it: the call asks (a note a retry layer beneath marks as its
+    /// `call` runs), and the layer learns from it once its inner service was called.
     #[cold]
     #[inline(never)]
-    fn asking<S, B>(beneath: &Beneath, service: &mut S, mut req: Request<B>, pass: Pass) -> Self
+    pub(crate) fn asking<S, B>(admission: &Admission, service: &mut S, mut req: Request<B>) -> Self
     where
         S: Service<Request<B>, Future = F>,
+        H: Holding<S, B>,
     {
-        let note = Note::leave(&mut req, None);
-        let future = service.call(req);
-        beneath.learn(&note);
-        ResponseFuture {
-            state: State::Called { future },
-            pass,
+        let note = Note::ask(&mut req);
+        let beneath = admission.beneath();
+        let future = ResponseFuture::admit(admission, service, req, Some(beneath));
+        // A refused call asked nothing; a held one learned from its own note.
+        if matches!(future.state, State::Called { .. }) {
+            beneath.learn(&note);
         }
+        future
     }
 
     /// Hands the hold of a call whose origin is paused down to the retry layer
@@ -266,7 +293,7 @@ impl<F, H> ResponseFuture<F, H> {
         service: &mut S,
         mut req: Request<B>,
         pass: Pass,
-        hold: Deferred,
+        hold: Box<Deferred>,
     ) -> Self
     where
         S: Service<Request<B>, Future = F>,

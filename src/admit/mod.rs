@@ -68,6 +68,9 @@ pub(crate) struct Admission {
     /// already. A standalone layer hands down always (that is its job); a stack
     /// whenever a hedge layer beneath may read them.
     hand_down: bool,
+    /// Whether a retry layer beneath a budget layer meets the holds it hands
+    /// down (learned from its calls; shared by the services it builds).
+    beneath: Beneath,
 }
 
 /// A call admission let through: what it holds, whether it is keyed, and when
@@ -87,7 +90,10 @@ pub(crate) enum Entered {
     Held { admitted: Admitted, paused: Paused },
     /// Its origin is paused, and the retry layer beneath meets the pause within
     /// its policy's timeout (a budget layer's call, handed down).
-    Deferred { admitted: Admitted, hold: Deferred },
+    Deferred {
+        admitted: Admitted,
+        hold: Box<Deferred>,
+    },
     /// The breaker or the origin's pause refused it; the call holds what must
     /// still see its end (the breaker permit, given back as the call sent nothing).
     Refused { pass: Pass, error: Error },
@@ -111,7 +117,13 @@ impl Admission {
             throttle,
             origins,
             hand_down,
+            beneath: Beneath::default(),
         }
+    }
+
+    /// What the budget layer running this admission knows of the layers beneath.
+    pub(crate) fn beneath(&self) -> &Beneath {
+        &self.beneath
     }
 
     /// Whether the handles go into every call's context (see the field).
@@ -337,13 +349,13 @@ impl Admission {
         let dated = now;
         let given = Given::new(req.extensions()).deadline();
         if hand_hold_down {
-            let hold = Deferred {
+            let hold = Box::new(Deferred {
                 account,
                 pause,
                 dated,
                 deadline: given,
                 observed: pass.shared_observed().cloned(),
-            };
+            });
             let admitted = Admitted {
                 pass,
                 keyed,

@@ -6,21 +6,20 @@
 //! retry layer knows that timeout (its route chose the policy), so the stack's
 //! retry layer holds its calls itself, and a `BudgetLayer` above a `RetryLayer`
 //! hands each held call down to it: the budget layer leaves the hold in the
-//! call's context (a [`Note`] carrying a [`Deferred`] hold), calls its inner
+//! call's extensions (a [`Note`] carrying a [`Deferred`] hold), calls its inner
 //! service at once, and the retry layer beneath meets the hold exactly as the stack
 //! does. One bound, in every shape.
 //!
-//! A budget layer learns once, from the first call it sends, whether a retry layer
-//! is beneath it ([`Beneath`]): that call carries a note the retry layer marks. With
+//! A budget layer learns from the first call it sends whether a retry layer is
+//! beneath it ([`Beneath`]): that call carries a note the retry layer marks. With
 //! none beneath (a budget layer over a transport), the budget layer holds the call
-//! itself before calling its inner service, bounded by the call's `Deadline`. A
-//! hold handed down that nobody beneath took (the service's first call, or a
-//! router that sent the call another way) is held by the budget layer after all,
-//! before it polls its inner service's future.
+//! itself before calling its inner service, bounded by the call's `Deadline`, and
+//! the call asks again as it goes. A hold handed down that nobody beneath took
+//! (the layer's first call, or a router that sent the call another way) is held
+//! by the budget layer after all, before it polls its inner service's future.
 //!
 //! [`Deadline`]: crate::policy::Deadline
 
-use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -122,44 +121,56 @@ const SENDER: u8 = 1;
 /// budget layer after all.
 const CLAIMED: u8 = 2;
 
-/// What a budget layer leaves in a call's context for the retry layer beneath:
+/// What a budget layer leaves in a call's extensions for the retry layer beneath:
 /// a question (is a retry layer there?), and a hold to meet when the call's origin
-/// is paused. Not carried into another call's context.
+/// is paused. (Its own extension rather than a part of the call's context: a call
+/// carries one only when it asks, and the retry layer looks for it only in a call
+/// whose extensions hold more than the context.)
 pub(crate) struct Note {
     marks: AtomicU8,
-    hold: Option<Deferred>,
+    hold: Option<Box<Deferred>>,
 }
 
+/// A [`Note`] in a request's extensions.
+#[derive(Clone)]
+struct Left(Arc<Note>);
+
 impl Note {
-    /// Leaves a note in the context of `req`, carrying `hold`; the budget layer
-    /// keeps the other handle.
-    pub(crate) fn leave<B>(req: &mut Request<B>, hold: Option<Deferred>) -> Arc<Note> {
+    /// Leaves a note in the extensions of `req`, carrying `hold`; the budget
+    /// layer keeps the other handle.
+    pub(crate) fn leave<B>(req: &mut Request<B>, hold: Option<Box<Deferred>>) -> Arc<Note> {
         let note = Arc::new(Note {
             marks: AtomicU8::new(0),
             hold,
         });
-        let shared: Arc<dyn Any + Send + Sync> = note.clone();
-        CallContext::of_mut(req.extensions_mut()).set_note(shared);
+        req.extensions_mut().insert(Left(note.clone()));
         note
     }
 
+    /// A note that only asks whether a retry layer is beneath, left in `req`'s
+    /// extensions.
+    pub(crate) fn ask<B>(req: &mut Request<B>) -> Arc<Note> {
+        Note::leave(req, None)
+    }
+
+    /// Whether a budget layer above left a note in `extensions`.
+    #[inline]
+    pub(crate) fn is_left(extensions: &http::Extensions) -> bool {
+        extensions.get::<Left>().is_some()
+    }
+
     /// The retry layer's look: takes the note a budget layer above left in the
-    /// call's context, if any, and marks it (a retry layer is here).
+    /// call's extensions, if any, and marks it (a retry layer is here).
     #[cold]
     pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
-        let note = req
-            .extensions_mut()
-            .get_mut::<CallContext>()?
-            .take_note()?
-            .downcast::<Note>()
-            .ok()?;
+        let Left(note) = req.extensions_mut().remove::<Left>()?;
         note.marks.fetch_or(SENDER, Ordering::AcqRel);
         Some(note)
     }
 
     /// Takes the hold the note carries, unless it was taken already.
     pub(crate) fn claim(&self) -> Option<&Deferred> {
-        let hold = self.hold.as_ref()?;
+        let hold = self.hold.as_deref()?;
         let marks = self.marks.fetch_or(CLAIMED, Ordering::AcqRel);
         (marks & CLAIMED == 0).then_some(hold)
     }
@@ -177,9 +188,10 @@ const RETRY: u8 = 1;
 /// None is: the budget layer holds its calls itself.
 const NONE: u8 = 2;
 
-/// What a budget layer's service knows of the layers beneath it: whether a retry
-/// layer there meets the holds it hands down. Learned from its first call and
-/// shared by its clones (a service over another inner service learns anew).
+/// What a budget layer knows of the layers beneath it: whether a retry layer
+/// there meets the holds it hands down. Learned from its first call, and from each
+/// call it holds itself (which asks again as it goes); shared by the services the
+/// layer builds.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Beneath(Arc<AtomicU8>);
 
@@ -199,9 +211,16 @@ impl Beneath {
     }
 
     /// Learns from the note a call carried, once its inner service's `call` has
-    /// returned, whether a retry layer is beneath.
+    /// returned, whether a retry layer is beneath: once one was, holds are handed
+    /// down for good (a call that goes another way, through a router, is held by
+    /// the budget layer after all); none is only learned from the first call.
     pub(crate) fn learn(&self, note: &Note) {
-        let state = if note.seen_by_sender() { RETRY } else { NONE };
-        self.0.store(state, Ordering::Relaxed);
+        if note.seen_by_sender() {
+            self.0.store(RETRY, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .0
+                .compare_exchange(UNKNOWN, NONE, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 }

@@ -80,10 +80,11 @@
 //! a call's first attempt down to it (in the call's context), so the retry layer
 //! holds the call within its own policy's timeout, exactly as the
 //! [`Backstop`](crate::Backstop) stack does; over a transport, [`Budget`] holds
-//! the call itself, within its `Deadline`. (A new [`Budget`] service learns from
-//! its first call whether a retry layer is beneath it; before it knows, a hold it
-//! hands down that nobody takes is held by the budget layer after all, its inner
-//! service called at once and its future polled once the hold is over.)
+//! the call itself, within its `Deadline`. (A [`BudgetLayer`] learns from its
+//! first call whether a retry layer is beneath it, and from any later call that
+//! one is. A hold it hands down that nobody takes, before it knows or through a
+//! router that sent the call elsewhere, is held by the budget layer after all, its
+//! inner service called at once and its future polled once the hold is over.)
 //! A call whose deadline leaves room for the rest of the
 //! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
 //! otherwise it fails at once with an error that says so
@@ -209,7 +210,7 @@ pub type BudgetService<S> = Budget<S>;
 #[deprecated(since = "0.1.0", note = "moved to `backstop::Partition`")]
 pub type Partition = crate::Partition;
 
-use crate::admit::{Admission, Beneath};
+use crate::admit::Admission;
 
 /// Counts each call as a first attempt in its origin's retry budget account and
 /// leaves the account's handle in the request extensions; holds a call whose
@@ -222,8 +223,6 @@ use crate::admit::{Admission, Beneath};
 pub struct Budget<S> {
     inner: S,
     admission: Arc<Admission>,
-    /// Whether a retry layer beneath meets the holds this service hands down.
-    beneath: Beneath,
 }
 
 impl<S> Budget<S> {
@@ -233,11 +232,7 @@ impl<S> Budget<S> {
     }
 
     pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
-        Budget {
-            inner,
-            admission,
-            beneath: Beneath::default(),
-        }
+        Budget { inner, admission }
     }
 
     crate::inner_accessors!();
@@ -248,7 +243,6 @@ impl<S: Clone> Clone for Budget<S> {
         Budget {
             inner: self.inner.clone(),
             admission: self.admission.clone(),
-            beneath: self.beneath.clone(),
         }
     }
 }
@@ -281,6 +275,10 @@ where
     // than copied out of each front-end (about 90 instructions a layer).
     #[inline(always)]
     fn call(&mut self, req: Request<B>) -> ResponseFuture<S, B> {
+        // Until the layer knows whether a retry layer is beneath it, its calls ask.
+        if !self.admission.beneath().known() {
+            return crate::admit::ResponseFuture::asking(&self.admission, &mut self.inner, req);
+        }
         // A paused origin: the first attempt is held (or refused) by the retry layer
         // beneath, within its policy's timeout, or here when none is beneath; its
         // retries by the retry layer, which asks the same account.
@@ -288,7 +286,7 @@ where
             &self.admission,
             &mut self.inner,
             req,
-            Some(&self.beneath),
+            Some(self.admission.beneath()),
         )
     }
 }

@@ -79,9 +79,6 @@ pub struct CallContext {
     /// How long admission held the call while its origin was paused; not carried
     /// by a clone either.
     held: Option<Duration>,
-    /// What a budget layer left for the retry layer beneath (admission's note: a
-    /// hold to meet within the retry policy's timeout); not carried by a clone.
-    note: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Clone for CallContext {
@@ -97,7 +94,6 @@ impl Clone for CallContext {
             observer: self.observer.clone(),
             entered: None,
             held: None,
-            note: None,
         }
     }
 }
@@ -234,24 +230,6 @@ impl CallContext {
     pub(crate) fn set_held(&mut self, held: Duration) {
         self.held = Some(held);
     }
-
-    /// Leaves admission's note for the retry layer beneath.
-    #[cold]
-    pub(crate) fn set_note(&mut self, note: Arc<dyn Any + Send + Sync>) {
-        self.note = Some(note);
-    }
-
-    /// Whether a note is left for the retry layer.
-    #[inline]
-    pub(crate) fn has_note(&self) -> bool {
-        self.note.is_some()
-    }
-
-    /// Takes admission's note, for the retry layer.
-    #[inline]
-    pub(crate) fn take_note(&mut self) -> Option<Arc<dyn Any + Send + Sync>> {
-        self.note.take()
-    }
 }
 
 impl fmt::Debug for CallContext {
@@ -378,12 +356,6 @@ impl<'a> Given<'a> {
     #[inline]
     pub(crate) fn held(&self) -> Option<Duration> {
         self.context.and_then(|c| c.held)
-    }
-
-    /// Whether a budget layer above left the retry layer a note.
-    #[inline]
-    pub(crate) fn has_note(&self) -> bool {
-        self.context.is_some_and(CallContext::has_note)
     }
 
     #[inline]

@@ -158,6 +158,69 @@ impl<S> Retry<S> {
         self.settings.admission.as_ref()
     }
 
+    /// Starts a call as admission let it: its first attempt now, held for its
+    /// origin's pause, or refused.
+    #[inline(always)]
+    fn start<B, RB>(
+        &mut self,
+        entered: Entered,
+        req: Request<B>,
+        policy: Arc<RetryPolicy>,
+    ) -> ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+        S::Error: Into<BoxError>,
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        match entered {
+            Entered::Go(admitted) => {
+                let span = ResponseFuture::<S, B, RB>::span(&req);
+                call::Call::start(&mut self.inner, policy, req, span, admitted)
+            }
+            Entered::Held { admitted, paused } => {
+                let service = self.inner.clone();
+                ResponseFuture::held(service, policy, req, admitted, paused)
+            }
+            Entered::Deferred { admitted, hold } => self.meet(policy, req, admitted, &hold),
+            Entered::Refused { pass, error } => ResponseFuture::refused(policy, pass, error),
+        }
+    }
+
+    /// A call whose context carries a budget layer's note: this layer tells the
+    /// budget layer that it is here, runs its own admission, if any, and meets the
+    /// hold the budget layer handed down, if any (unless its own admission held or
+    /// refused the call: then the budget layer holds it after all).
+    #[cold]
+    #[inline(never)]
+    fn noted<B, RB>(
+        &mut self,
+        mut req: Request<B>,
+        policy: Arc<RetryPolicy>,
+    ) -> ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+        S::Error: Into<BoxError>,
+        B: Body,
+        B::Data: Buf,
+        B::Error: Into<BoxError>,
+    {
+        let note = Note::take(&mut req);
+        let entered = match &self.settings.admission {
+            None => Entered::Go(Admitted::default()),
+            Some(admission) => admission.enter_call(&mut req, policy.timeout()),
+        };
+        let entered = match entered {
+            Entered::Go(admitted) => match note.as_deref().and_then(Note::claim) {
+                Some(hold) => return self.meet(policy, req, admitted, hold),
+                None => Entered::Go(admitted),
+            },
+            other => other,
+        };
+        self.start(entered, req, policy)
+    }
+
     /// Meets the pause of a call a budget layer above handed down (or admission
     /// deferred): held no longer than `policy`'s total timeout from the call's
     /// date allows, as the stack holds its own, or refused.
@@ -214,40 +277,26 @@ where
         // The route gives the policy (unless the call brings its own), and leaves its
         // name and hedging in the call's context for the layers beneath.
         // Only the context in the extensions (the usual stack): no policy to look for.
-        let given = crate::policy::Given::new(req.extensions());
-        let noted = given.has_note();
-        let given = if given.has_others() {
-            req.extensions_mut().remove::<RetryPolicy>()
+        // A budget layer above may have left a note beside the context.
+        let (given, noted) = if crate::policy::Given::new(req.extensions()).has_others() {
+            let noted = Note::is_left(req.extensions());
+            (req.extensions_mut().remove::<RetryPolicy>(), noted)
         } else {
-            None
+            (None, false)
         };
         let policy = self.settings.routes.choose(&mut req, given);
-        // A budget layer above left a note: this layer tells it that it is here,
-        // and meets the hold it handed down, if any, within the policy's timeout.
-        let note = if noted { Note::take(&mut req) } else { None };
+        // A budget layer above left a note: this layer meets the hold it handed down.
+        if noted {
+            return self.noted(req, policy);
+        }
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness. Without
         // admission (a retry layer alone) the call starts at once.
-        let admitted = match &self.settings.admission {
-            None => Admitted::default(),
-            Some(admission) => match admission.enter_call(&mut req, policy.timeout()) {
-                Entered::Go(admitted) => admitted,
-                Entered::Held { admitted, paused } => {
-                    let service = self.inner.clone();
-                    return ResponseFuture::held(service, policy, req, admitted, paused);
-                }
-                Entered::Deferred { admitted, hold } => {
-                    return self.meet(policy, req, admitted, &hold)
-                }
-                Entered::Refused { pass, error } => {
-                    return ResponseFuture::refused(policy, pass, error)
-                }
-            },
+        let Some(admission) = &self.settings.admission else {
+            let span = ResponseFuture::<S, B, RB>::span(&req);
+            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
         };
-        if let Some(hold) = note.as_deref().and_then(Note::claim) {
-            return self.meet(policy, req, admitted, hold);
-        }
-        let span = ResponseFuture::<S, B, RB>::span(&req);
-        call::Call::start(&mut self.inner, policy, req, span, admitted)
+        let entered = admission.enter_call(&mut req, policy.timeout());
+        self.start(entered, req, policy)
     }
 }

@@ -238,10 +238,10 @@ async fn a_held_call_its_deadline_refuses_on_release_is_not_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hold_handed_down_that_nobody_takes_is_held_by_the_budget_layer() {
-    // A new budget service does not know yet that no retry layer is beneath it: it
-    // hands its first held call down; nobody takes the hold, so it holds the call
-    // itself, bounded by the call's deadline, its transport's future unpolled
-    // until the hold is over.
+    // The layer's first call went through a retry layer, so it hands its held calls
+    // down. Over a transport nobody takes the hold: the budget layer holds the call
+    // itself after all, bounded by the call's deadline, its transport's future
+    // unpolled until the hold is over.
     let layer = BudgetLayer::default();
     let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
     let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
@@ -569,6 +569,37 @@ async fn with_the_pause_off_only_the_call_that_got_the_hint_waits() {
     let t0 = Instant::now();
     call(&mut c, A).await.unwrap();
     assert_eq!(mock.seen()[0].at, t0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held() {
+    // The layer's first call went straight to a transport: it holds its calls
+    // itself. A held call that reaches a retry layer as it goes teaches it
+    // otherwise, and from then on the retry layer holds its calls, within its
+    // policy's timeout.
+    let layer = BudgetLayer::default();
+    let pausing = || Script::new([status_with(429, &[("retry-after", "2")])]);
+    let mut direct = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(pausing());
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    let t0 = Instant::now();
+    let mock = Script::new([]);
+    let mut retried = layered(&layer, within(ms(500)), &mock);
+    // Held by the budget layer, which knows no timeout: sent at the pause's end.
+    let res = call(&mut retried, A).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(Instant::now() >= t0 + Duration::from_secs(2));
+    // Paused again: the retry layer beneath refuses the call at once.
+    let mut direct = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(pausing());
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    let t1 = Instant::now();
+    let err = call(&mut retried, A).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now(), t1, "refused at once");
+    assert_eq!(mock.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
