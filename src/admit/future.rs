@@ -305,7 +305,7 @@ impl<F, H> ResponseFuture<F, H> {
         if let Some(beneath) = beneath {
             beneath.learn(&note);
         }
-        let state = match note.claim() {
+        let state = match note.claim().as_deref() {
             None => State::Called { future },
             Some(hold) => match hold.meet(None) {
                 Ok(paused) => State::Held {

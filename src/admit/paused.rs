@@ -20,8 +20,8 @@
 //!
 //! [`Deadline`]: crate::policy::Deadline
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::budget::{Account, Hold};
+use super::{Admitted, Pass};
 use crate::observe::Observed;
 use crate::policy::error::Error;
 use crate::policy::{call_deadline, CallContext, Pause};
@@ -94,6 +95,25 @@ impl Deferred {
         self.dated
     }
 
+    /// Meets the pause now for the call `admitted`, whose retry policy's total
+    /// timeout is `timeout`: the call dated as admission dated it, with its wait;
+    /// or what it holds, with the error that refuses it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn meet_for(
+        &self,
+        admitted: Admitted,
+        timeout: Option<Duration>,
+    ) -> Result<(Admitted, Paused), (Pass, Error)> {
+        match self.meet(timeout) {
+            Ok(paused) => {
+                let at = Some(self.dated);
+                Ok((Admitted { at, ..admitted }, paused))
+            }
+            Err(error) => Err((admitted.pass, error)),
+        }
+    }
+
     /// Meets the pause now for a call whose policy's total timeout is `timeout`
     /// (`None` for the budget layer, which knows no policy): the call's wait, or
     /// the error that refuses it.
@@ -115,20 +135,17 @@ impl Deferred {
     }
 }
 
-/// A retry layer was beneath (it marked the note).
-const SENDER: u8 = 1;
-/// The hold the note carries was taken, by the retry layer beneath or by the
-/// budget layer after all.
-const CLAIMED: u8 = 2;
-
 /// What a budget layer leaves in a call's extensions for the retry layer beneath:
 /// a question (is a retry layer there?), and a hold to meet when the call's origin
 /// is paused. (Its own extension rather than a part of the call's context: a call
 /// carries one only when it asks, and the retry layer looks for it only in a call
 /// whose extensions hold more than the context.)
 pub(crate) struct Note {
-    marks: AtomicU8,
-    hold: Option<Box<Deferred>>,
+    /// Whether a retry layer beneath took the note.
+    seen: AtomicBool,
+    /// The hold, until the retry layer beneath (or the budget layer, after all)
+    /// takes it.
+    hold: Mutex<Option<Box<Deferred>>>,
 }
 
 /// A [`Note`] in a request's extensions.
@@ -140,8 +157,8 @@ impl Note {
     /// layer keeps the other handle.
     pub(crate) fn leave<B>(req: &mut Request<B>, hold: Option<Box<Deferred>>) -> Arc<Note> {
         let note = Arc::new(Note {
-            marks: AtomicU8::new(0),
-            hold,
+            seen: AtomicBool::new(false),
+            hold: Mutex::new(hold),
         });
         req.extensions_mut().insert(Left(note.clone()));
         note
@@ -164,20 +181,21 @@ impl Note {
     #[cold]
     pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
         let Left(note) = req.extensions_mut().remove::<Left>()?;
-        note.marks.fetch_or(SENDER, Ordering::AcqRel);
+        note.seen.store(true, Ordering::Release);
         Some(note)
     }
 
     /// Takes the hold the note carries, unless it was taken already.
-    pub(crate) fn claim(&self) -> Option<&Deferred> {
-        let hold = self.hold.as_deref()?;
-        let marks = self.marks.fetch_or(CLAIMED, Ordering::AcqRel);
-        (marks & CLAIMED == 0).then_some(hold)
+    pub(crate) fn claim(&self) -> Option<Box<Deferred>> {
+        self.hold
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
-    /// Whether a retry layer beneath marked the note.
+    /// Whether a retry layer beneath took the note.
     fn seen_by_sender(&self) -> bool {
-        self.marks.load(Ordering::Acquire) & SENDER != 0
+        self.seen.load(Ordering::Acquire)
     }
 }
 

@@ -90,6 +90,7 @@ mod route;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Buf;
 use http::{Request, Response};
@@ -101,7 +102,7 @@ pub use layer::RetryLayer;
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use route::{PathMatch, Route, RoutePolicy, Routes};
 
-use crate::admit::{Admission, Admitted, Deferred, Entered, Note};
+use crate::admit::{Admission, Admitted, Entered, Note};
 use crate::body::ReplayBody;
 use crate::policy::error::{BoxError, Error};
 
@@ -158,97 +159,25 @@ impl<S> Retry<S> {
         self.settings.admission.as_ref()
     }
 
-    /// Starts a call as admission let it: its first attempt now, held for its
-    /// origin's pause, or refused.
-    #[inline(always)]
-    fn start<B, RB>(
-        &mut self,
-        entered: Entered,
-        req: Request<B>,
-        policy: Arc<RetryPolicy>,
-    ) -> ResponseFuture<S, B, RB>
-    where
-        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-        S::Error: Into<BoxError>,
-        B: Body,
-        B::Data: Buf,
-        B::Error: Into<BoxError>,
-    {
-        match entered {
-            Entered::Go(admitted) => {
-                let span = ResponseFuture::<S, B, RB>::span(&req);
-                call::Call::start(&mut self.inner, policy, req, span, admitted)
-            }
-            Entered::Held { admitted, paused } => {
-                let service = self.inner.clone();
-                ResponseFuture::held(service, policy, req, admitted, paused)
-            }
-            Entered::Deferred { admitted, hold } => self.meet(policy, req, admitted, &hold),
-            Entered::Refused { pass, error } => ResponseFuture::refused(policy, pass, error),
-        }
-    }
-
-    /// A call whose context carries a budget layer's note: this layer tells the
-    /// budget layer that it is here, runs its own admission, if any, and meets the
+    /// A call whose extensions carry a budget layer's note: this layer tells the
+    /// budget layer that it is here, runs its own admission, if any, and takes the
     /// hold the budget layer handed down, if any (unless its own admission held or
-    /// refused the call: then the budget layer holds it after all).
+    /// refused the call: then the budget layer holds it after all). Takes the
+    /// request by reference: a request passed by value out of line is copied.
     #[cold]
     #[inline(never)]
-    fn noted<B, RB>(
-        &mut self,
-        mut req: Request<B>,
-        policy: Arc<RetryPolicy>,
-    ) -> ResponseFuture<S, B, RB>
-    where
-        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-        S::Error: Into<BoxError>,
-        B: Body,
-        B::Data: Buf,
-        B::Error: Into<BoxError>,
-    {
-        let note = Note::take(&mut req);
+    fn noted<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
+        let note = Note::take(req);
         let entered = match &self.settings.admission {
             None => Entered::Go(Admitted::default()),
-            Some(admission) => admission.enter_call(&mut req, policy.timeout()),
+            Some(admission) => admission.enter_call(req, timeout),
         };
-        let entered = match entered {
+        match entered {
             Entered::Go(admitted) => match note.as_deref().and_then(Note::claim) {
-                Some(hold) => return self.meet(policy, req, admitted, hold),
+                Some(hold) => Entered::Deferred { admitted, hold },
                 None => Entered::Go(admitted),
             },
             other => other,
-        };
-        self.start(entered, req, policy)
-    }
-
-    /// Meets the pause of a call a budget layer above handed down (or admission
-    /// deferred): held no longer than `policy`'s total timeout from the call's
-    /// date allows, as the stack holds its own, or refused.
-    #[cold]
-    #[inline(never)]
-    fn meet<B, RB>(
-        &mut self,
-        policy: Arc<RetryPolicy>,
-        req: Request<B>,
-        admitted: Admitted,
-        hold: &Deferred,
-    ) -> ResponseFuture<S, B, RB>
-    where
-        S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
-        S::Error: Into<BoxError>,
-        B: Body,
-        B::Data: Buf,
-        B::Error: Into<BoxError>,
-    {
-        match hold.meet(policy.timeout()) {
-            Ok(paused) => {
-                let admitted = Admitted {
-                    at: Some(hold.dated()),
-                    ..admitted
-                };
-                ResponseFuture::held(self.inner.clone(), policy, req, admitted, paused)
-            }
-            Err(error) => ResponseFuture::refused(policy, admitted.pass, error),
         }
     }
 }
@@ -285,18 +214,40 @@ where
             (None, false)
         };
         let policy = self.settings.routes.choose(&mut req, given);
-        // A budget layer above left a note: this layer meets the hold it handed down.
-        if noted {
-            return self.noted(req, policy);
-        }
         // The inner service that was driven to readiness serves the first attempt; a
         // call that may retry keeps a clone, which drives its own readiness. Without
         // admission (a retry layer alone) the call starts at once.
-        let Some(admission) = &self.settings.admission else {
-            let span = ResponseFuture::<S, B, RB>::span(&req);
-            return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+        let entered = if noted {
+            // A budget layer above left a note: this layer meets the hold it
+            // handed down.
+            self.noted(&mut req, policy.timeout())
+        } else {
+            let Some(admission) = &self.settings.admission else {
+                let span = ResponseFuture::<S, B, RB>::span(&req);
+                return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+            };
+            admission.enter_call(&mut req, policy.timeout())
         };
-        let entered = admission.enter_call(&mut req, policy.timeout());
-        self.start(entered, req, policy)
+        // Matched here rather than in a helper: a request passed on by value is
+        // copied, even into a function that is always inlined.
+        match entered {
+            Entered::Go(admitted) => {
+                let span = ResponseFuture::<S, B, RB>::span(&req);
+                call::Call::start(&mut self.inner, policy, req, span, admitted)
+            }
+            Entered::Held { admitted, paused } => {
+                let service = self.inner.clone();
+                ResponseFuture::held(service, policy, req, admitted, paused)
+            }
+            Entered::Deferred { admitted, hold } => match hold.meet_for(admitted, policy.timeout())
+            {
+                Ok((admitted, paused)) => {
+                    let service = self.inner.clone();
+                    ResponseFuture::held(service, policy, req, admitted, paused)
+                }
+                Err((pass, error)) => ResponseFuture::refused(policy, pass, error),
+            },
+            Entered::Refused { pass, error } => ResponseFuture::refused(policy, pass, error),
+        }
     }
 }
