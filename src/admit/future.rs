@@ -91,15 +91,10 @@ where
                 };
                 Paused::note_hold(request.extensions_mut(), self.dated);
                 // It asks again whether a retry layer is beneath.
-                match beneath {
-                    Some(beneath) => {
-                        let note = Note::leave(&mut request, None);
-                        let future = service.call(request);
-                        beneath.learn(&note);
-                        future
-                    }
-                    None => service.call(request),
+                if let Some(beneath) = beneath {
+                    Note::leave(&mut request, Some(beneath), None);
                 }
+                service.call(request)
             }
             Way::Called { future } => match future.take() {
                 Some(future) => future,
@@ -236,13 +231,19 @@ impl<F, H> ResponseFuture<F, H> {
     {
         let hand_down = beneath.is_some_and(Beneath::hands_down);
         match admission.enter(&mut req, None, hand_down) {
-            Entered::Go(admitted) => ResponseFuture {
-                // Built in one expression, the inner future written straight in.
-                state: State::Called {
-                    future: service.call(req),
-                },
-                pass: admitted.pass,
-            },
+            Entered::Go(admitted) => {
+                // Until the budget layer knows what is beneath it, its calls ask.
+                if let Some(beneath) = beneath.filter(|b| !b.known()) {
+                    Note::ask(&mut req, beneath);
+                }
+                ResponseFuture {
+                    // Built in one expression, the inner future written straight in.
+                    state: State::Called {
+                        future: service.call(req),
+                    },
+                    pass: admitted.pass,
+                }
+            }
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
                 ResponseFuture {
@@ -260,26 +261,6 @@ impl<F, H> ResponseFuture<F, H> {
                 pass,
             },
         }
-    }
-
-    /// [`admit`](ResponseFuture::admit) for a budget layer that does not know yet
-    /// what is beneath it: the call asks (a note a retry layer beneath marks as its
-    /// `call` runs), and the layer learns from it once its inner service was called.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn asking<S, B>(admission: &Admission, service: &mut S, mut req: Request<B>) -> Self
-    where
-        S: Service<Request<B>, Future = F>,
-        H: Holding<S, B>,
-    {
-        let note = Note::ask(&mut req);
-        let beneath = admission.beneath();
-        let future = ResponseFuture::admit(admission, service, req, Some(beneath));
-        // A refused call asked nothing; a held one learned from its own note.
-        if matches!(future.state, State::Called { .. }) {
-            beneath.learn(&note);
-        }
-        future
     }
 
     /// Hands the hold of a call whose origin is paused down to the retry layer
@@ -300,11 +281,8 @@ impl<F, H> ResponseFuture<F, H> {
         H: Holding<S, B>,
     {
         let dated = hold.dated();
-        let note = Note::leave(&mut req, Some(hold));
+        let note = Note::leave(&mut req, beneath, Some(hold));
         let future = service.call(req);
-        if let Some(beneath) = beneath {
-            beneath.learn(&note);
-        }
         let state = match note.claim().as_deref() {
             None => State::Called { future },
             Some(hold) => match hold.meet(None) {

@@ -11,7 +11,8 @@
 //! does. One bound, in every shape.
 //!
 //! A budget layer learns from the first call it sends whether a retry layer is
-//! beneath it ([`Beneath`]): that call carries a note the retry layer marks. With
+//! beneath it ([`Beneath`]): that call carries a note, which a retry layer beneath
+//! takes (and a transport drops untaken). With
 //! none beneath (a budget layer over a transport), the budget layer holds the call
 //! itself before calling its inner service, bounded by the call's `Deadline`, and
 //! the call asks again as it goes. A hold handed down that nobody beneath took
@@ -139,8 +140,12 @@ impl Deferred {
 /// a question (is a retry layer there?), and a hold to meet when the call's origin
 /// is paused. (Its own extension rather than a part of the call's context: a call
 /// carries one only when it asks, and the retry layer looks for it only in a call
-/// whose extensions hold more than the context.)
+/// whose extensions hold more than the context.) The note itself answers: a retry
+/// layer that takes it tells the budget layer it is there; a note dropped
+/// untaken (the call went to a transport) tells it none is.
 pub(crate) struct Note {
+    /// What the budget layer that left the note knows of the layers beneath.
+    beneath: Option<Beneath>,
     /// Whether a retry layer beneath took the note.
     seen: AtomicBool,
     /// The hold, until the retry layer beneath (or the budget layer, after all)
@@ -153,10 +158,15 @@ pub(crate) struct Note {
 struct Left(Arc<Note>);
 
 impl Note {
-    /// Leaves a note in the extensions of `req`, carrying `hold`; the budget
-    /// layer keeps the other handle.
-    pub(crate) fn leave<B>(req: &mut Request<B>, hold: Option<Box<Deferred>>) -> Arc<Note> {
+    /// Leaves a note in the extensions of `req`, from a budget layer that knows
+    /// `beneath`, carrying `hold`; the budget layer keeps the other handle.
+    pub(crate) fn leave<B>(
+        req: &mut Request<B>,
+        beneath: Option<&Beneath>,
+        hold: Option<Box<Deferred>>,
+    ) -> Arc<Note> {
         let note = Arc::new(Note {
+            beneath: beneath.cloned(),
             seen: AtomicBool::new(false),
             hold: Mutex::new(hold),
         });
@@ -164,10 +174,13 @@ impl Note {
         note
     }
 
-    /// A note that only asks whether a retry layer is beneath, left in `req`'s
-    /// extensions.
-    pub(crate) fn ask<B>(req: &mut Request<B>) -> Arc<Note> {
-        Note::leave(req, None)
+    /// Leaves a note in `req`'s extensions that only asks whether a retry layer
+    /// is beneath the budget layer that knows `beneath`. Takes the request by
+    /// reference: a request passed by value out of line is copied.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn ask<B>(req: &mut Request<B>, beneath: &Beneath) {
+        Note::leave(req, Some(beneath), None);
     }
 
     /// Whether a budget layer above left a note in `extensions`.
@@ -177,11 +190,15 @@ impl Note {
     }
 
     /// The retry layer's look: takes the note a budget layer above left in the
-    /// call's extensions, if any, and marks it (a retry layer is here).
+    /// call's extensions, if any, and tells that budget layer a retry layer is
+    /// beneath it.
     #[cold]
     pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
         let Left(note) = req.extensions_mut().remove::<Left>()?;
-        note.seen.store(true, Ordering::Release);
+        note.seen.store(true, Ordering::Relaxed);
+        if let Some(beneath) = &note.beneath {
+            beneath.0.store(RETRY, Ordering::Relaxed);
+        }
         Some(note)
     }
 
@@ -192,10 +209,17 @@ impl Note {
             .unwrap_or_else(PoisonError::into_inner)
             .take()
     }
+}
 
-    /// Whether a retry layer beneath took the note.
-    fn seen_by_sender(&self) -> bool {
-        self.seen.load(Ordering::Acquire)
+impl Drop for Note {
+    /// A note nobody beneath took: no retry layer is beneath (unless one was
+    /// seen before: a router may send calls several ways).
+    fn drop(&mut self) {
+        if let (false, Some(beneath)) = (*self.seen.get_mut(), &self.beneath) {
+            let _ = beneath
+                .0
+                .compare_exchange(UNKNOWN, NONE, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 }
 
@@ -207,38 +231,25 @@ const RETRY: u8 = 1;
 const NONE: u8 = 2;
 
 /// What a budget layer knows of the layers beneath it: whether a retry layer
-/// there meets the holds it hands down. Learned from its first call, and from each
-/// call it holds itself (which asks again as it goes); shared by the services the
-/// layer builds.
+/// there meets the holds it hands down. Learned from the notes its calls carry
+/// (its first call's, and those of the calls it holds itself, which ask again as
+/// they go): once a retry layer took one, holds are handed down for good; none is
+/// learned only while nothing is known. Shared by the services the layer builds.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Beneath(Arc<AtomicU8>);
 
 impl Beneath {
     /// Whether a held call is handed down to the retry layer beneath: unless
-    /// the service knows none is there. (Before it knows, the call handed down
+    /// the layer knows none is there. (Before it knows, the call handed down
     /// asks; if nobody takes the hold, the budget layer holds the call after all.)
     #[inline]
     pub(crate) fn hands_down(&self) -> bool {
         self.0.load(Ordering::Relaxed) != NONE
     }
 
-    /// Whether the service knows what is beneath it.
+    /// Whether the layer knows what is beneath it.
     #[inline]
     pub(crate) fn known(&self) -> bool {
         self.0.load(Ordering::Relaxed) != UNKNOWN
-    }
-
-    /// Learns from the note a call carried, once its inner service's `call` has
-    /// returned, whether a retry layer is beneath: once one was, holds are handed
-    /// down for good (a call that goes another way, through a router, is held by
-    /// the budget layer after all); none is only learned from the first call.
-    pub(crate) fn learn(&self, note: &Note) {
-        if note.seen_by_sender() {
-            self.0.store(RETRY, Ordering::Relaxed);
-        } else {
-            let _ = self
-                .0
-                .compare_exchange(UNKNOWN, NONE, Ordering::Relaxed, Ordering::Relaxed);
-        }
     }
 }

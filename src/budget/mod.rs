@@ -275,10 +275,6 @@ where
     // than copied out of each front-end (about 90 instructions a layer).
     #[inline(always)]
     fn call(&mut self, req: Request<B>) -> ResponseFuture<S, B> {
-        // Until the layer knows whether a retry layer is beneath it, its calls ask.
-        if !self.admission.beneath().known() {
-            return crate::admit::ResponseFuture::asking(&self.admission, &mut self.inner, req);
-        }
         // A paused origin: the first attempt is held (or refused) by the retry layer
         // beneath, within its policy's timeout, or here when none is beneath; its
         // retries by the retry layer, which asks the same account.
