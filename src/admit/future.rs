@@ -244,6 +244,7 @@ impl<F, H> ResponseFuture<F, H> {
                     pass: admitted.pass,
                 }
             }
+            // Held here: the layer does not know of a retry layer beneath (yet).
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
                 ResponseFuture {
@@ -256,10 +257,15 @@ impl<F, H> ResponseFuture<F, H> {
             Entered::Deferred { admitted, hold } => {
                 ResponseFuture::handed_down(beneath, service, req, admitted.pass, hold)
             }
-            Entered::Refused { pass, error } => ResponseFuture {
-                state: State::Done { error: Some(error) },
-                pass,
-            },
+            Entered::Refused { pass, error } => {
+                // A budget layer above that left a note neither holds nor counts a
+                // call refused here.
+                Note::settle(&mut req);
+                ResponseFuture {
+                    state: State::Done { error: Some(error) },
+                    pass,
+                }
+            }
         }
     }
 
@@ -280,14 +286,15 @@ impl<F, H> ResponseFuture<F, H> {
         S: Service<Request<B>, Future = F>,
         H: Holding<S, B>,
     {
-        let dated = hold.dated();
         let note = Note::leave(&mut req, beneath, Some(hold));
         let future = service.call(req);
-        let state = match note.claim().as_deref() {
+        // Claimed beneath (or settled by a refusal there): passed through. Else
+        // held here, and counted when it goes.
+        let state = match note.hold().filter(|_| note.claim()) {
             None => State::Called { future },
-            Some(hold) => match hold.meet(None) {
+            Some(hold) => match hold.meet(None, true) {
                 Ok(paused) => State::Held {
-                    held: Box::new(H::called(future, paused, dated)),
+                    held: Box::new(H::called(future, paused, hold.dated())),
                 },
                 Err(error) => State::Done { error: Some(error) },
             },

@@ -68,9 +68,6 @@ pub(crate) struct Admission {
     /// already. A standalone layer hands down always (that is its job); a stack
     /// whenever a hedge layer beneath may read them.
     hand_down: bool,
-    /// Whether a retry layer beneath a budget layer meets the holds it hands
-    /// down (learned from its calls; shared by the services it builds).
-    beneath: Beneath,
 }
 
 /// A call admission let through: what it holds, whether it is keyed, and when
@@ -117,13 +114,7 @@ impl Admission {
             throttle,
             origins,
             hand_down,
-            beneath: Beneath::default(),
         }
-    }
-
-    /// What the budget layer running this admission knows of the layers beneath.
-    pub(crate) fn beneath(&self) -> &Beneath {
-        &self.beneath
     }
 
     /// Whether the handles go into every call's context (see the field).

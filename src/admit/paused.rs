@@ -10,19 +10,23 @@
 //! service at once, and the retry layer beneath meets the hold exactly as the stack
 //! does. One bound, in every shape.
 //!
-//! A budget layer learns from the first call it sends whether a retry layer is
-//! beneath it ([`Beneath`]): that call carries a note, which a retry layer beneath
-//! takes (and a transport drops untaken). With
-//! none beneath (a budget layer over a transport), the budget layer holds the call
-//! itself before calling its inner service, bounded by the call's `Deadline`, and
-//! the call asks again as it goes. A hold handed down that nobody beneath took
-//! (the layer's first call, or a router that sent the call another way) is held
-//! by the budget layer after all, before it polls its inner service's future.
+//! A budget layer's service learns from the first call it sends whether a retry
+//! layer is beneath it ([`Beneath`]): that call carries a note, which a retry layer
+//! beneath takes (and a transport drops untaken). Until it knows one is (and over
+//! a transport), the budget layer holds the call itself before calling its inner
+//! service, bounded by the call's `Deadline`, and the call asks again as it goes;
+//! the retry layer beneath counts its policy's timeout from the call's date, so a
+//! call whose timeout ended in the hold is refused there, unsent. A hold handed
+//! down that nobody beneath took by the time the inner service's `call` returned
+//! (a router that sent the call another way, a layer between that calls the retry
+//! layer later, such as tower's `Buffer`) is held by the budget layer after all,
+//! before it polls its inner service's future; a retry layer that takes the note
+//! later still meets the hold, so no attempt goes during the pause.
 //!
 //! [`Deadline`]: crate::policy::Deadline
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -42,6 +46,9 @@ pub(crate) struct Paused {
     /// The observer of a hold handed down by a budget layer (the layer that holds
     /// it has no record of the call of its own).
     observed: Option<Arc<Observed>>,
+    /// Whether the call counts as a first attempt here when it goes (not when the
+    /// budget layer above that handed the hold down counts it itself).
+    counts: bool,
 }
 
 impl Paused {
@@ -51,6 +58,7 @@ impl Paused {
             account,
             hold,
             observed: None,
+            counts: true,
         }
     }
 
@@ -60,9 +68,12 @@ impl Paused {
         CallContext::of_mut(extensions).set_held(at.elapsed());
     }
 
-    /// Counts the held call, dated `at`, as a first attempt: it goes.
+    /// Counts the held call, dated `at`, as a first attempt: it goes (unless
+    /// another layer counts it).
     pub(crate) fn deposit_at(&self, at: Instant) {
-        self.account.deposit_at(at);
+        if self.counts {
+            self.account.deposit_at(at);
+        }
     }
 
     /// Waits out the hold: ready when the first attempt may go, or with the error
@@ -105,8 +116,9 @@ impl Deferred {
         &self,
         admitted: Admitted,
         timeout: Option<Duration>,
+        counts: bool,
     ) -> Result<(Admitted, Paused), (Pass, Error)> {
-        match self.meet(timeout) {
+        match self.meet(timeout, counts) {
             Ok(paused) => {
                 let at = Some(self.dated);
                 Ok((Admitted { at, ..admitted }, paused))
@@ -116,9 +128,10 @@ impl Deferred {
     }
 
     /// Meets the pause now for a call whose policy's total timeout is `timeout`
-    /// (`None` for the budget layer, which knows no policy): the call's wait, or
-    /// the error that refuses it.
-    pub(crate) fn meet(&self, timeout: Option<Duration>) -> Result<Paused, Error> {
+    /// (`None` for the budget layer, which knows no policy): the call's wait,
+    /// which `counts` it as a first attempt when it goes, or the error that
+    /// refuses it.
+    pub(crate) fn meet(&self, timeout: Option<Duration>, counts: bool) -> Result<Paused, Error> {
         let deadline = call_deadline(self.deadline, timeout, self.dated);
         let observed = self.observed.as_deref();
         let hold = Hold::meet(
@@ -132,6 +145,7 @@ impl Deferred {
             account: self.account.clone(),
             hold,
             observed: self.observed.clone(),
+            counts,
         })
     }
 }
@@ -143,14 +157,19 @@ impl Deferred {
 /// whose extensions hold more than the context.) The note itself answers: a retry
 /// layer that takes it tells the budget layer it is there; a note dropped
 /// untaken (the call went to a transport) tells it none is.
+///
+/// The hold is met by every retry layer that takes the note, so no attempt goes
+/// during the pause; the call is counted as a first attempt once, by whoever
+/// claims the note first: the retry layer beneath as its `call` runs, or the
+/// budget layer when nobody beneath took it by then (it holds the call itself).
 pub(crate) struct Note {
     /// What the budget layer that left the note knows of the layers beneath.
     beneath: Option<Beneath>,
-    /// Whether a retry layer beneath took the note.
+    /// Whether the note was taken (by a retry layer, or settled by a refusal).
     seen: AtomicBool,
-    /// The hold, until the retry layer beneath (or the budget layer, after all)
-    /// takes it.
-    hold: Mutex<Option<Box<Deferred>>>,
+    /// Whether the hold was claimed: the claimer counts the call.
+    claimed: AtomicBool,
+    hold: Option<Box<Deferred>>,
 }
 
 /// A [`Note`] in a request's extensions.
@@ -168,7 +187,8 @@ impl Note {
         let note = Arc::new(Note {
             beneath: beneath.cloned(),
             seen: AtomicBool::new(false),
-            hold: Mutex::new(hold),
+            claimed: AtomicBool::new(false),
+            hold,
         });
         req.extensions_mut().insert(Left(note.clone()));
         note
@@ -202,12 +222,32 @@ impl Note {
         Some(note)
     }
 
-    /// Takes the hold the note carries, unless it was taken already.
-    pub(crate) fn claim(&self) -> Option<Box<Deferred>> {
-        self.hold
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+    /// A call a layer beneath the budget layer refused before sending anything:
+    /// the note in its extensions, if any, is settled (its hold claimed, so the
+    /// budget layer neither holds nor counts the call; and it says nothing of
+    /// what is beneath).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn settle<B>(req: &mut Request<B>) {
+        if let Some(Left(note)) = req.extensions_mut().remove::<Left>() {
+            note.settle_taken();
+        }
+    }
+
+    /// [`settle`](Note::settle), for a note already taken.
+    pub(crate) fn settle_taken(&self) {
+        self.seen.store(true, Ordering::Relaxed);
+        self.claimed.store(true, Ordering::Relaxed);
+    }
+
+    /// The hold the note carries.
+    pub(crate) fn hold(&self) -> Option<&Deferred> {
+        self.hold.as_deref()
+    }
+
+    /// Claims the hold: `true` for the first to claim it, who counts the call.
+    pub(crate) fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
     }
 }
 
@@ -230,21 +270,21 @@ const RETRY: u8 = 1;
 /// None is: the budget layer holds its calls itself.
 const NONE: u8 = 2;
 
-/// What a budget layer knows of the layers beneath it: whether a retry layer
-/// there meets the holds it hands down. Learned from the notes its calls carry
-/// (its first call's, and those of the calls it holds itself, which ask again as
-/// they go): once a retry layer took one, holds are handed down for good; none is
-/// learned only while nothing is known. Shared by the services the layer builds.
+/// What a budget layer's service knows of the layers beneath it: whether a retry
+/// layer there meets the holds it hands down. Learned from the notes its calls
+/// carry (its first call's, and those of the calls it holds itself, which ask
+/// again as they go): once a retry layer took one, holds are handed down for good;
+/// none is learned only while nothing is known. Shared by the service's clones.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Beneath(Arc<AtomicU8>);
 
 impl Beneath {
-    /// Whether a held call is handed down to the retry layer beneath: unless
-    /// the layer knows none is there. (Before it knows, the call handed down
-    /// asks; if nobody takes the hold, the budget layer holds the call after all.)
+    /// Whether a held call is handed down to the retry layer beneath: once a
+    /// retry layer took a note. (Before, the budget layer holds the call itself,
+    /// before calling its inner service, and the call asks as it goes.)
     #[inline]
     pub(crate) fn hands_down(&self) -> bool {
-        self.0.load(Ordering::Relaxed) != NONE
+        self.0.load(Ordering::Relaxed) == RETRY
     }
 
     /// Whether the layer knows what is beneath it.

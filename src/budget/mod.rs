@@ -80,11 +80,14 @@
 //! a call's first attempt down to it (in the call's context), so the retry layer
 //! holds the call within its own policy's timeout, exactly as the
 //! [`Backstop`](crate::Backstop) stack does; over a transport, [`Budget`] holds
-//! the call itself, within its `Deadline`. (A [`BudgetLayer`] learns from its
-//! first call whether a retry layer is beneath it, and from any later call that
-//! one is. A hold it hands down that nobody takes, before it knows or through a
-//! router that sent the call elsewhere, is held by the budget layer after all, its
-//! inner service called at once and its future polled once the hold is over.)
+//! the call itself, within its `Deadline`. (Each [`Budget`] service, with its
+//! clones, learns which from its first call: the call carries a note that a retry
+//! layer beneath takes. A hold it hands down that nobody takes before its inner
+//! service's `call` returns, before it knows, through a router that sent the call
+//! elsewhere or a layer that calls the retry layer later, such as tower's `Buffer`,
+//! is held by the budget layer after all, bounded by the `Deadline` alone, its inner
+//! future polled once the hold is over; a retry layer that takes the note later
+//! still holds the call, so no attempt goes during the pause.)
 //! A call whose deadline leaves room for the rest of the
 //! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
 //! otherwise it fails at once with an error that says so
@@ -210,7 +213,7 @@ pub type BudgetService<S> = Budget<S>;
 #[deprecated(since = "0.1.0", note = "moved to `backstop::Partition`")]
 pub type Partition = crate::Partition;
 
-use crate::admit::Admission;
+use crate::admit::{Admission, Beneath};
 
 /// Counts each call as a first attempt in its origin's retry budget account and
 /// leaves the account's handle in the request extensions; holds a call whose
@@ -223,6 +226,9 @@ use crate::admit::Admission;
 pub struct Budget<S> {
     inner: S,
     admission: Arc<Admission>,
+    /// Whether a retry layer beneath meets the holds this service hands down:
+    /// learned by this service and its clones (another inner service may differ).
+    beneath: Beneath,
 }
 
 impl<S> Budget<S> {
@@ -232,7 +238,11 @@ impl<S> Budget<S> {
     }
 
     pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
-        Budget { inner, admission }
+        Budget {
+            inner,
+            admission,
+            beneath: Beneath::default(),
+        }
     }
 
     crate::inner_accessors!();
@@ -243,6 +253,7 @@ impl<S: Clone> Clone for Budget<S> {
         Budget {
             inner: self.inner.clone(),
             admission: self.admission.clone(),
+            beneath: self.beneath.clone(),
         }
     }
 }
@@ -282,7 +293,7 @@ where
             &self.admission,
             &mut self.inner,
             req,
-            Some(self.admission.beneath()),
+            Some(&self.beneath),
         )
     }
 }

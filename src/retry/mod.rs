@@ -172,12 +172,24 @@ impl<S> Retry<S> {
             None => Entered::Go(Admitted::default()),
             Some(admission) => admission.enter_call(req, timeout),
         };
+        let Some((note, hold)) = note.as_deref().and_then(|n| Some((n, n.hold()?))) else {
+            return entered;
+        };
         match entered {
-            Entered::Go(admitted) => match note.as_deref().and_then(Note::claim) {
-                Some(hold) => Entered::Deferred { admitted, hold },
-                None => Entered::Go(admitted),
+            // The hold is met here, within the policy's timeout; the call is
+            // counted here too, unless the budget layer claimed the note first
+            // (a layer between that called this one later).
+            Entered::Go(admitted) => match hold.meet_for(admitted, timeout, note.claim()) {
+                Ok((admitted, paused)) => Entered::Held { admitted, paused },
+                Err((pass, error)) => Entered::Refused { pass, error },
             },
-            other => other,
+            // Its own admission held the call (its own pause governs it) or
+            // refused it (it sends nothing): the budget layer neither holds nor
+            // counts it.
+            other => {
+                note.settle_taken();
+                other
+            }
         }
     }
 }
@@ -239,14 +251,15 @@ where
                 let service = self.inner.clone();
                 ResponseFuture::held(service, policy, req, admitted, paused)
             }
-            Entered::Deferred { admitted, hold } => match hold.meet_for(admitted, policy.timeout())
-            {
-                Ok((admitted, paused)) => {
-                    let service = self.inner.clone();
-                    ResponseFuture::held(service, policy, req, admitted, paused)
+            Entered::Deferred { admitted, hold } => {
+                match hold.meet_for(admitted, policy.timeout(), true) {
+                    Ok((admitted, paused)) => {
+                        let service = self.inner.clone();
+                        ResponseFuture::held(service, policy, req, admitted, paused)
+                    }
+                    Err((pass, error)) => ResponseFuture::refused(policy, pass, error),
                 }
-                Err((pass, error)) => ResponseFuture::refused(policy, pass, error),
-            },
+            }
             Entered::Refused { pass, error } => ResponseFuture::refused(policy, pass, error),
         }
     }

@@ -5,7 +5,7 @@ use crate::support::shape::BudgetLayer;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::support::requests::{call, call_with, get, head};
+use crate::support::requests::{call, get, head};
 use crate::support::script::{slow, status, status_with, Reply, Script, Step};
 use crate::support::shape::{Shape, Stack};
 use backstop::budget::{BudgetPolicy, PauseMode};
@@ -200,7 +200,8 @@ async fn a_guarded_call_is_held_within_its_policys_total_timeout() {
 async fn a_held_call_its_deadline_refuses_on_release_is_not_counted() {
     // Released at the pause's end with 100 ms of its timeout left: enough for the
     // budget's minimum, less than the policy's own minimum attempt time. Alike in
-    // both shapes: behind a budget layer, the retry layer holds the call.
+    // both shapes: behind a budget layer (whose service learned from its first
+    // call that a retry layer is beneath it), the retry layer holds the call.
     for shape in [Shape::Stack, Shape::Layers] {
         let budget = BudgetPolicy::builder()
             .ratio(1.0)
@@ -210,75 +211,131 @@ async fn a_held_call_its_deadline_refuses_on_release_is_not_counted() {
             .build()
             .unwrap();
         let layer = BudgetLayer::new(budget);
-        let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
-        let stack = Stack::new(RetryPolicy::none()).budget(&layer);
-        let res = call(&mut crate::shaped!(shape, stack, pausing), A).await;
-        assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
-        let account = || layer.account(&head(A));
-        assert_eq!(account().available(), 1, "{shape:?}");
         let policy = RetryPolicy::builder()
             .max_attempts(3)
             .timeout(ms(2_100))
             .min_attempt_time(ms(200))
             .build()
             .unwrap();
-        let mock = Script::new([]);
+        let mock = Script::new([status(200)]);
         let stack = Stack::new(policy).budget(&layer);
         let mut c = crate::shaped!(shape, stack, mock.clone());
+        assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+        let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+        let stack = Stack::new(RetryPolicy::none()).budget(&layer);
+        let res = call(&mut crate::shaped!(shape, stack, pausing), A).await;
+        assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+        let account = || layer.account(&head(A));
+        let before = account().available();
         let err = call(&mut c, A).await.unwrap_err();
         assert!(err.is_deadline(), "{shape:?}: {err}");
-        assert_eq!(mock.calls(), 0, "{shape:?}");
+        assert_eq!(mock.calls(), 1, "{shape:?}");
         assert_eq!(
             account().available(),
-            1,
+            before,
             "{shape:?}: a call that sent nothing bought nothing"
         );
     }
 }
 
+/// A budget layer's service over `inner`.
+fn budgeted<S>(layer: &BudgetLayer, inner: S) -> backstop::budget::Budget<S> {
+    ServiceBuilder::new().layer(layer.clone()).service(inner)
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_hold_handed_down_that_nobody_takes_is_held_by_the_budget_layer() {
-    // The layer's first call went through a retry layer, so it hands its held calls
-    // down. Over a transport nobody takes the hold: the budget layer holds the call
-    // itself after all, bounded by the call's deadline, its transport's future
-    // unpolled until the hold is over.
+async fn behind_a_buffer_no_attempt_goes_during_the_pause() {
+    // BudgetLayer -> Buffer -> RetryLayer: the Buffer's worker calls the retry layer
+    // after the budget layer's call returned, so the budget layer holds the call
+    // itself (by its deadline alone) and counts it; the retry layer, taking the
+    // note later, still meets the hold within its policy's timeout: nothing is sent.
+    let layer = BudgetLayer::new(
+        BudgetPolicy::builder()
+            .ratio(1.0)
+            .min_per_second(0.0)
+            .build()
+            .unwrap(),
+    );
+    let mock = Script::new([status(200)]);
+    let mut c = budgeted(
+        &layer,
+        ServiceBuilder::new()
+            .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
+            .layer(backstop::RetryLayer::new(within(ms(500))))
+            .service(mock.clone()),
+    );
+    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
+    assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let t0 = Instant::now();
+    let available = layer.account(&head(A)).available();
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(mock.calls(), 1, "nothing sent during the pause");
+    let held = Instant::now() - t0;
+    assert!(
+        (ms(2000)..=ms(2200)).contains(&held),
+        "the budget layer's hold: {held:?}"
+    );
+    // Counted once, by the budget layer that held it.
+    assert_eq!(layer.account(&head(A)).available(), available + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stack_beneath_a_budget_layer_that_refuses_a_call_settles_its_hold() {
+    // BudgetLayer -> Backstop stack with a budget of its own: the stack's admission
+    // refuses the call at once (its timeout ends inside the pause), and the budget
+    // layer neither holds nor counts it.
+    let budget = || {
+        BudgetPolicy::builder()
+            .ratio(1.0)
+            .min_per_second(0.0)
+            .pause_spread(Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let layer = BudgetLayer::new(budget());
+    let stack = backstop::Backstop::builder()
+        .retry(within(ms(500)))
+        .budget(budget())
+        .build()
+        .unwrap();
+    let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let mut c = budgeted(&layer, tower::Layer::layer(&stack, mock.clone()));
+    // Its first call teaches the budget layer a retry layer is beneath; its 429
+    // pauses both accounts.
+    assert_eq!(call(&mut c, A).await.unwrap().status(), 429);
+    let available = layer.account(&head(A)).available();
+    let t0 = Instant::now();
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now(), t0, "refused at once");
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(
+        layer.account(&head(A)).available(),
+        available,
+        "nothing counted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_budget_service_holds_a_call_before_calling_its_inner_service() {
+    // Another service of a layer that learned a retry layer is beneath it: a new
+    // service knows nothing yet, so it holds its first held call itself, and its
+    // transport (which sends as its `call` runs) is called once the pause is over.
     let layer = BudgetLayer::default();
     let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
     let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
     assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
     let t0 = Instant::now();
-    let polled = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let transport = || {
-        let polled = polled.clone();
-        tower::service_fn(
-            move |_: http::Request<http_body_util::Full<bytes::Bytes>>| {
-                let polled = polled.clone();
-                async move {
-                    polled.lock().unwrap().push(Instant::now());
-                    let res = http::Response::new(http_body_util::Full::<bytes::Bytes>::default());
-                    Ok::<_, std::io::Error>(res)
-                }
-            },
-        )
-    };
-    // Its deadline ends inside the pause: refused at once, nothing polled.
-    let mut svc = ServiceBuilder::new()
-        .layer(layer.clone())
-        .service(transport());
-    let mut req = get(A);
-    req.extensions_mut().insert(Deadline::after(ms(500)));
-    let err = call_with(&mut svc, req).await.unwrap_err();
-    assert!(err.is_paused(), "{err}");
-    assert_eq!(Instant::now(), t0);
-    assert!(polled.lock().unwrap().is_empty());
-    // Room for the pause: polled once it is over.
-    let mut svc = ServiceBuilder::new().layer(layer).service(transport());
-    let res = call(&mut svc, A).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let polled = polled.lock().unwrap();
-    assert_eq!(polled.len(), 1);
-    let at = polled[0] - t0;
-    assert!((ms(2000)..=ms(2200)).contains(&at), "{at:?}");
+    let mock = Script::new([]);
+    let mut direct = budgeted(&layer, mock.clone());
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), StatusCode::OK);
+    assert!(
+        mock.seen()[0].at >= t0 + Duration::from_secs(2),
+        "sent during the pause"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -573,10 +630,9 @@ async fn with_the_pause_off_only_the_call_that_got_the_hint_waits() {
 
 #[tokio::test(start_paused = true)]
 async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held() {
-    // The layer's first call went straight to a transport: it holds its calls
-    // itself. A held call that reaches a retry layer as it goes teaches it
-    // otherwise, and from then on the retry layer holds its calls, within its
-    // policy's timeout.
+    // A new budget service over a retry layer holds its first held call itself;
+    // the call teaches it, as it goes, that a retry layer is beneath, and from then
+    // on the retry layer holds its calls, within its policy's timeout.
     let layer = BudgetLayer::default();
     let pausing = || Script::new([status_with(429, &[("retry-after", "2")])]);
     let mut direct = ServiceBuilder::new()
@@ -586,10 +642,13 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
     let t0 = Instant::now();
     let mock = Script::new([]);
     let mut retried = layered(&layer, within(ms(500)), &mock);
-    // Held by the budget layer, which knows no timeout: sent at the pause's end.
-    let res = call(&mut retried, A).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(Instant::now() >= t0 + Duration::from_secs(2));
+    // Held by the budget layer, which knows no timeout, to the pause's end; the
+    // retry layer counts its timeout from the call's date, so it sends nothing.
+    let err = call(&mut retried, A).await.unwrap_err();
+    assert!(err.is_deadline(), "{err}");
+    let held = Instant::now() - t0;
+    assert!((ms(2000)..=ms(2200)).contains(&held), "{held:?}");
+    assert_eq!(mock.calls(), 0);
     // Paused again: the retry layer beneath refuses the call at once.
     let mut direct = ServiceBuilder::new()
         .layer(layer.clone())
@@ -599,7 +658,7 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
     let err = call(&mut retried, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
     assert_eq!(Instant::now(), t1, "refused at once");
-    assert_eq!(mock.calls(), 1);
+    assert_eq!(mock.calls(), 0);
 }
 
 #[tokio::test(start_paused = true)]

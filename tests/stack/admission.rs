@@ -323,6 +323,8 @@ async fn a_held_call_is_bounded_alike_in_every_shape() {
             .build()
             .unwrap()
     };
+    // Each client has made a call before the pause: a budget layer's service
+    // learns from its first call that a retry layer is beneath it.
     let met = same_in_every_shape(|shape| async move {
         let budget = unspread();
         let mut met = Vec::new();
@@ -336,15 +338,16 @@ async fn a_held_call_is_bounded_alike_in_every_shape() {
             (retries(), status(200), Some(ms(1500))),
         ];
         for (policy, step, deadline) in cases {
+            let mock = Script::new([status(200), step]);
+            let stack = Stack::new(policy).budget(&budget);
+            let mut client = crate::shaped!(shape, stack, mock.clone());
+            assert_eq!(call(&mut client, A).await.unwrap().status(), 200);
             // A 429 with a 2 s hint pauses the origin.
             let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
             let once = Stack::new(RetryPolicy::none()).budget(&budget);
             let mut once = crate::shaped!(shape, once, pausing);
             assert_eq!(call(&mut once, A).await.unwrap().status(), 429);
             let start = Instant::now();
-            let mock = Script::new([step]);
-            let mut client =
-                crate::shaped!(shape, Stack::new(policy).budget(&budget), mock.clone());
             let mut req = get(A);
             if let Some(deadline) = deadline {
                 within_deadline(&mut req, deadline);
@@ -353,7 +356,7 @@ async fn a_held_call_is_bounded_alike_in_every_shape() {
             met.push(Met {
                 paused: result.as_ref().is_err_and(backstop::Error::is_paused),
                 ended: Instant::now() - start,
-                sent: mock.seen().iter().map(|s| s.at - start).collect(),
+                sent: mock.seen()[1..].iter().map(|s| s.at - start).collect(),
                 held: result
                     .ok()
                     .and_then(|res| res.extensions().get::<History>().and_then(History::held)),
@@ -808,21 +811,35 @@ mod wire {
                 .into_iter()
                 .flat_map(|p| [(p, Shape::Stack), (p, Shape::Layers)])
             {
+                // Two calls of the clients below, then a 429 that pauses the origin.
                 let up = upstream(
                     protocol,
-                    vec![Step::Reply(
-                        Answer::status(429).header("retry-after-ms", "300"),
-                    )],
+                    vec![
+                        Step::Reply(Answer::status(200)),
+                        Step::Reply(Answer::status(200)),
+                        Step::Reply(Answer::status(429).header("retry-after-ms", "300")),
+                    ],
                 )
                 .await;
                 let budget = BudgetLayer::default();
                 // One breaker and budget for every client.
                 let breakers = breaker(5, ms(1000));
+                let get = || Request::get(up.uri("/items")).body(empty()).unwrap();
+                // Each client has made a call: a budget layer's service learns from
+                // its first call that a retry layer is beneath it.
+                let short = RetryPolicy::builder().timeout(ms(100)).build().unwrap();
+                let short = guard(short, &breakers, &budget);
+                let mut short: WireClient = crate::shaped!(shape, short, transport(protocol));
+                let stack = guard(quick(), &breakers, &budget);
+                let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
+                for c in [&mut short, &mut client] {
+                    let res = c.ready().await.unwrap().call(get()).await.unwrap();
+                    assert_eq!(res.status(), StatusCode::OK);
+                }
                 let once = Stack::new(RetryPolicy::none())
                     .breaker(&breakers)
                     .budget(&budget);
                 let mut once: WireClient = crate::shaped!(shape, once, transport(protocol));
-                let get = || Request::get(up.uri("/items")).body(empty()).unwrap();
                 let res = once.ready().await.unwrap().call(get()).await.unwrap();
                 assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
                 let until = budget
@@ -830,23 +847,18 @@ mod wire {
                     .paused_until()
                     .expect("paused");
                 // A total timeout that ends inside the pause: refused at once.
-                let short = RetryPolicy::builder().timeout(ms(100)).build().unwrap();
-                let short = guard(short, &breakers, &budget);
-                let mut short: WireClient = crate::shaped!(shape, short, transport(protocol));
                 let err = short.ready().await.unwrap().call(get()).await.unwrap_err();
                 assert!(err.is_paused(), "{protocol:?} {shape:?}: {err}");
                 assert!(
                     Instant::now() < until,
                     "{protocol:?} {shape:?}: refused at once"
                 );
-                assert_eq!(up.requests().len(), 1, "{protocol:?} {shape:?}");
+                assert_eq!(up.requests().len(), 3, "{protocol:?} {shape:?}");
                 // Room for the pause: held, then sent.
-                let stack = guard(quick(), &breakers, &budget);
-                let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
                 let res = client.ready().await.unwrap().call(get()).await.unwrap();
                 assert_eq!(res.status(), StatusCode::OK, "{protocol:?} {shape:?}");
                 assert!(Instant::now() >= until, "{protocol:?} {shape:?}: held");
-                assert_eq!(up.requests().len(), 2, "{protocol:?} {shape:?}");
+                assert_eq!(up.requests().len(), 4, "{protocol:?} {shape:?}");
                 // The answer's history tells the hold.
                 let history = res.extensions().get::<History>().expect("history");
                 let hold = history.held().expect("held");

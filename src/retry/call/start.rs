@@ -110,11 +110,13 @@ where
             .then(Instant::now)
             .or(at)
             .or_else(|| given.entered());
-        // The total timeout counts from admission's date: a call it held for a
-        // paused origin counts the hold, which admission kept within that timeout.
-        // (An untimed call has neither deadline: nothing to compare.)
+        // The total timeout counts from admission's date (its own, or a budget
+        // layer's above): a call held for a paused origin counts the hold, so a
+        // call whose timeout ended in it is refused unsent. (An untimed call has
+        // neither deadline: nothing to compare.)
         let deadline = if timed {
-            at.or(started)
+            at.or_else(|| given.entered())
+                .or(started)
                 .and_then(|dated| call_deadline(given_deadline, policy.timeout(), dated))
         } else {
             None
