@@ -225,9 +225,16 @@ use crate::admit::{Admission, Beneath};
 /// because its origin is paused, says so: [`Error::is_paused`](crate::Error::is_paused)).
 pub struct Budget<S> {
     inner: S,
+    /// The layer's admission, and what this service and its clones learned of
+    /// the layers beneath (another inner service may differ): one pointer, so a
+    /// clone copies one.
+    shared: Arc<Shared>,
+}
+
+/// What a budget service and its clones share.
+struct Shared {
     admission: Arc<Admission>,
-    /// Whether a retry layer beneath meets the holds this service hands down:
-    /// learned by this service and its clones (another inner service may differ).
+    /// Whether a retry layer beneath meets the holds the service hands down.
     beneath: Beneath,
 }
 
@@ -238,10 +245,10 @@ impl<S> Budget<S> {
     }
 
     pub(crate) fn from_shared(inner: S, admission: Arc<Admission>) -> Self {
+        let beneath = Beneath::default();
         Budget {
             inner,
-            admission,
-            beneath: Beneath::default(),
+            shared: Arc::new(Shared { admission, beneath }),
         }
     }
 
@@ -252,8 +259,7 @@ impl<S: Clone> Clone for Budget<S> {
     fn clone(&self) -> Self {
         Budget {
             inner: self.inner.clone(),
-            admission: self.admission.clone(),
-            beneath: self.beneath.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -262,7 +268,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Budget<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Budget")
             .field("inner", &self.inner)
-            .field("budget", &self.admission.budget())
+            .field("budget", &self.shared.admission.budget())
             .finish()
     }
 }
@@ -290,10 +296,10 @@ where
         // beneath, within its policy's timeout, or here when none is beneath; its
         // retries by the retry layer, which asks the same account.
         crate::admit::ResponseFuture::admit(
-            &self.admission,
+            &self.shared.admission,
             &mut self.inner,
             req,
-            Some(&self.beneath),
+            Some(&self.shared.beneath),
         )
     }
 }
