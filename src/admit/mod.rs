@@ -19,7 +19,10 @@
 //! The parts' own machinery lives here too, below every layer: the breaker's state
 //! machine and settings ([`breaker`]), the budget's accounts, numbers and hold
 //! ([`budget`]), the throttle's windows and settings ([`throttle`]), and the key's
-//! settings ([`key`]). The layers re-export what users name.
+//! settings ([`key`]). The layers re-export what users name. Where a held call
+//! waits, and which layer holds it, is `paused`: a budget layer above a retry layer
+//! hands the hold down, so the retry layer bounds it by its policy's timeout, as
+//! the stack does.
 
 pub(crate) mod breaker;
 pub(crate) mod budget;

@@ -159,15 +159,7 @@ async fn a_call_whose_deadline_ends_inside_the_pause_fails_at_once_with_the_hint
     assert!((ms(2000)..=ms(2040)).contains(&at), "{at:?}");
 }
 
-/// Three attempts within a total `timeout`.
-fn within(timeout: Duration) -> RetryPolicy {
-    RetryPolicy::builder()
-        .max_attempts(3)
-        .backoff(ms(10), ms(50))
-        .timeout(timeout)
-        .build()
-        .unwrap()
-}
+use crate::support::policies::three_within as within;
 
 #[tokio::test(start_paused = true)]
 async fn a_guarded_call_is_held_within_its_policys_total_timeout() {

@@ -315,14 +315,7 @@ async fn a_held_call_is_bounded_alike_in_every_shape() {
     // A budget layer above a retry layer hands the hold down to it, so the hold ends
     // by the call's deadline in both shapes: the request's `Deadline`, or the retry
     // policy's total timeout from the call's date, whichever is earlier.
-    let timed = |timeout: Duration| {
-        RetryPolicy::builder()
-            .max_attempts(3)
-            .backoff(ms(10), ms(50))
-            .timeout(timeout)
-            .build()
-            .unwrap()
-    };
+    let timed = crate::support::policies::three_within;
     // Each client has made a call before the pause: a budget layer's service
     // learns from its first call that a retry layer is beneath it.
     let met = same_in_every_shape(|shape| async move {

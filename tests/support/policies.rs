@@ -16,3 +16,13 @@ pub fn breaker(consecutive: u32, cooldown: Duration) -> CircuitBreakerPolicy {
         .build()
         .unwrap()
 }
+
+/// Three attempts, 10 to 50 ms apart, within a total `timeout`.
+pub fn three_within(timeout: Duration) -> backstop::RetryPolicy {
+    backstop::RetryPolicy::builder()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(10), Duration::from_millis(50))
+        .timeout(timeout)
+        .build()
+        .unwrap()
+}
