@@ -229,27 +229,20 @@ impl<F, H> ResponseFuture<F, H> {
         S: Service<Request<B>, Future = F>,
         H: Holding<S, B>,
     {
-        let hand_down = beneath.is_some_and(Beneath::hands_down);
-        match admission.enter(&mut req, None, hand_down) {
-            Entered::Go(admitted) => {
-                // Until the budget layer knows what is beneath it, its calls ask.
-                if let Some(beneath) = beneath.filter(|b| !b.known()) {
-                    Note::ask(&mut req, beneath);
-                }
-                ResponseFuture {
-                    // Built in one expression, the inner future written straight in.
-                    state: State::Called {
-                        future: service.call(req),
-                    },
-                    pass: admitted.pass,
-                }
-            }
+        match admission.enter(&mut req, None, beneath) {
+            Entered::Go(admitted) => ResponseFuture {
+                // Built in one expression, the inner future written straight in.
+                state: State::Called {
+                    future: service.call(req),
+                },
+                pass: admitted.pass,
+            },
             // Held here: the layer does not know of a retry layer beneath (yet).
             Entered::Held { admitted, paused } => {
                 let dated = admitted.at.unwrap_or_else(Instant::now);
                 ResponseFuture {
                     state: State::Held {
-                        held: Box::new(H::unsent(service, req, paused, dated, beneath)),
+                        held: Box::new(H::unsent(service, req, *paused, dated, beneath)),
                     },
                     pass: admitted.pass,
                 }

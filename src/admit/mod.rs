@@ -87,7 +87,10 @@ pub(crate) enum Entered {
     /// Its first attempt goes now.
     Go(Admitted),
     /// Its origin is paused: the first attempt waits for its share of the end.
-    Held { admitted: Admitted, paused: Paused },
+    Held {
+        admitted: Admitted,
+        paused: Box<Paused>,
+    },
     /// Its origin is paused, and the retry layer beneath meets the pause within
     /// its policy's timeout (a budget layer's call, handed down).
     Deferred {
@@ -216,14 +219,15 @@ impl Admission {
     /// [`enter`](Admission::enter), out of line: for the stack's retry layer.
     #[inline(never)]
     pub(crate) fn enter_call<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
-        self.enter(req, timeout, false)
+        self.enter(req, timeout, None)
     }
 
     /// Runs admission on a call, part by part: the key is stamped, the breaker
     /// admits the call, the budget counts it and meets its origin's pause, holding
-    /// it no longer than its deadline and `timeout` from its date allow; or, with
-    /// `hand_hold_down` (a budget layer above a retry layer), leaving the pause for
-    /// the retry layer to meet within its own policy's timeout.
+    /// it no longer than its deadline and `timeout` from its date allow; or, for a
+    /// budget layer's service that knows a retry layer is `beneath` it, leaving
+    /// the pause for the retry layer to meet within its own policy's timeout (a
+    /// service that does not know yet asks, with its call).
     ///
     /// Always inlined: a front-end's `call` builds its future in place around it.
     /// The stack's retry layer calls it through [`Admission::enter_call`], out of
@@ -233,7 +237,7 @@ impl Admission {
         &self,
         req: &mut Request<B>,
         timeout: Option<Duration>,
-        hand_hold_down: bool,
+        beneath: Option<&Beneath>,
     ) -> Entered {
         let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
         if self.origins.is_empty() {
@@ -329,6 +333,11 @@ impl Admission {
         let now = dated.or(entered).unwrap_or_else(Instant::now);
         let Some(pause) = account.paused_now(pass.observed()) else {
             account.deposit_at(now);
+            // Until a budget layer's service knows what is beneath it, its calls
+            // ask (asked here, where the request is already written to).
+            if let Some(beneath) = beneath.filter(|b| !b.known()) {
+                Note::ask(req, beneath);
+            }
             return Entered::Go(Admitted {
                 pass,
                 keyed,
@@ -342,7 +351,7 @@ impl Admission {
         // deadline: the request's or `timeout` from the date, whichever is earlier.
         let dated = now;
         let given = Given::new(req.extensions()).deadline();
-        if hand_hold_down {
+        if beneath.is_some_and(Beneath::hands_down) {
             let hold = Box::new(Deferred {
                 account,
                 pause,
@@ -366,7 +375,7 @@ impl Admission {
                     keyed,
                     at: Some(dated),
                 },
-                paused: Paused::new(account, hold),
+                paused: Box::new(Paused::new(account, hold)),
             },
             Err(error) => Entered::Refused { pass, error },
         }

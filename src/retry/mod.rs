@@ -180,7 +180,10 @@ impl<S> Retry<S> {
             // counted here too, unless the budget layer claimed the note first
             // (a layer between that called this one later).
             Entered::Go(admitted) => match hold.meet_for(admitted, timeout, note.claim()) {
-                Ok((admitted, paused)) => Entered::Held { admitted, paused },
+                Ok((admitted, paused)) => Entered::Held {
+                    admitted,
+                    paused: Box::new(paused),
+                },
                 Err((pass, error)) => Entered::Refused { pass, error },
             },
             // Its own admission held the call (its own pause governs it) or
@@ -249,7 +252,7 @@ where
             }
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();
-                ResponseFuture::held(service, policy, req, admitted, paused)
+                ResponseFuture::held(service, policy, req, admitted, *paused)
             }
             Entered::Deferred { admitted, hold } => {
                 match hold.meet_for(admitted, policy.timeout(), true) {
