@@ -8,7 +8,8 @@
 //! hands each held call down to it: the budget layer leaves the hold in the
 //! call's extensions (a [`Note`] carrying a [`Deferred`] hold), calls its inner
 //! service at once, and the retry layer beneath meets the hold exactly as the stack
-//! does. One bound, in every shape.
+//! does: one bound in both shapes (a layer between that calls the retry layer
+//! later, such as tower's `Buffer`, falls back to the budget layer's own hold).
 //!
 //! A budget layer's service learns from the first call it sends whether a retry
 //! layer is beneath it ([`Beneath`]): that call carries a note, which a retry layer
@@ -131,20 +132,24 @@ impl Deferred {
     /// (`None` for the budget layer, which knows no policy): the call's wait,
     /// which `counts` it as a first attempt when it goes, or the error that
     /// refuses it.
+    ///
+    /// A hold that does not count the call is the second meeting of it (the
+    /// budget layer above holds it too, and told the call's observer): it tells
+    /// the observer nothing, so each decision is told once.
     pub(crate) fn meet(&self, timeout: Option<Duration>, counts: bool) -> Result<Paused, Error> {
         let deadline = call_deadline(self.deadline, timeout, self.dated);
-        let observed = self.observed.as_deref();
+        let observed = self.observed.as_ref().filter(|_| counts);
         let hold = Hold::meet(
             self.pause,
             Instant::now(),
             deadline,
             &self.account,
-            observed,
+            observed.map(|o| &**o),
         )?;
         Ok(Paused {
             account: self.account.clone(),
             hold,
-            observed: self.observed.clone(),
+            observed: observed.cloned(),
             counts,
         })
     }
@@ -165,6 +170,9 @@ impl Deferred {
 pub(crate) struct Note {
     /// What the budget layer that left the note knows of the layers beneath.
     beneath: Option<Beneath>,
+    /// The note of a budget layer above, left in the same call before this one:
+    /// a retry layer beneath takes both (and a refusal settles both).
+    outer: Option<Arc<Note>>,
     /// Whether the note was taken (by a retry layer, or settled by a refusal).
     seen: AtomicBool,
     /// Whether the hold was claimed: the claimer counts the call.
@@ -184,8 +192,13 @@ impl Note {
         beneath: Option<&Beneath>,
         hold: Option<Box<Deferred>>,
     ) -> Arc<Note> {
+        let outer = req
+            .extensions_mut()
+            .remove::<Left>()
+            .map(|Left(outer)| outer);
         let note = Arc::new(Note {
             beneath: beneath.cloned(),
+            outer,
             seen: AtomicBool::new(false),
             claimed: AtomicBool::new(false),
             hold,
@@ -213,11 +226,19 @@ impl Note {
     /// call's extensions, if any, and tells that budget layer a retry layer is
     /// beneath it.
     #[cold]
+    ///
+    /// The notes of budget layers further up are taken too: each learns a retry
+    /// layer is beneath it. Their holds (of other accounts) stay theirs to claim:
+    /// unclaimed, each budget layer holds the call itself.
     pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
         let Left(note) = req.extensions_mut().remove::<Left>()?;
-        note.seen.store(true, Ordering::Relaxed);
-        if let Some(beneath) = &note.beneath {
-            beneath.0.store(RETRY, Ordering::Relaxed);
+        let mut next = Some(&note);
+        while let Some(note) = next {
+            note.seen.store(true, Ordering::Relaxed);
+            if let Some(beneath) = &note.beneath {
+                beneath.0.store(RETRY, Ordering::Relaxed);
+            }
+            next = note.outer.as_ref();
         }
         Some(note)
     }
@@ -236,8 +257,12 @@ impl Note {
 
     /// [`settle`](Note::settle), for a note already taken.
     pub(crate) fn settle_taken(&self) {
-        self.seen.store(true, Ordering::Relaxed);
-        self.claimed.store(true, Ordering::Relaxed);
+        let mut next = Some(self);
+        while let Some(note) = next {
+            note.seen.store(true, Ordering::Relaxed);
+            note.claimed.store(true, Ordering::Relaxed);
+            next = note.outer.as_deref();
+        }
     }
 
     /// The hold the note carries.

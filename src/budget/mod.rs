@@ -70,24 +70,27 @@
 //! or a date) says the origin is overloaded or rate-limiting, not only for the
 //! call that received it. The hint pauses the origin's account until it ends
 //! (capped at [`BudgetPolicy::max_pause`], never past what the server said), and
-//! while it is paused no attempt reaches the origin: a call's first attempt is
+//! while it is paused no attempt is sent to the origin: a call's first attempt is
 //! held, the retry layer holds each retry (it asks the same account through the
 //! [`BudgetHandle`](crate::policy::BudgetHandle) before every attempt), a hedge
 //! layer sends no hedge. A call's deadline is its
 //! [`Deadline`](crate::policy::Deadline), or its retry policy's total
 //! [`timeout`](crate::retry::RetryPolicyBuilder::timeout) from its date, whichever is
 //! earlier: above a [`RetryLayer`](crate::RetryLayer), [`Budget`] hands the hold of
-//! a call's first attempt down to it (in the call's context), so the retry layer
+//! a call's first attempt down to it (in the call's extensions), so the retry layer
 //! holds the call within its own policy's timeout, exactly as the
 //! [`Backstop`](crate::Backstop) stack does; over a transport, [`Budget`] holds
 //! the call itself, within its `Deadline`. (Each [`Budget`] service, with its
 //! clones, learns which from its first call: the call carries a note that a retry
 //! layer beneath takes. A hold it hands down that nobody takes before its inner
-//! service's `call` returns, before it knows, through a router that sent the call
-//! elsewhere or a layer that calls the retry layer later, such as tower's `Buffer`,
-//! is held by the budget layer after all, bounded by the `Deadline` alone, its inner
-//! future polled once the hold is over; a retry layer that takes the note later
-//! still holds the call, so no attempt goes during the pause.)
+//! service's `call` returns, through a router that sent the call elsewhere or a
+//! layer that calls the retry layer later, such as tower's `Buffer`, is held by the
+//! budget layer after all, bounded by the `Deadline` alone: its inner service was
+//! called, and its future is polled once the hold is over. A retry layer that takes
+//! the note later still holds the call; a transport reached through a router that
+//! sends as its `call` runs, rather than when its future is polled, would send it.
+//! Behind a `Buffer`, a call the retry layer refuses is seen refused once the
+//! budget layer's hold ends.)
 //! A call whose deadline leaves room for the rest of the
 //! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
 //! otherwise it fails at once with an error that says so

@@ -858,3 +858,79 @@ async fn the_hint_of_a_hedge_that_loses_still_pauses_the_origin() {
     call(&mut next, A).await.unwrap();
     assert!(Instant::now() - t0 >= ms(2110), "{:?}", Instant::now() - t0);
 }
+
+/// A budget that counts each first attempt as one whole retry, no floor, no spread.
+fn counting() -> BudgetLayer {
+    BudgetLayer::new(
+        BudgetPolicy::builder()
+            .ratio(1.0)
+            .min_per_second(0.0)
+            .pause_spread(Duration::ZERO)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_second_budget_layer_the_outer_one_learns_the_retry_beneath() {
+    // BudgetLayer(outer) -> BudgetLayer(inner) -> RetryLayer(timeout 500 ms): both
+    // services' first call asks; the retry layer takes both notes, so the outer
+    // service learns a retry layer is beneath it too, and hands its hold down: a
+    // call whose timeout ends inside the outer account's pause is refused at once.
+    let outer = counting();
+    let inner = counting();
+    let mock = Script::new([status(200)]);
+    let mut c = ServiceBuilder::new()
+        .layer(outer.clone())
+        .layer(inner.clone())
+        .layer(backstop::RetryLayer::new(within(ms(500))))
+        .service(mock.clone());
+    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+    // Pauses the outer layer's account only.
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let mut direct = ServiceBuilder::new().layer(outer.clone()).service(pausing);
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    let t0 = Instant::now();
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now(), t0, "refused at once");
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_buffer_a_paused_call_tells_one_wait_or_one_refusal() {
+    // ObserveLayer -> BudgetLayer -> Buffer -> RetryLayer(timeout 500 ms): the budget
+    // layer claims the hold and meets it (the call waits); the retry layer, taking
+    // the note later, meets it again but tells nothing: one decision, told once.
+    use backstop::observe::{Event, ObserveLayer};
+    let events = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = events.clone();
+    let observer = move |event: &Event<'_>| {
+        let name = format!("{event:?}");
+        record
+            .lock()
+            .unwrap()
+            .push(name.split(['(', ' ', '{']).next().unwrap().to_owned());
+    };
+    let layer = counting();
+    let mock = Script::new([status(200)]);
+    let mut c = ServiceBuilder::new()
+        .layer(ObserveLayer::new(observer))
+        .layer(layer.clone())
+        .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
+        .layer(backstop::RetryLayer::new(within(ms(500))))
+        .service(mock.clone());
+    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let mut direct = ServiceBuilder::new().layer(layer.clone()).service(pausing);
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    events.lock().unwrap().clear();
+    let err = call(&mut c, A).await.unwrap_err();
+    assert!(err.is_paused(), "{err}");
+    let events = events.lock().unwrap().clone();
+    let told = events
+        .iter()
+        .filter(|e| e.contains("Waited") || e.contains("Refused"))
+        .collect::<Vec<_>>();
+    assert_eq!(told.len(), 1, "{events:?}");
+}
