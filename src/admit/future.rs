@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use http::{Request, Response};
@@ -62,8 +63,12 @@ where
         beneath: Option<Beneath>,
     },
     /// After: the inner service's future, not polled until the hold is over (a
-    /// hold handed down that nobody beneath took).
-    Called { future: Option<S::Future> },
+    /// hold handed down that nobody beneath had taken when the inner service's
+    /// `call` returned), or until a retry layer beneath claims it after all.
+    Called {
+        future: Option<S::Future>,
+        note: Arc<Note>,
+    },
 }
 
 impl<S, B> Start for Held<S, B>
@@ -78,13 +83,13 @@ where
         cx: &mut Context<'_>,
         observed: Option<&Observed>,
     ) -> Poll<Result<S::Future, Error>> {
-        ready!(self.paused.poll(cx, observed))?;
         let future = match &mut self.way {
             Way::Unsent {
                 service,
                 request,
                 beneath,
             } => {
+                ready!(self.paused.poll(cx, observed))?;
                 ready!(service.poll_ready(cx)).map_err(|e| Error::from_inner(e.into()))?;
                 let Some(mut request) = request.take() else {
                     return Poll::Ready(Err(Error::polled_after_completion("admission")));
@@ -96,10 +101,23 @@ where
                 }
                 service.call(request)
             }
-            Way::Called { future } => match future.take() {
-                Some(future) => future,
-                None => return Poll::Ready(Err(Error::polled_after_completion("admission"))),
-            },
+            Way::Called { future, note } => {
+                // Held here until a retry layer beneath claims the hold after all
+                // (it then holds, refuses or counts the call itself), or until
+                // the hold is over: then the call is counted here, unless a retry
+                // layer claimed it meanwhile.
+                note.register(cx);
+                if !note.is_claimed() {
+                    ready!(self.paused.poll(cx, observed))?;
+                    if note.claim() {
+                        self.paused.deposit_at(self.dated);
+                    }
+                }
+                return match future.take() {
+                    Some(future) => Poll::Ready(Ok(future)),
+                    None => Poll::Ready(Err(Error::polled_after_completion("admission"))),
+                };
+            }
         };
         // It goes: it counts as a first attempt now, at its date.
         self.paused.deposit_at(self.dated);
@@ -163,7 +181,7 @@ where
     ) -> Self;
 
     /// A call held after: its inner service's future waits, unpolled.
-    fn called(future: S::Future, paused: Paused, dated: Instant) -> Self;
+    fn called(future: S::Future, note: Arc<Note>, paused: Paused, dated: Instant) -> Self;
 }
 
 impl<S, B> Holding<S, B> for Held<S, B>
@@ -188,10 +206,11 @@ where
         }
     }
 
-    fn called(future: S::Future, paused: Paused, dated: Instant) -> Self {
+    fn called(future: S::Future, note: Arc<Note>, paused: Paused, dated: Instant) -> Self {
         Held {
             way: Way::Called {
                 future: Some(future),
+                note,
             },
             paused,
             dated,
@@ -207,7 +226,7 @@ where
         unreachable_hold()
     }
 
-    fn called(_: S::Future, _: Paused, _: Instant) -> Self {
+    fn called(_: S::Future, _: Arc<Note>, _: Paused, _: Instant) -> Self {
         unreachable_hold()
     }
 }
@@ -282,15 +301,23 @@ impl<F, H> ResponseFuture<F, H> {
         let note = Note::leave(&mut req, beneath, Some(hold));
         let future = service.call(req);
         // Claimed beneath (or settled by a refusal there): passed through. Else
-        // held here, and counted when it goes.
-        let state = match note.hold().filter(|_| note.claim()) {
+        // held here until it is over (and counted then) or until a retry layer
+        // beneath claims it after all.
+        let hold = note.hold().filter(|_| !note.is_claimed());
+        let state = match hold.map(|hold| (hold.dated(), hold.meet(None, true, true))) {
             None => State::Called { future },
-            Some(hold) => match hold.meet(None, true) {
-                Ok(paused) => State::Held {
-                    held: Box::new(H::called(future, paused, hold.dated())),
-                },
-                Err(error) => State::Done { error: Some(error) },
-            },
+            Some((dated, Ok(paused))) => {
+                note.hold_above();
+                State::Held {
+                    held: Box::new(H::called(future, note.clone(), paused, dated)),
+                }
+            }
+            Some((_, Err(error))) => {
+                // Refused: a retry layer that takes the note later neither
+                // holds nor counts the call.
+                note.settle_taken();
+                State::Done { error: Some(error) }
+            }
         };
         ResponseFuture { state, pass }
     }

@@ -8,8 +8,7 @@
 //! hands each held call down to it: the budget layer leaves the hold in the
 //! call's extensions (a [`Note`] carrying a [`Deferred`] hold), calls its inner
 //! service at once, and the retry layer beneath meets the hold exactly as the stack
-//! does: one bound in both shapes (a layer between that calls the retry layer
-//! later, such as tower's `Buffer`, falls back to the budget layer's own hold).
+//! does: one bound in both shapes.
 //!
 //! A budget layer's service learns from the first call it sends whether a retry
 //! layer is beneath it ([`Beneath`]): that call carries a note, which a retry layer
@@ -20,15 +19,19 @@
 //! call whose timeout ended in the hold is refused there, unsent. A hold handed
 //! down that nobody beneath took by the time the inner service's `call` returned
 //! (a router that sent the call another way, a layer between that calls the retry
-//! layer later, such as tower's `Buffer`) is held by the budget layer after all,
+//! layer later, such as tower's `Buffer`) is held by the budget layer itself,
 //! before it polls its inner service's future; a retry layer that takes the note
-//! later still meets the hold, so no attempt goes during the pause.
+//! later claims the hold and wakes the budget layer, which stops holding, so the
+//! retry layer bounds the call as the stack does. Whoever claims the hold counts
+//! the call, once, and only a call that goes.
 //!
 //! [`Deadline`]: crate::policy::Deadline
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use futures_util::task::AtomicWaker;
 use std::time::Duration;
 
 use http::Request;
@@ -118,8 +121,9 @@ impl Deferred {
         admitted: Admitted,
         timeout: Option<Duration>,
         counts: bool,
+        tells: bool,
     ) -> Result<(Admitted, Paused), (Pass, Error)> {
-        match self.meet(timeout, counts) {
+        match self.meet(timeout, counts, tells) {
             Ok(paused) => {
                 let at = Some(self.dated);
                 Ok((Admitted { at, ..admitted }, paused))
@@ -131,14 +135,16 @@ impl Deferred {
     /// Meets the pause now for a call whose policy's total timeout is `timeout`
     /// (`None` for the budget layer, which knows no policy): the call's wait,
     /// which `counts` it as a first attempt when it goes, or the error that
-    /// refuses it.
-    ///
-    /// A hold that does not count the call is the second meeting of it (the
-    /// budget layer above holds it too, and told the call's observer): it tells
-    /// the observer nothing, so each decision is told once.
-    pub(crate) fn meet(&self, timeout: Option<Duration>, counts: bool) -> Result<Paused, Error> {
+    /// refuses it. It `tells` the call's observer, unless the budget layer above
+    /// meets the same hold too and told it already (each decision is told once).
+    pub(crate) fn meet(
+        &self,
+        timeout: Option<Duration>,
+        counts: bool,
+        tells: bool,
+    ) -> Result<Paused, Error> {
         let deadline = call_deadline(self.deadline, timeout, self.dated);
-        let observed = self.observed.as_ref().filter(|_| counts);
+        let observed = self.observed.as_ref().filter(|_| tells);
         let hold = Hold::meet(
             self.pause,
             Instant::now(),
@@ -177,6 +183,14 @@ pub(crate) struct Note {
     seen: AtomicBool,
     /// Whether the hold was claimed: the claimer counts the call.
     claimed: AtomicBool,
+    /// Whether the budget layer holds the call itself meanwhile (nobody beneath
+    /// had taken the note when its inner service's `call` returned): it told the
+    /// call's observer of the hold, so a retry layer that takes the note later
+    /// tells nothing more.
+    held_above: AtomicBool,
+    /// The budget layer holding the call itself, woken when a retry layer
+    /// beneath claims the hold after all (it then stops holding).
+    waker: AtomicWaker,
     hold: Option<Box<Deferred>>,
 }
 
@@ -201,6 +215,8 @@ impl Note {
             outer,
             seen: AtomicBool::new(false),
             claimed: AtomicBool::new(false),
+            held_above: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
             hold,
         });
         req.extensions_mut().insert(Left(note.clone()));
@@ -271,8 +287,33 @@ impl Note {
     }
 
     /// Claims the hold: `true` for the first to claim it, who counts the call.
+    /// A budget layer holding the call meanwhile is woken: it stops holding.
     pub(crate) fn claim(&self) -> bool {
-        !self.claimed.swap(true, Ordering::AcqRel)
+        let first = !self.claimed.swap(true, Ordering::AcqRel);
+        if first {
+            self.waker.wake();
+        }
+        first
+    }
+
+    /// Whether the hold was claimed.
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.claimed.load(Ordering::Acquire)
+    }
+
+    /// Notes that the budget layer holds the call itself meanwhile.
+    pub(crate) fn hold_above(&self) {
+        self.held_above.store(true, Ordering::Release);
+    }
+
+    /// Whether the budget layer holds the call itself (and told the observer).
+    pub(crate) fn is_held_above(&self) -> bool {
+        self.held_above.load(Ordering::Acquire)
+    }
+
+    /// Wakes the budget layer holding the call when the hold is claimed.
+    pub(crate) fn register(&self, cx: &Context<'_>) {
+        self.waker.register(cx.waker());
     }
 }
 

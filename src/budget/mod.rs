@@ -82,15 +82,14 @@
 //! [`Backstop`](crate::Backstop) stack does; over a transport, [`Budget`] holds
 //! the call itself, within its `Deadline`. (Each [`Budget`] service, with its
 //! clones, learns which from its first call: the call carries a note that a retry
-//! layer beneath takes. A hold it hands down that nobody takes before its inner
-//! service's `call` returns, through a router that sent the call elsewhere or a
-//! layer that calls the retry layer later, such as tower's `Buffer`, is held by the
-//! budget layer after all, bounded by the `Deadline` alone: its inner service was
-//! called, and its future is polled once the hold is over. A retry layer that takes
-//! the note later still holds the call; a transport reached through a router that
-//! sends as its `call` runs, rather than when its future is polled, would send it.
-//! Behind a `Buffer`, a call the retry layer refuses is seen refused once the
-//! budget layer's hold ends.)
+//! layer beneath takes. A hold it hands down that nobody has taken when its inner
+//! service's `call` returns (a router that sent the call elsewhere, or a layer that
+//! calls the retry layer later, such as tower's `Buffer`) is held by the budget
+//! layer itself, bounded by the `Deadline` alone: its inner service was called, and
+//! its future is polled once the hold is over, or as soon as a retry layer beneath
+//! takes the hold after all (which then holds, refuses or counts the call as the
+//! stack does). A transport reached through a router that sends as its `call` runs,
+//! rather than when its future is polled, would send it during the pause.)
 //! A call whose deadline leaves room for the rest of the
 //! pause plus [`BudgetPolicy::pause_min_attempt_time`] waits and then goes;
 //! otherwise it fails at once with an error that says so

@@ -177,15 +177,19 @@ impl<S> Retry<S> {
         };
         match entered {
             // The hold is met here, within the policy's timeout; the call is
-            // counted here too, unless the budget layer claimed the note first
-            // (a layer between that called this one later).
-            Entered::Go(admitted) => match hold.meet_for(admitted, timeout, note.claim()) {
-                Ok((admitted, paused)) => Entered::Held {
-                    admitted,
-                    paused: Box::new(paused),
-                },
-                Err((pass, error)) => Entered::Refused { pass, error },
-            },
+            // counted here too, unless the budget layer counted it first (a
+            // layer between called this one after the budget layer's hold).
+            Entered::Go(admitted) => {
+                let counts = note.claim();
+                let tells = !note.is_held_above();
+                match hold.meet_for(admitted, timeout, counts, tells) {
+                    Ok((admitted, paused)) => Entered::Held {
+                        admitted,
+                        paused: Box::new(paused),
+                    },
+                    Err((pass, error)) => Entered::Refused { pass, error },
+                }
+            }
             // Its own admission held the call (its own pause governs it) or
             // refused it (it sends nothing): the budget layer neither holds nor
             // counts it.
@@ -255,7 +259,7 @@ where
                 ResponseFuture::held(service, policy, req, admitted, *paused)
             }
             Entered::Deferred { admitted, hold } => {
-                match hold.meet_for(admitted, policy.timeout(), true) {
+                match hold.meet_for(admitted, policy.timeout(), true, true) {
                     Ok((admitted, paused)) => {
                         let service = self.inner.clone();
                         ResponseFuture::held(service, policy, req, admitted, paused)

@@ -238,9 +238,10 @@ fn budgeted<S>(layer: &BudgetLayer, inner: S) -> backstop::budget::Budget<S> {
 #[tokio::test(start_paused = true)]
 async fn behind_a_buffer_no_attempt_goes_during_the_pause() {
     // BudgetLayer -> Buffer -> RetryLayer: the Buffer's worker calls the retry layer
-    // after the budget layer's call returned, so the budget layer holds the call
-    // itself (by its deadline alone) and counts it; the retry layer, taking the
-    // note later, still meets the hold within its policy's timeout: nothing is sent.
+    // after the budget layer's call returned, so the budget layer starts holding the
+    // call itself; the retry layer, taking the note later, claims the hold and meets
+    // it within its policy's timeout (it wakes the budget layer, which stops
+    // holding): refused at once, nothing sent, nothing counted, as in the stack.
     let layer = BudgetLayer::new(
         BudgetPolicy::builder()
             .ratio(1.0)
@@ -265,13 +266,34 @@ async fn behind_a_buffer_no_attempt_goes_during_the_pause() {
     let err = call(&mut c, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
     assert_eq!(mock.calls(), 1, "nothing sent during the pause");
-    let held = Instant::now() - t0;
-    assert!(
-        (ms(2000)..=ms(2200)).contains(&held),
-        "the budget layer's hold: {held:?}"
+    assert_eq!(Instant::now(), t0, "refused at once");
+    assert_eq!(
+        layer.account(&head(A)).available(),
+        available,
+        "nothing counted"
     );
-    // Counted once, by the budget layer that held it.
-    assert_eq!(layer.account(&head(A)).available(), available + 1);
+    // Room for the pause: held by the retry layer, then sent, and counted once.
+    let mut c = budgeted(
+        &layer,
+        ServiceBuilder::new()
+            .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
+            .layer(backstop::RetryLayer::new(within(ms(5000))))
+            .service(mock.clone()),
+    );
+    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
+    assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let t1 = Instant::now();
+    let available = layer.account(&head(A)).available();
+    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+    let sent = mock.seen().last().unwrap().at - t1;
+    assert!((ms(2000)..=ms(2200)).contains(&sent), "{sent:?}");
+    assert_eq!(
+        layer.account(&head(A)).available(),
+        available + 1,
+        "counted once"
+    );
 }
 
 #[tokio::test(start_paused = true)]
