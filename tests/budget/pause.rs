@@ -250,50 +250,40 @@ async fn behind_a_buffer_no_attempt_goes_during_the_pause() {
             .unwrap(),
     );
     let mock = Script::new([status(200)]);
-    let mut c = budgeted(
-        &layer,
-        ServiceBuilder::new()
-            .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
-            .layer(backstop::RetryLayer::new(within(ms(500))))
-            .service(mock.clone()),
-    );
-    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
-    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
-    let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
-    assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
-    let t0 = Instant::now();
-    let available = layer.account(&head(A)).available();
+    // A client within `timeout` that has made a call (its budget service knows a
+    // retry layer is beneath), and the origin paused for 2 s.
+    let paused_client = |timeout: Duration| {
+        let (layer, mock) = (layer.clone(), mock.clone());
+        async move {
+            let mut c = budgeted(
+                &layer,
+                ServiceBuilder::new()
+                    .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
+                    .layer(backstop::RetryLayer::new(within(timeout)))
+                    .service(mock),
+            );
+            assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
+            let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+            let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
+            assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+            c
+        }
+    };
+    let available = || layer.account(&head(A)).available();
+    let mut c = paused_client(ms(500)).await;
+    let (t0, before) = (Instant::now(), available());
     let err = call(&mut c, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
     assert_eq!(mock.calls(), 1, "nothing sent during the pause");
     assert_eq!(Instant::now(), t0, "refused at once");
-    assert_eq!(
-        layer.account(&head(A)).available(),
-        available,
-        "nothing counted"
-    );
+    assert_eq!(available(), before, "nothing counted");
     // Room for the pause: held by the retry layer, then sent, and counted once.
-    let mut c = budgeted(
-        &layer,
-        ServiceBuilder::new()
-            .buffer::<http::Request<http_body_util::Full<bytes::Bytes>>>(8)
-            .layer(backstop::RetryLayer::new(within(ms(5000))))
-            .service(mock.clone()),
-    );
-    assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
-    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
-    let res = call(&mut layered(&layer, RetryPolicy::none(), &pausing), A).await;
-    assert_eq!(res.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
-    let t1 = Instant::now();
-    let available = layer.account(&head(A)).available();
+    let mut c = paused_client(ms(5000)).await;
+    let (t1, before) = (Instant::now(), available());
     assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
     let sent = mock.seen().last().unwrap().at - t1;
     assert!((ms(2000)..=ms(2200)).contains(&sent), "{sent:?}");
-    assert_eq!(
-        layer.account(&head(A)).available(),
-        available + 1,
-        "counted once"
-    );
+    assert_eq!(available(), before + 1, "counted once");
 }
 
 #[tokio::test(start_paused = true)]
@@ -922,8 +912,9 @@ async fn under_a_second_budget_layer_the_outer_one_learns_the_retry_beneath() {
 #[tokio::test(start_paused = true)]
 async fn behind_a_buffer_a_paused_call_tells_one_wait_or_one_refusal() {
     // ObserveLayer -> BudgetLayer -> Buffer -> RetryLayer(timeout 500 ms): the budget
-    // layer claims the hold and meets it (the call waits); the retry layer, taking
-    // the note later, meets it again but tells nothing: one decision, told once.
+    // layer starts holding the call (it tells the wait); the retry layer, taking the
+    // note later, claims the hold and refuses the call, telling nothing more: one
+    // decision, told once.
     use backstop::observe::{Event, ObserveLayer};
     let events = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let record = events.clone();
