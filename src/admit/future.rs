@@ -83,7 +83,7 @@ where
         cx: &mut Context<'_>,
         observed: Option<&Observed>,
     ) -> Poll<Result<S::Future, Error>> {
-        let future = match &mut self.way {
+        match &mut self.way {
             Way::Unsent {
                 service,
                 request,
@@ -95,11 +95,22 @@ where
                     return Poll::Ready(Err(Error::polled_after_completion("admission")));
                 };
                 Paused::note_hold(request.extensions_mut(), self.dated);
-                // It asks again whether a retry layer is beneath.
-                if let Some(beneath) = beneath {
-                    Note::leave(&mut request, Some(beneath), None);
+                // It asks again whether a retry layer is beneath, and hands the
+                // rest of the hold down with it (the pause is over; what is left is
+                // the deadline): a retry layer beneath takes it, and counts the
+                // call only if it goes. It told the call's observer of the hold.
+                let note = beneath.as_ref().map(|beneath| {
+                    let hold = Box::new(self.paused.released(self.dated));
+                    let note = Note::leave(&mut request, Some(beneath), Some(hold));
+                    note.hold_above();
+                    note
+                });
+                let future = service.call(request);
+                // Nobody beneath took it: it goes from here, counted now.
+                if note.as_ref().is_none_or(|note| note.claim()) {
+                    self.paused.deposit_at(self.dated);
                 }
-                service.call(request)
+                Poll::Ready(Ok(future))
             }
             Way::Called { future, note } => {
                 // Held here until a retry layer beneath claims the hold after all
@@ -113,15 +124,12 @@ where
                         self.paused.deposit_at(self.dated);
                     }
                 }
-                return match future.take() {
+                match future.take() {
                     Some(future) => Poll::Ready(Ok(future)),
                     None => Poll::Ready(Err(Error::polled_after_completion("admission"))),
-                };
+                }
             }
-        };
-        // It goes: it counts as a first attempt now, at its date.
-        self.paused.deposit_at(self.dated);
-        Poll::Ready(Ok(future))
+        }
     }
 }
 

@@ -14,9 +14,10 @@
 //! layer is beneath it ([`Beneath`]): that call carries a note, which a retry layer
 //! beneath takes (and a transport drops untaken). Until it knows one is (and over
 //! a transport), the budget layer holds the call itself before calling its inner
-//! service, bounded by the call's `Deadline`, and the call asks again as it goes;
-//! the retry layer beneath counts its policy's timeout from the call's date, so a
-//! call whose timeout ended in the hold is refused there, unsent. A hold handed
+//! service, bounded by the call's `Deadline`, and the call asks again as it goes,
+//! carrying the rest of the hold (the pause over, the deadline left): a retry
+//! layer beneath meets it, its timeout counted from the call's date, so a call
+//! whose timeout ended in the hold is refused there, unsent and uncounted. A hold handed
 //! down that nobody beneath took by the time the inner service's `call` returned
 //! (a router that sent the call another way, a layer between that calls the retry
 //! layer later, such as tower's `Buffer`) is held by the budget layer itself,
@@ -70,6 +71,19 @@ impl Paused {
     /// `at`, as its hold ends: the retry layer's history of the call tells it.
     pub(crate) fn note_hold(extensions: &mut http::Extensions, at: Instant) {
         CallContext::of_mut(extensions).set_held(at.elapsed());
+    }
+
+    /// The rest of this hold, as the call is released, to hand down to a retry
+    /// layer beneath (the budget layer's own hold, over): the pause is over, and
+    /// the call's deadline, from its date `dated`, still bounds it.
+    pub(crate) fn released(&self, dated: Instant) -> Deferred {
+        Deferred {
+            account: self.account.clone(),
+            pause: Pause::new(Instant::now()),
+            dated,
+            deadline: self.hold.deadline(),
+            observed: None,
+        }
     }
 
     /// Counts the held call, dated `at`, as a first attempt: it goes (unless

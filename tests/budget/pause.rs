@@ -637,22 +637,28 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
     // A new budget service over a retry layer holds its first held call itself;
     // the call teaches it, as it goes, that a retry layer is beneath, and from then
     // on the retry layer holds its calls, within its policy's timeout.
-    let layer = BudgetLayer::default();
+    let layer = counting();
+    let available = || layer.account(&head(A)).available();
     let pausing = || Script::new([status_with(429, &[("retry-after", "2")])]);
     let mut direct = ServiceBuilder::new()
         .layer(layer.clone())
         .service(pausing());
     assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
-    let t0 = Instant::now();
+    let (t0, before) = (Instant::now(), available());
     let mock = Script::new([]);
     let mut retried = layered(&layer, within(ms(500)), &mock);
     // Held by the budget layer, which knows no timeout, to the pause's end; the
-    // retry layer counts its timeout from the call's date, so it sends nothing.
+    // rest of the hold goes down with the call, and the retry layer, whose timeout
+    // counts from the call's date, refuses it: nothing sent, nothing counted.
     let err = call(&mut retried, A).await.unwrap_err();
-    assert!(err.is_deadline(), "{err}");
-    let held = Instant::now() - t0;
-    assert!((ms(2000)..=ms(2200)).contains(&held), "{held:?}");
+    assert!(err.is_paused(), "{err}");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(2));
     assert_eq!(mock.calls(), 0);
+    assert_eq!(
+        available(),
+        before,
+        "a call that sent nothing bought nothing"
+    );
     // Paused again: the retry layer beneath refuses the call at once.
     let mut direct = ServiceBuilder::new()
         .layer(layer.clone())
@@ -663,6 +669,13 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
     assert!(err.is_paused(), "{err}");
     assert_eq!(Instant::now(), t1, "refused at once");
     assert_eq!(mock.calls(), 0);
+    // A new service with room for the pause: held by the budget layer, then met
+    // again by the retry layer beneath (the pause is over), sent, counted once.
+    let (t2, before) = (Instant::now(), available());
+    let mut roomy = layered(&layer, within(ms(5000)), &mock);
+    assert_eq!(call(&mut roomy, A).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(mock.seen()[0].at - t2, Duration::from_secs(2));
+    assert_eq!(available(), before + 1, "counted once");
 }
 
 #[tokio::test(start_paused = true)]

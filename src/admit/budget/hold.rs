@@ -20,6 +20,11 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    /// The call's deadline, which bounds the hold.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// Meets the pause at `now` for a call whose deadline is `deadline`: a hold
     /// until the call's release, or the error that refuses the call.
     pub(crate) fn meet(
