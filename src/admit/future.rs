@@ -107,9 +107,8 @@ where
                 });
                 let future = service.call(request);
                 // Nobody beneath took it: it goes from here, counted now.
-                if note.as_ref().is_none_or(|note| note.claim()) {
-                    self.paused.deposit_at(self.dated);
-                }
+                self.paused
+                    .deposit_unless_claimed(self.dated, note.as_deref());
                 Poll::Ready(Ok(future))
             }
             Way::Called { future, note } => {
@@ -120,9 +119,7 @@ where
                 note.register(cx);
                 if !note.is_claimed() {
                     ready!(self.paused.poll(cx, observed))?;
-                    if note.claim() {
-                        self.paused.deposit_at(self.dated);
-                    }
+                    self.paused.deposit_unless_claimed(self.dated, Some(note));
                 }
                 match future.take() {
                     Some(future) => Poll::Ready(Ok(future)),

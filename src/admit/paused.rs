@@ -31,10 +31,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
-use futures_util::task::AtomicWaker;
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use http::Request;
 use tokio::time::Instant;
 
@@ -91,6 +90,15 @@ impl Paused {
     pub(crate) fn deposit_at(&self, at: Instant) {
         if self.counts {
             self.account.deposit_at(at);
+        }
+    }
+
+    /// Counts the call, dated `at`, as a first attempt as the layer holding it
+    /// sends it, unless a retry layer beneath claimed the hold of `note` (which
+    /// counts it only if it goes).
+    pub(crate) fn deposit_unless_claimed(&self, at: Instant, note: Option<&Note>) {
+        if note.is_none_or(Note::claim) {
+            self.deposit_at(at);
         }
     }
 
@@ -255,22 +263,25 @@ impl Note {
     /// The retry layer's look: takes the note a budget layer above left in the
     /// call's extensions, if any, and tells that budget layer a retry layer is
     /// beneath it.
-    #[cold]
     ///
     /// The notes of budget layers further up are taken too: each learns a retry
     /// layer is beneath it. Their holds (of other accounts) stay theirs to claim:
     /// unclaimed, each budget layer holds the call itself.
+    #[cold]
     pub(crate) fn take<B>(req: &mut Request<B>) -> Option<Arc<Note>> {
         let Left(note) = req.extensions_mut().remove::<Left>()?;
-        let mut next = Some(&note);
-        while let Some(note) = next {
+        for note in note.chain() {
             note.seen.store(true, Ordering::Relaxed);
             if let Some(beneath) = &note.beneath {
                 beneath.0.store(RETRY, Ordering::Relaxed);
             }
-            next = note.outer.as_ref();
         }
         Some(note)
+    }
+
+    /// This note, then those of the budget layers above it.
+    fn chain(&self) -> impl Iterator<Item = &Note> {
+        std::iter::successors(Some(self), |note| note.outer.as_deref())
     }
 
     /// A call a layer beneath the budget layer refused before sending anything:
@@ -287,11 +298,9 @@ impl Note {
 
     /// [`settle`](Note::settle), for a note already taken.
     pub(crate) fn settle_taken(&self) {
-        let mut next = Some(self);
-        while let Some(note) = next {
+        for note in self.chain() {
             note.seen.store(true, Ordering::Relaxed);
             note.claimed.store(true, Ordering::Relaxed);
-            next = note.outer.as_deref();
         }
     }
 
