@@ -161,15 +161,11 @@ impl Account {
         self.fleet.as_deref().filter(|lease| lease.fresh(now))
     }
 
-    /// Pauses the origin until `until` (capped by the budget's `max_pause`).
-    pub(crate) fn pause_until(&self, until: Instant) {
-        self.pause_here(until);
-    }
-
-    /// Pauses the origin for a hint learned here; says what changed. A pause
-    /// learned here reaches the fleet at once (one learned from the fleet is set
-    /// through `Member::pause`, and not pushed back).
-    fn pause_here(&self, until: Instant) -> Option<PauseChange> {
+    /// Pauses the origin until `until` (capped by the budget's `max_pause`), for
+    /// a hint learned here; says what changed. A pause learned here reaches the
+    /// fleet at once (one learned from the fleet is set through `Member::pause`,
+    /// and not pushed back).
+    pub(crate) fn pause_until(&self, until: Instant) -> Option<PauseChange> {
         let change = self.pause.pause(until);
         if let (Some(_), Some(lease)) = (&change, &self.fleet) {
             lease.learned_pause();
@@ -287,7 +283,7 @@ impl BudgetAccount for Account {
     }
 
     fn pause(&self, until: Instant) {
-        self.pause_until(until)
+        self.pause_until(until);
     }
 
     fn paused(&self, now: Instant) -> Option<Pause> {
@@ -299,7 +295,7 @@ impl BudgetAccount for Account {
     }
 
     fn pause_reporting(&self, until: Instant) -> Option<PauseChange> {
-        self.pause_here(until)
+        self.pause_until(until)
     }
 
     fn paused_reporting(&self, now: Instant) -> (Option<Pause>, Option<PauseChange>) {
