@@ -216,6 +216,20 @@ impl Admission {
         self.origins.iter().map(|registry| registry.len()).sum()
     }
 
+    /// The key's part of admission: stamps the call's key when it needs one, and
+    /// says whether the call is keyed. With no other part (the key layer's own
+    /// admission), it also marks a keyed call for the layers beneath, since
+    /// nothing else will. [`enter`](Admission::enter) starts with it; the key
+    /// layer runs it alone, as the rest of admission lets every call go there.
+    #[inline(always)]
+    pub(crate) fn stamp<B>(&self, req: &mut Request<B>) -> bool {
+        let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
+        if keyed && self.origins.is_empty() {
+            mark_keyed(req, self.hand_down);
+        }
+        keyed
+    }
+
     /// [`enter`](Admission::enter), out of line: for the stack's retry layer.
     #[inline(never)]
     pub(crate) fn enter_call<B>(&self, req: &mut Request<B>, timeout: Option<Duration>) -> Entered {
@@ -239,12 +253,9 @@ impl Admission {
         timeout: Option<Duration>,
         beneath: Option<&Beneath>,
     ) -> Entered {
-        let keyed = self.key.as_ref().is_some_and(|key| key.stamp(req));
+        let keyed = self.stamp(req);
         if self.origins.is_empty() {
             // The key alone: nothing to look up, hold or record.
-            if keyed {
-                mark_keyed(req, self.hand_down);
-            }
             return Entered::Go(Admitted {
                 pass: Pass::default(),
                 keyed,

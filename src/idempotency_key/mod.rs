@@ -115,7 +115,7 @@ where
     #[inline(always)]
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         // The key's part of admission lets every call go: it stamps and marks.
-        let _ = self.admission.enter(&mut req, None, None);
+        self.admission.stamp(&mut req);
         self.inner.call(req)
     }
 }
