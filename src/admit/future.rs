@@ -253,7 +253,7 @@ impl<F, H> ResponseFuture<F, H> {
         S: Service<Request<B>, Future = F>,
         H: Holding<S, B>,
     {
-        match admission.enter(&mut req, None, beneath) {
+        match admission.enter_front(&mut req, beneath) {
             Entered::Go(admitted) => ResponseFuture {
                 // Built in one expression, the inner future written straight in.
                 state: State::Called {

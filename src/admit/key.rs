@@ -54,6 +54,13 @@ impl Config {
         if !self.methods.contains(req.method()) {
             return false;
         }
+        self.put(req);
+        true
+    }
+
+    /// Puts a key on a request whose method gets one, unless it has one.
+    #[inline(never)]
+    fn put<B>(&self, req: &mut Request<B>) {
         if !req.headers().contains_key(&self.header) {
             let key = match req.extensions_mut().remove::<CallKey>() {
                 Some(CallKey(key)) => key,
@@ -64,7 +71,6 @@ impl Config {
             };
             req.headers_mut().insert(self.header.clone(), key);
         }
-        true
     }
 }
 

@@ -236,6 +236,17 @@ impl Admission {
         self.enter(req, timeout, None)
     }
 
+    /// [`enter`](Admission::enter), out of line: for a front-end layer's service,
+    /// which knows no timeout (the retry layer beneath bounds a hold it hands down).
+    #[inline(never)]
+    pub(crate) fn enter_front<B>(
+        &self,
+        req: &mut Request<B>,
+        beneath: Option<&Beneath>,
+    ) -> Entered {
+        self.enter(req, None, beneath)
+    }
+
     /// Runs admission on a call, part by part: the key is stamped, the breaker
     /// admits the call, the budget counts it and meets its origin's pause, holding
     /// it no longer than its deadline and `timeout` from its date allow; or, for a
@@ -243,9 +254,10 @@ impl Admission {
     /// the pause for the retry layer to meet within its own policy's timeout (a
     /// service that does not know yet asks, with its call).
     ///
-    /// Always inlined: a front-end's `call` builds its future in place around it.
-    /// The stack's retry layer calls it through [`Admission::enter_call`], out of
-    /// line, so a retry layer without admission carries none of it.
+    /// Called through [`Admission::enter_call`] (the stack's retry layer) and
+    /// [`Admission::enter_front`] (a front-end's service), each out of line: a
+    /// retry layer without admission carries none of it, and a front-end's `call`
+    /// stays small enough that the inner future is built in place around it.
     #[inline(always)]
     pub(crate) fn enter<B>(
         &self,

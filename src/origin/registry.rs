@@ -126,7 +126,7 @@ impl<T: Entry> Registry<T> {
     /// Lends `visit` the entry of `req`'s call (created if it is new) and returns
     /// what it returns: a caller that takes only parts of the entry clones no
     /// reference to the entry itself.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn visit_for<B, R>(
         &self,
         req: &mut Request<B>,
@@ -142,7 +142,7 @@ impl<T: Entry> Registry<T> {
     }
 
     /// Lends `visit` the entry of the call whose head `head` gives.
-    #[inline]
+    #[inline(always)]
     fn visit_head<R>(&self, mut head: impl HeadOf, visit: impl FnOnce(&Arc<T>) -> R) -> R {
         match &self.partition.0 {
             Kind::Origin => self.visit(KeyRef::origin(head.uri()), visit),
