@@ -42,14 +42,14 @@ use http::Request;
 use tokio::time::Instant;
 
 use crate::observe::Observed;
-use crate::origin::{Partition, Registry};
+use crate::origin::Registry;
 use crate::policy::circuit::State;
 use crate::policy::error::Error;
 use crate::policy::{call_deadline, CallContext, Given};
-use breaker::{refusal, CircuitBreakerPolicy, Core, Permit};
-use budget::{Account, BudgetPolicy, Hold, OriginAccount};
+use breaker::{refusal, CircuitBreakerPolicy, Permit};
+use budget::{BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
-use origin::{Found, Origin};
+use origin::{registries, Found, Origin};
 pub(crate) use pass::Pass;
 pub(crate) use paused::{Beneath, Deferred, Note, Paused};
 use throttle::ThrottlePolicy;
@@ -436,62 +436,6 @@ fn mark_keyed<B>(req: &mut Request<B>, hand_down: bool) {
         None if hand_down => CallContext::of_mut(extensions).mark_keyed(),
         None => {}
     }
-}
-
-/// Fresh registries for a breaker, a budget and a throttle: one whose entries hold
-/// every part that partitions calls alike, one per partition.
-fn registries(
-    breaker: Option<&Arc<CircuitBreakerPolicy>>,
-    budget: Option<&BudgetPolicy>,
-    throttle: Option<&ThrottlePolicy>,
-) -> Arc<[Arc<Registry<Origin>>]> {
-    /// The parts whose entries one registry keeps.
-    #[derive(Default)]
-    struct Parts {
-        breaker: Option<Arc<CircuitBreakerPolicy>>,
-        budget: Option<BudgetPolicy>,
-        throttle: Option<ThrottlePolicy>,
-    }
-    /// The parts of the registry of `partition`, added when it is new.
-    fn of<'a>(groups: &'a mut Vec<(Partition, Parts)>, partition: &Partition) -> &'a mut Parts {
-        let i = match groups.iter().position(|(p, _)| p.same_as(partition)) {
-            Some(i) => i,
-            None => {
-                groups.push((partition.clone(), Parts::default()));
-                groups.len() - 1
-            }
-        };
-        &mut groups[i].1
-    }
-    let mut groups = Vec::new();
-    if let Some(b) = breaker {
-        of(&mut groups, &b.partition).breaker = Some(b.clone());
-    }
-    if let Some(a) = budget {
-        of(&mut groups, &a.partition).budget = Some(a.clone());
-    }
-    if let Some(t) = throttle {
-        of(&mut groups, &Partition::origin()).throttle = Some(t.clone());
-    }
-    groups
-        .into_iter()
-        .map(|(partition, parts)| {
-            Arc::new(Registry::new(partition, move |label| {
-                let account = parts.budget.as_ref().map(|p| Account::new(p, &label));
-                Origin {
-                    breaker: parts
-                        .breaker
-                        .as_ref()
-                        .map(|p| Arc::new(Core::new(p.clone(), label))),
-                    account,
-                    throttle: parts
-                        .throttle
-                        .as_ref()
-                        .map(|p| Arc::new(throttle::Core::new(p))),
-                }
-            }))
-        })
-        .collect()
 }
 
 impl fmt::Debug for Admission {

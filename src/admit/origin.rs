@@ -1,16 +1,16 @@
 //! What admission keeps of one origin (or key): its breaker, its budget account and
 //! its throttle, side by side in one registry entry, so a call finds all with one
-//! lookup.
+//! lookup; and the registries that keep them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::breaker::{BreakerOwner, Core};
-use super::budget::Account;
-use super::throttle;
-use crate::origin::Entry;
+use super::breaker::{BreakerOwner, CircuitBreakerPolicy, Core};
+use super::budget::{Account, BudgetPolicy};
+use super::throttle::{self, ThrottlePolicy};
+use crate::origin::{Entry, Partition, Registry};
 use crate::policy::{BreakerGate, BreakerHandle};
 
 /// An origin's breaker, budget account and throttle, each when the admission has
@@ -83,6 +83,62 @@ pub(super) fn account_of<'a>(
     breaker: Option<&'a Origin>,
 ) -> Option<&'a Arc<Account>> {
     own.or(breaker)?.account.as_ref()
+}
+
+/// Fresh registries for a breaker, a budget and a throttle: one whose entries hold
+/// every part that partitions calls alike, one per partition.
+pub(super) fn registries(
+    breaker: Option<&Arc<CircuitBreakerPolicy>>,
+    budget: Option<&BudgetPolicy>,
+    throttle: Option<&ThrottlePolicy>,
+) -> Arc<[Arc<Registry<Origin>>]> {
+    /// The parts whose entries one registry keeps.
+    #[derive(Default)]
+    struct Parts {
+        breaker: Option<Arc<CircuitBreakerPolicy>>,
+        budget: Option<BudgetPolicy>,
+        throttle: Option<ThrottlePolicy>,
+    }
+    /// The parts of the registry of `partition`, added when it is new.
+    fn of<'a>(groups: &'a mut Vec<(Partition, Parts)>, partition: &Partition) -> &'a mut Parts {
+        let i = match groups.iter().position(|(p, _)| p.same_as(partition)) {
+            Some(i) => i,
+            None => {
+                groups.push((partition.clone(), Parts::default()));
+                groups.len() - 1
+            }
+        };
+        &mut groups[i].1
+    }
+    let mut groups = Vec::new();
+    if let Some(b) = breaker {
+        of(&mut groups, &b.partition).breaker = Some(b.clone());
+    }
+    if let Some(a) = budget {
+        of(&mut groups, &a.partition).budget = Some(a.clone());
+    }
+    if let Some(t) = throttle {
+        of(&mut groups, &Partition::origin()).throttle = Some(t.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(partition, parts)| {
+            Arc::new(Registry::new(partition, move |label| {
+                let account = parts.budget.as_ref().map(|p| Account::new(p, &label));
+                Origin {
+                    breaker: parts
+                        .breaker
+                        .as_ref()
+                        .map(|p| Arc::new(Core::new(p.clone(), label))),
+                    account,
+                    throttle: parts
+                        .throttle
+                        .as_ref()
+                        .map(|p| Arc::new(throttle::Core::new(p))),
+                }
+            }))
+        })
+        .collect()
 }
 
 impl BreakerOwner for Origin {
