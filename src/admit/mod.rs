@@ -45,9 +45,9 @@ use crate::observe::Observed;
 use crate::origin::Registry;
 use crate::policy::circuit::State;
 use crate::policy::error::Error;
-use crate::policy::{call_deadline, CallContext, Given};
+use crate::policy::{call_deadline, CallContext, Given, Pause};
 use breaker::{refusal, CircuitBreakerPolicy, Permit};
-use budget::{BudgetPolicy, Hold, OriginAccount};
+use budget::{Account, BudgetPolicy, Hold, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
 use origin::{registries, Found, Origin};
 pub(crate) use pass::Pass;
@@ -344,35 +344,59 @@ impl Admission {
             }
             None => None,
         };
-        let Some(account) = pass.account() else {
-            return Entered::Go(Admitted {
-                pass,
-                keyed,
-                at: None,
-            });
-        };
         // Dated once: by a layer above that dated the call already, else now. It
         // counts as a first attempt when it goes (a refused call sent nothing).
-        let now = dated.or(entered).unwrap_or_else(Instant::now);
-        let Some(pause) = account.paused_now(pass.observed()) else {
-            account.deposit_at(now);
-            // Until a budget layer's service knows what is beneath it, its calls
-            // ask (asked here, where the request is already written to).
-            if let Some(beneath) = beneath.filter(|b| !b.known()) {
-                Note::ask(req, beneath);
+        // One return of a call that goes, so its pass is written once.
+        let at = match pass.account() {
+            None => None,
+            Some(account) => {
+                let now = dated.or(entered).unwrap_or_else(Instant::now);
+                match account.paused_now(pass.observed()) {
+                    None => {
+                        account.deposit_at(now);
+                        // Until a budget layer's service knows what is beneath it,
+                        // its calls ask (asked here, where the request is already
+                        // written to).
+                        if let Some(beneath) = beneath.filter(|b| !b.known()) {
+                            Note::ask(req, beneath);
+                        }
+                        Some(now)
+                    }
+                    Some(pause) => {
+                        let paused = (account.clone(), pause);
+                        let admitted = Admitted {
+                            pass,
+                            keyed,
+                            at: Some(now),
+                        };
+                        return Admission::enter_paused(
+                            req, timeout, beneath, admitted, now, paused,
+                        );
+                    }
+                }
             }
-            return Entered::Go(Admitted {
-                pass,
-                keyed,
-                at: Some(now),
-            });
         };
-        let account = account.clone();
+        Entered::Go(Admitted { pass, keyed, at })
+    }
+
+    /// The rest of [`enter`](Admission::enter) for an `admitted` call, `dated`,
+    /// whose origin's `account` is paused: held here, or its hold handed down to a
+    /// retry layer `beneath`, or refused. Out of line: the success path carries
+    /// none of it.
+    #[cold]
+    #[inline(never)]
+    fn enter_paused<B>(
+        req: &mut Request<B>,
+        timeout: Option<Duration>,
+        beneath: Option<&Beneath>,
+        admitted: Admitted,
+        dated: Instant,
+        (account, pause): (Arc<Account>, Pause),
+    ) -> Entered {
         // A paused origin: the first attempt is held (or refused) here, its retries
         // by the retry's gates, which ask the same account. The total timeout counts
         // from the call's date, the hold included, so the hold ends by the call's
         // deadline: the request's or `timeout` from the date, whichever is earlier.
-        let dated = now;
         let given = Given::new(req.extensions()).deadline();
         if beneath.is_some_and(Beneath::hands_down) {
             let hold = Box::new(Deferred {
@@ -380,27 +404,21 @@ impl Admission {
                 pause,
                 dated,
                 deadline: given,
-                observed: pass.shared_observed().cloned(),
+                observed: admitted.pass.shared_observed().cloned(),
             });
-            let admitted = Admitted {
-                pass,
-                keyed,
-                at: Some(dated),
-            };
             return Entered::Deferred { admitted, hold };
         }
         let deadline = call_deadline(given, timeout, dated);
         let now = Instant::now();
-        match Hold::meet(pause, now, deadline, &account, pass.observed()) {
+        match Hold::meet(pause, now, deadline, &account, admitted.pass.observed()) {
             Ok(hold) => Entered::Held {
-                admitted: Admitted {
-                    pass,
-                    keyed,
-                    at: Some(dated),
-                },
+                admitted,
                 paused: Box::new(Paused::new(account, hold)),
             },
-            Err(error) => Entered::Refused { pass, error },
+            Err(error) => Entered::Refused {
+                pass: admitted.pass,
+                error,
+            },
         }
     }
 }

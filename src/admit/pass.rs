@@ -12,7 +12,7 @@ use super::origin::{account_of, Origin};
 use super::throttle;
 use crate::observe::{pause_told, Observed};
 use crate::policy::error::Error;
-use crate::policy::{pause_until, BudgetAccount, BudgetHandle, CallContext};
+use crate::policy::{may_hint_pause, pause_until, BudgetAccount, BudgetHandle, CallContext};
 
 /// An admitted call's pass, held until its state is dropped: its breaker permit
 /// (which records the call's outcome once, when it ends), its budget account and
@@ -93,15 +93,6 @@ impl Pass {
             .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
     }
 
-    /// Whether the call records its outcome anywhere: a breaker permit, a budget
-    /// account (its origin's pause) or a throttle.
-    #[inline]
-    fn records(&self) -> bool {
-        self.0.as_ref().is_some_and(|held| {
-            held.budget.is_some() || held.permit.is_some() || held.throttle.is_some()
-        })
-    }
-
     /// Whether the call has anything to leave in a context: handles, or the
     /// keyed mark.
     #[inline]
@@ -114,7 +105,7 @@ impl Pass {
     /// call as the mark tells it). Returns the call's date when it left an
     /// account: read from the context (a layer above dated the call) or now, and
     /// kept there for the layers beneath.
-    #[inline]
+    #[inline(always)]
     pub(super) fn hand_down(&self, context: &mut CallContext, keyed: bool) -> Option<Instant> {
         if !self.hands_down(keyed) {
             return None;
@@ -150,7 +141,13 @@ impl Pass {
     /// The call ended with a plain first answer (see [`Pass::finish`]).
     #[inline]
     pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
-        if self.records() {
+        // A call holding only its own budget entry records nothing unless the
+        // answer may pause its origin: checked here, without a call.
+        let Some(held) = &self.0 else { return };
+        if held.permit.is_some()
+            || held.throttle.is_some()
+            || held.budget.is_some() && may_hint_pause(res.status())
+        {
             self.answered_held(res);
         }
     }

@@ -54,7 +54,7 @@ pub(crate) use idempotency::{
     carries_key, standard_index, MethodSet, IDEMPOTENCY_KEY_HEADER, STANDARD_METHODS,
 };
 pub use idempotency::{is_idempotent, Keyed};
-pub(crate) use pause::{is_overloaded, meet, pause_hint, pause_until, HintTaken};
+pub(crate) use pause::{is_overloaded, may_hint_pause, meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};
 pub use report::{CallError, Report};

@@ -141,14 +141,41 @@ pub(crate) fn pause_hint(
     headers: &HeaderMap,
     now: impl FnOnce() -> SystemTime,
 ) -> Option<Duration> {
+    match hint_source(status)? {
+        HintSource::RetryAfter => super::parse_retry_after(headers, now()).filter(|h| !h.is_zero()),
+        #[cfg(feature = "grpc")]
+        HintSource::Pushback => super::grpc_status::pushback_pause(headers),
+    }
+}
+
+/// Where an answer with a given status carries its pause hint, if it may carry one.
+enum HintSource {
+    /// `retry-after-ms` or `Retry-After`, on a 429 or a 503.
+    RetryAfter,
+    /// gRPC's `grpc-retry-pushback-ms`, on a trailers-only answer (status 200).
+    #[cfg(feature = "grpc")]
+    Pushback,
+}
+
+/// The statuses whose answers may carry a pause hint, and where: the one list
+/// [`pause_hint`] reads and [`may_hint_pause`] checks.
+#[inline]
+fn hint_source(status: StatusCode) -> Option<HintSource> {
     match status {
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-            super::parse_retry_after(headers, now()).filter(|h| !h.is_zero())
+            Some(HintSource::RetryAfter)
         }
         #[cfg(feature = "grpc")]
-        StatusCode::OK => super::grpc_status::pushback_pause(headers),
+        StatusCode::OK => Some(HintSource::Pushback),
         _ => None,
     }
+}
+
+/// Whether an answer with `status` may carry a pause hint at all (a status
+/// [`pause_hint`] reads headers for): a cheap check before looking for one.
+#[inline]
+pub(crate) fn may_hint_pause(status: StatusCode) -> bool {
+    hint_source(status).is_some()
 }
 
 /// Whether an answer is its origin refusing for overload: a 429 (Too Many

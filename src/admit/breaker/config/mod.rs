@@ -101,6 +101,7 @@ pub struct CircuitBreakerPolicy {
 
 /// The default failure rule: an error other than the caller's own body failing,
 /// or a 5xx status.
+#[inline]
 fn default_failure(outcome: Outcome<'_>) -> bool {
     match outcome {
         Outcome::Response { status, .. } => status.is_server_error(),

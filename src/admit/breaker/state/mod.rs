@@ -165,6 +165,7 @@ impl Core {
         self.probed_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
+    #[inline]
     fn load(&self) -> Word {
         Word(self.word.load(Ordering::Acquire))
     }
