@@ -17,13 +17,10 @@ use crate::policy::{may_hint_pause, pause_until, BudgetAccount, BudgetHandle, Ca
 /// An admitted call's pass, held until its state is dropped: its breaker permit
 /// (which records the call's outcome once, when it ends), its budget account and
 /// its throttle (which counts the outcome once: it is taken when it does).
-/// Empty for a call admitted holding nothing, which is then one word to check where
-/// it drops.
+/// Flat: each part is tested once where it is used, with no test of the whole
+/// before it. (A retry layer without admission carries no pass at all.)
 #[derive(Default)]
-pub(crate) struct Pass(Option<Passed>);
-
-/// What a call holds, when it holds anything.
-struct Passed {
+pub(crate) struct Pass {
     /// The breaker's permit, through the entry that keeps the breaker (and the
     /// account too, when one registry keeps both).
     permit: Option<Permit<Origin>>,
@@ -45,30 +42,29 @@ impl Pass {
         observed: Option<Arc<Observed>>,
         throttle: Option<Arc<throttle::Core>>,
     ) -> Self {
-        if permit.is_none() && budget.is_none() && observed.is_none() && throttle.is_none() {
-            return Pass(None);
-        }
-        Pass(Some(Passed {
+        Pass {
             permit,
             budget,
             observed,
             throttle,
-        }))
+        }
     }
 
     /// Whether the call holds nothing.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_none()
+        self.permit.is_none()
+            && self.budget.is_none()
+            && self.observed.is_none()
+            && self.throttle.is_none()
     }
 
     /// The call's budget account, when admission has a budget.
     #[inline]
     pub(super) fn account(&self) -> Option<&Arc<Account>> {
-        let held = self.0.as_ref()?;
         account_of(
-            held.budget.as_deref(),
-            held.permit.as_ref().map(Permit::owner),
+            self.budget.as_deref(),
+            self.permit.as_ref().map(Permit::owner),
         )
     }
 
@@ -81,16 +77,14 @@ impl Pass {
     /// The breaker's permit, when the call has one.
     #[inline]
     fn permit(&self) -> Option<&Permit<Origin>> {
-        self.0.as_ref()?.permit.as_ref()
+        self.permit.as_ref()
     }
 
     /// Whether the call holds a breaker permit or a budget account (and not only
     /// an observer).
     #[inline]
     fn holds_handles(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|held| held.budget.is_some() || held.permit.is_some())
+        self.budget.is_some() || self.permit.is_some()
     }
 
     /// Whether the call has anything to leave in a context: handles, or the
@@ -135,7 +129,7 @@ impl Pass {
 
     /// The call's observer as admission recorded it, for the call to share.
     pub(crate) fn shared_observed(&self) -> Option<&Arc<Observed>> {
-        self.0.as_ref()?.observed.as_ref()
+        self.observed.as_ref()
     }
 
     /// The call ended with a plain first answer (see [`Pass::finish`]).
@@ -143,10 +137,9 @@ impl Pass {
     pub(crate) fn answered<RB>(&mut self, res: &Response<RB>) {
         // A call holding only its own budget entry records nothing unless the
         // answer may pause its origin: checked here, without a call.
-        let Some(held) = &self.0 else { return };
-        if held.permit.is_some()
-            || held.throttle.is_some()
-            || held.budget.is_some() && may_hint_pause(res.status())
+        if self.permit.is_some()
+            || self.throttle.is_some()
+            || self.budget.is_some() && may_hint_pause(res.status())
         {
             self.answered_held(res);
         }
@@ -154,18 +147,20 @@ impl Pass {
 
     #[inline(never)]
     fn answered_held<RB>(&mut self, res: &Response<RB>) {
-        if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, None)) {
-            pause_told(budget, until, self.observed());
+        // The status first: most answers carry no pause, and say so without a
+        // look for the account.
+        if may_hint_pause(res.status()) {
+            if let (Some(budget), Some(until)) = (self.budget(), pause_until(res, None)) {
+                pause_told(budget, until, self.observed());
+            }
         }
         // The permit is kept (it records once): the account may be reached through
         // its entry until the call ends.
-        if let Some(held) = &mut self.0 {
-            if let Some(permit) = &mut held.permit {
-                permit.answered(res, held.observed.as_deref());
-            }
-            if let Some(throttle) = held.throttle.take() {
-                throttle.answered(res);
-            }
+        if let Some(permit) = &mut self.permit {
+            permit.answered(res, self.observed.as_deref());
+        }
+        if let Some(throttle) = self.throttle.take() {
+            throttle.answered(res);
         }
     }
 
@@ -175,16 +170,10 @@ impl Pass {
     pub(crate) fn finish<RB>(&mut self, result: &Result<Response<RB>, Error>) {
         match result {
             Ok(res) => self.answered(res),
-            Err(err) => {
-                if let Some(held) = &mut self.0 {
-                    held.failed(err);
-                }
-            }
+            Err(err) => self.failed(err),
         }
     }
-}
 
-impl Passed {
     /// The call ended with `err`: the breaker and the throttle record it. Out of
     /// line, so that the answered path stays small enough to inline.
     #[inline(never)]

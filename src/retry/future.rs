@@ -158,7 +158,7 @@ where
         };
         let policy = idle.policy.clone();
         let span = ResponseFuture::<S, B, RB>::span(&request);
-        let started = Call::start(&mut self.service, policy, request, span, admitted);
+        let started = Call::start(&mut self.service, policy, request, span, Some(admitted));
         // It went, unless its deadline refused it at the last moment: only a call
         // that goes counts as a first attempt, at its date.
         if !matches!(started.state, State::Refused { .. }) {

@@ -243,7 +243,7 @@ where
         } else {
             let Some(admission) = &self.settings.admission else {
                 let span = ResponseFuture::<S, B, RB>::span(&req);
-                return call::Call::start(&mut self.inner, policy, req, span, Admitted::default());
+                return call::Call::start(&mut self.inner, policy, req, span, None);
             };
             admission.enter_call(&mut req, policy.timeout())
         };
@@ -252,7 +252,7 @@ where
         match entered {
             Entered::Go(admitted) => {
                 let span = ResponseFuture::<S, B, RB>::span(&req);
-                call::Call::start(&mut self.inner, policy, req, span, admitted)
+                call::Call::start(&mut self.inner, policy, req, span, Some(admitted))
             }
             Entered::Held { admitted, paused } => {
                 let service = self.inner.clone();

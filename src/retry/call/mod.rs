@@ -111,13 +111,31 @@ use in_place;
 pub(super) struct Carry<S> {
     /// `None` when the policy allows one attempt.
     resend: Option<Resend<S>>,
-    pass: Pass,
+    /// `None` for a call of a retry layer without admission, and for a call of
+    /// one attempt that admission left nothing: one word to test where the call's
+    /// answer is recorded and where it drops.
+    pass: Option<Pass>,
 }
 
 impl<S> Carry<S> {
     /// What a call that sends one attempt keeps: what admission left it, if anything.
     fn passed(pass: Pass) -> Option<Box<Self>> {
-        (!pass.is_empty()).then(|| in_place!(Carry { resend: None, pass }))
+        let pass = Carry::<S>::held(pass)?;
+        Some(in_place!(Carry {
+            resend: None,
+            pass: Some(pass)
+        }))
+    }
+
+    /// The pass, unless it holds nothing. An empty pass is forgotten, not
+    /// dropped: it has nothing to drop, and its drop would test each part.
+    #[inline(always)]
+    fn held(pass: Pass) -> Option<Pass> {
+        if pass.is_empty() {
+            std::mem::forget(pass);
+            return None;
+        }
+        Some(pass)
     }
 }
 
@@ -238,13 +256,13 @@ impl<S, B> Call<S, B> {
     /// What admission left the call, when it left anything.
     #[inline]
     pub(super) fn pass(&self) -> Option<&Pass> {
-        self.carry.as_deref().map(|carry| &carry.pass)
+        self.carry.as_deref()?.pass.as_ref()
     }
 
     /// The same, mutably.
     #[inline]
     pub(super) fn pass_mut(&mut self) -> Option<&mut Pass> {
-        self.carry.as_deref_mut().map(|carry| &mut carry.pass)
+        self.carry.as_deref_mut()?.pass.as_mut()
     }
 }
 

@@ -79,12 +79,17 @@ where
         policy: Arc<RetryPolicy>,
         req: Request<B>,
         mut span: Option<Box<Spans>>,
-        admitted: Admitted,
+        admitted: Option<Admitted>,
     ) -> ResponseFuture<S, B, RB>
     where
         S: tower_service::Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
     {
-        let Admitted { pass, keyed, at } = admitted;
+        // A retry layer without admission has no pass at all (not an empty one, to
+        // test where the call's answer is recorded and where it drops).
+        let (pass, keyed, at) = match admitted {
+            Some(Admitted { pass, keyed, at }) => (Some(pass), keyed, at),
+            None => (None, false, None),
+        };
         let keyed_by_admission = keyed;
         let ext = req.extensions();
         let given = crate::policy::Given::new(ext);
@@ -95,7 +100,7 @@ where
         let route = given.route().cloned();
         let held = given.held();
         // Admission that recorded the call for its observer shares its record.
-        let observed = match pass.shared_observed() {
+        let observed = match pass.as_ref().and_then(Pass::shared_observed) {
             Some(observed) => Some(observed.clone()),
             None => given
                 .observer()
@@ -159,7 +164,7 @@ where
             }
             Some(carry)
         } else {
-            Carry::passed(pass)
+            pass.and_then(Carry::passed)
         };
         let source = retries.then(|| req.body().source());
         let log = track(keyed, idempotent, &mut req);
