@@ -301,3 +301,40 @@ proptest! {
         prop_assert_eq!(uri_parts(&back_uri), uri_parts(&uri));
     }
 }
+
+/// The kept head's extensions are given the call's deadline as the request's are
+/// (the earlier one kept), whatever they hold: nothing, the context alone, or more.
+#[tokio::test(start_paused = true)]
+async fn the_kept_head_carries_the_deadline_the_request_is_given() {
+    use crate::policy::Keyed;
+    use std::time::Duration;
+    let now = tokio::time::Instant::now();
+    let soon = Deadline::at(now + Duration::from_secs(2));
+    let later = Deadline::at(now + Duration::from_secs(5));
+    for case in 0..3 {
+        let mut req = Request::new(());
+        if case >= 1 {
+            CallContext::of_mut(req.extensions_mut()).set_deadline(soon);
+        }
+        if case == 2 {
+            req.extensions_mut().insert(Keyed);
+        }
+        let mut kept = Head::empty();
+        kept.fill(&req, &Given::new(req.extensions()), Some(later));
+        CallContext::of_mut(req.extensions_mut()).set_deadline(later);
+        let back = kept.request(()).unwrap();
+        let want = CallContext::of(req.extensions()).and_then(CallContext::deadline);
+        let got = CallContext::of(back.extensions()).and_then(CallContext::deadline);
+        assert_eq!(
+            got.map(|d| d.instant()),
+            want.map(|d| d.instant()),
+            "case {case}"
+        );
+        assert_eq!(
+            back.extensions().len(),
+            req.extensions().len(),
+            "case {case}"
+        );
+        assert_eq!(back.extensions().get::<Keyed>().is_some(), case == 2);
+    }
+}
