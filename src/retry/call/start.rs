@@ -136,12 +136,21 @@ where
         // allocation); a one-shot body is never sent twice, hedges included. The
         // body is wrapped where the request is moved once, for the service.
         let replay_cap = if retries { policy.replay_cap() } else { 0 };
-        let given_to = deadline.map(crate::policy::Deadline::at);
+        let mut req = req.map(|body| {
+            if one_shot {
+                ReplayBody::one_shot(body)
+            } else {
+                ReplayBody::new(body, replay_cap)
+            }
+        });
+        // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
+        if let Some(deadline) = deadline.map(crate::policy::Deadline::at) {
+            CallContext::of_mut(req.extensions_mut()).set_deadline(deadline);
+        }
         // What later attempts need, allocated once and filled in place (see
-        // `in_place`): what is kept of the extensions (as read above, with the
-        // deadline set below) and the head's bytes are written where they stay. The
-        // service was driven to readiness for the first attempt; the clone drives
-        // its own.
+        // `in_place`): what is kept of the extensions (read once the deadline is in
+        // them) and the head's bytes are written where they stay. The service was
+        // driven to readiness for the first attempt; the clone drives its own.
         let carry = if retries {
             let mut carry = in_place!(Carry {
                 resend: Some(Resend {
@@ -151,23 +160,12 @@ where
                 pass,
             });
             if let Some(resend) = &mut carry.resend {
-                resend.head.fill(&req, &given, given_to);
+                resend.head.fill(&req);
             }
             Some(carry)
         } else {
             pass.and_then(Carry::passed)
         };
-        let mut req = req.map(|body| {
-            if one_shot {
-                ReplayBody::one_shot(body)
-            } else {
-                ReplayBody::new(body, replay_cap)
-            }
-        });
-        // Layers beneath (a hedge layer) see the call's deadline, whichever set it.
-        if let Some(deadline) = given_to {
-            CallContext::of_mut(req.extensions_mut()).set_deadline(deadline);
-        }
         let source = retries.then(|| req.body().source());
         let log = track(keyed, idempotent, &mut req);
         let mut ledger = timed.then(|| Ledger::new(policy.max_attempts(), deadline));

@@ -13,7 +13,7 @@
 
 use http::{Extensions, Request};
 
-use crate::policy::{CallContext, Deadline, Given};
+use crate::policy::{CallContext, Given};
 
 mod flat;
 #[cfg(test)]
@@ -56,21 +56,6 @@ impl Extras {
         }
     }
 
-    /// Gives the kept extensions the call's deadline, as the request's are given it
-    /// (see [`CallContext::set_deadline`]): a context is put there if none is.
-    #[inline]
-    fn set_deadline(&mut self, deadline: Deadline) {
-        match self {
-            Extras::None => {
-                let mut context = CallContext::default();
-                context.set_deadline(deadline);
-                *self = Extras::Context(context);
-            }
-            Extras::Context(context) => context.set_deadline(deadline),
-            Extras::All(all) => CallContext::of_mut(all).set_deadline(deadline),
-        }
-    }
-
     fn into_extensions(self) -> Extensions {
         let mut ext = Extensions::new();
         match self {
@@ -89,7 +74,7 @@ impl Head {
     #[cfg(test)]
     pub(super) fn of<T>(head: &Request<T>) -> Self {
         let mut kept = Head::empty();
-        kept.fill(head, &Given::new(head.extensions()), None);
+        kept.fill(head);
         kept
     }
 
@@ -104,26 +89,10 @@ impl Head {
     }
 
     /// Copies `head` into this room (an empty one, see [`Head::empty`]): what there
-    /// is to keep of its extensions as `given` reads them (so they are not looked up
-    /// again), with the call's `deadline` when one is set on the request, and the
-    /// rest as flat bytes.
-    #[inline(always)]
-    pub(super) fn fill<T>(
-        &mut self,
-        head: &Request<T>,
-        given: &Given<'_>,
-        deadline: Option<Deadline>,
-    ) {
-        self.extras.keep(given);
-        if let Some(deadline) = deadline {
-            self.extras.set_deadline(deadline);
-        }
-        self.fill_bytes(head);
-    }
-
-    /// The head's bytes, copied flat (see [`Head::fill`]).
-    #[inline(never)]
-    fn fill_bytes<T>(&mut self, head: &Request<T>) {
+    /// is to keep of its extensions, and the rest as flat bytes.
+    #[inline]
+    pub(super) fn fill<T>(&mut self, head: &Request<T>) {
+        self.extras.keep(&Given::new(head.extensions()));
         self.kept
             .fill(head.method(), head.version(), head.uri(), head.headers());
     }
