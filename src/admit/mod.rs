@@ -45,9 +45,9 @@ use crate::observe::Observed;
 use crate::origin::Registry;
 use crate::policy::circuit::State;
 use crate::policy::error::Error;
-use crate::policy::{call_deadline, CallContext, Given, Pause};
+use crate::policy::{CallContext, Given, Pause};
 use breaker::{refusal, CircuitBreakerPolicy, Permit};
-use budget::{Account, BudgetPolicy, Hold, OriginAccount};
+use budget::{Account, BudgetPolicy, OriginAccount};
 pub(crate) use future::{Held, NeverHeld, ResponseFuture};
 use origin::{registries, Found, Origin};
 pub(crate) use pass::Pass;
@@ -397,23 +397,23 @@ impl Admission {
         // by the retry's gates, which ask the same account. The total timeout counts
         // from the call's date, the hold included, so the hold ends by the call's
         // deadline: the request's or `timeout` from the date, whichever is earlier.
-        let given = Given::new(req.extensions()).deadline();
+        let hold = Deferred {
+            account,
+            pause,
+            dated,
+            deadline: Given::new(req.extensions()).deadline(),
+            observed: admitted.pass.shared_observed().cloned(),
+        };
         if beneath.is_some_and(Beneath::hands_down) {
-            let hold = Box::new(Deferred {
-                account,
-                pause,
-                dated,
-                deadline: given,
-                observed: admitted.pass.shared_observed().cloned(),
-            });
+            let hold = Box::new(hold);
             return Entered::Deferred { admitted, hold };
         }
-        let deadline = call_deadline(given, timeout, dated);
-        let now = Instant::now();
-        match Hold::meet(pause, now, deadline, &account, admitted.pass.observed()) {
-            Ok(hold) => Entered::Held {
+        // Met here as the retry layer beneath a budget layer meets a hold handed
+        // down: the same bound, counted here when the call goes.
+        match hold.meet(timeout, true, true) {
+            Ok(paused) => Entered::Held {
                 admitted,
-                paused: Box::new(Paused::new(account, hold)),
+                paused: Box::new(paused),
             },
             Err(error) => Entered::Refused {
                 pass: admitted.pass,

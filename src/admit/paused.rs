@@ -47,8 +47,9 @@ use crate::policy::{call_deadline, CallContext, Pause};
 pub(crate) struct Paused {
     account: Arc<Account>,
     hold: Hold,
-    /// The observer of a hold handed down by a budget layer (the layer that holds
-    /// it has no record of the call of its own).
+    /// The call's observer as the hold was met, told of its end when the layer
+    /// holding the call keeps no record of the call of its own (a hold handed
+    /// down by a budget layer).
     observed: Option<Arc<Observed>>,
     /// Whether the call counts as a first attempt here when it goes (not when the
     /// budget layer above that handed the hold down counts it itself).
@@ -56,16 +57,6 @@ pub(crate) struct Paused {
 }
 
 impl Paused {
-    /// The wait of a call held by the admission that admitted it.
-    pub(crate) fn new(account: Arc<Account>, hold: Hold) -> Self {
-        Paused {
-            account,
-            hold,
-            observed: None,
-            counts: true,
-        }
-    }
-
     /// Notes in the call's context how long it was held since admission dated it
     /// `at`, as its hold ends: the retry layer's history of the call tells it.
     pub(crate) fn note_hold(extensions: &mut http::Extensions, at: Instant) {
@@ -115,8 +106,10 @@ impl Paused {
     }
 }
 
-/// A hold a budget layer hands down to the retry layer beneath it: what meeting
-/// the pause needs, besides the retry policy's timeout.
+/// The hold of a call whose origin is paused: what meeting the pause needs,
+/// besides the retry policy's timeout. Met where admission ran (the stack's retry
+/// layer, a budget layer that holds the call itself), or handed down by a budget
+/// layer to the retry layer beneath it.
 pub(crate) struct Deferred {
     pub(super) account: Arc<Account>,
     pub(super) pause: Pause,
