@@ -79,6 +79,14 @@ async fn pause_with(layer: &BudgetLayer, headers: &[(&'static str, &'static str)
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// Pauses `a.test` for 2 s through a service of `layer` over the pausing answer
+/// alone (no retry layer: the 429 is the call's final answer).
+async fn pause_through(layer: &BudgetLayer) {
+    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
+    let mut direct = ServiceBuilder::new().layer(layer.clone()).service(pausing);
+    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -639,11 +647,7 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
     // on the retry layer holds its calls, within its policy's timeout.
     let layer = counting();
     let available = || layer.account(&head(A)).available();
-    let pausing = || Script::new([status_with(429, &[("retry-after", "2")])]);
-    let mut direct = ServiceBuilder::new()
-        .layer(layer.clone())
-        .service(pausing());
-    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    pause_through(&layer).await;
     let (t0, before) = (Instant::now(), available());
     let mock = Script::new([]);
     let mut retried = layered(&layer, within(ms(500)), &mock);
@@ -660,10 +664,7 @@ async fn a_budget_layer_learns_that_a_retry_layer_is_beneath_from_a_call_it_held
         "a call that sent nothing bought nothing"
     );
     // Paused again: the retry layer beneath refuses the call at once.
-    let mut direct = ServiceBuilder::new()
-        .layer(layer.clone())
-        .service(pausing());
-    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    pause_through(&layer).await;
     let t1 = Instant::now();
     let err = call(&mut retried, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
@@ -912,9 +913,7 @@ async fn under_a_second_budget_layer_the_outer_one_learns_the_retry_beneath() {
         .service(mock.clone());
     assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
     // Pauses the outer layer's account only.
-    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
-    let mut direct = ServiceBuilder::new().layer(outer.clone()).service(pausing);
-    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    pause_through(&outer).await;
     let t0 = Instant::now();
     let err = call(&mut c, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
@@ -947,9 +946,7 @@ async fn behind_a_buffer_a_paused_call_tells_one_wait_or_one_refusal() {
         .layer(backstop::RetryLayer::new(within(ms(500))))
         .service(mock.clone());
     assert_eq!(call(&mut c, A).await.unwrap().status(), StatusCode::OK);
-    let pausing = Script::new([status_with(429, &[("retry-after", "2")])]);
-    let mut direct = ServiceBuilder::new().layer(layer.clone()).service(pausing);
-    assert_eq!(call(&mut direct, A).await.unwrap().status(), 429);
+    pause_through(&layer).await;
     events.lock().unwrap().clear();
     let err = call(&mut c, A).await.unwrap_err();
     assert!(err.is_paused(), "{err}");
