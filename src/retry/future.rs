@@ -47,12 +47,12 @@ pub(crate) struct Spans {
 }
 
 /// The call's span and its current request's, entered for one poll (the request's
-/// inside the call's). Each holds a handle of its own, so the request's span can be
-/// closed by the poll that learns its outcome; it ends when this is dropped, at the
-/// end of that poll.
+/// inside the call's). Each holds a handle of its own; the request's is exited and
+/// let go when the poll learns the request's outcome ([`Spans::sent`]), so the span
+/// ends then, before the poll can open the next attempt's.
 pub(super) struct EnteredSpans {
     // Exited first.
-    _request: Option<tracing::span::EnteredSpan>,
+    request: Option<tracing::span::EnteredSpan>,
     _call: tracing::span::EnteredSpan,
 }
 
@@ -79,14 +79,19 @@ impl Spans {
     #[cold]
     fn enter(&self) -> EnteredSpans {
         EnteredSpans {
-            _request: self.request.clone().map(Span::entered),
+            request: self.request.clone().map(Span::entered),
             _call: self.call.clone().entered(),
         }
     }
 
-    /// Closes the current request's span with its outcome.
+    /// Closes the current request's span with its outcome: records it, exits the
+    /// span where this poll entered it, and lets go of the last handle, so the span
+    /// ends now (an attempt sent later in the same poll starts after it).
     #[cold]
-    fn sent(&mut self, outcome: AttemptOutcome) {
+    fn sent(&mut self, entered: Option<&mut EnteredSpans>, outcome: AttemptOutcome) {
+        if let Some(entered) = entered {
+            entered.request = None;
+        }
         if let Some(span) = self.request.take() {
             otel::request_ended(&span, outcome);
         }
@@ -308,7 +313,7 @@ where
             }
         }
         let call = this.call;
-        let _entered = this.span.as_deref().map(Spans::enter);
+        let mut entered = this.span.as_deref().map(Spans::enter);
         // Every way a call ends leaves this loop with its result, and only here (a
         // plain first answer that nobody is told of returns at once).
         let ended: CallResult<RB> = loop {
@@ -320,7 +325,8 @@ where
                                 // The success path: nothing to record, nothing to wait,
                                 // and, without a span or an observer, nobody to tell.
                                 if let Some(spans) = this.span.as_deref_mut() {
-                                    spans.sent(AttemptOutcome::Status(res.status()));
+                                    let outcome = AttemptOutcome::Status(res.status());
+                                    spans.sent(entered.as_mut(), outcome);
                                     break Ok(res);
                                 }
                                 if call.is_observed() {
@@ -347,7 +353,7 @@ where
                         },
                     };
                     if let Some(spans) = this.span.as_deref_mut() {
-                        spans.sent(Call::<S, B>::sent_outcome(&result));
+                        spans.sent(entered.as_mut(), Call::<S, B>::sent_outcome(&result));
                     }
                     match call.on_outcome(result) {
                         Next::Return(result) => break result,
@@ -461,7 +467,7 @@ where
             }
         };
         this.state.set(State::Done);
-        drop(_entered);
+        drop(entered);
         if let Some(spans) = this.span.take() {
             finished(&spans.call, call.attempt);
         }

@@ -154,6 +154,51 @@ async fn each_attempt_is_a_client_span_under_the_call_span() {
 }
 
 #[tokio::test]
+async fn a_resend_sent_at_once_starts_after_the_first_request_span_ended() {
+    // No backoff: the poll that reads the 503 drains it and sends the request again
+    // at once. The first request's span ends when its outcome is known, not at the
+    // end of that poll, so the two spans do not overlap.
+    let up = upstream(
+        Protocol::Http1,
+        vec![Reply::status(503).into(), Reply::ok().into()],
+    )
+    .await;
+    let uri = up.uri("/items");
+    let spans = exported(async {
+        let policy = backstop::RetryPolicy::builder()
+            .backoff(Duration::ZERO, Duration::ZERO)
+            .build()
+            .unwrap();
+        let client = ServiceBuilder::new()
+            .layer(RetryLayer::new(policy))
+            .service(transport(Protocol::Http1));
+        let req = Request::get(uri).body(empty()).unwrap();
+        let res = client
+            .oneshot(req)
+            .instrument(tracing::info_span!("checkout"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    })
+    .await;
+
+    let sent = named(&spans, "GET");
+    assert_eq!(sent.len(), 2, "{spans:#?}");
+    let (first, resend) = (sent[0], sent[1]);
+    assert_eq!(attr(first, "error.type"), Some(&Value::from("503")));
+    assert_eq!(
+        attr(resend, "http.request.resend_count"),
+        Some(&Value::I64(1))
+    );
+    assert!(
+        first.end_time <= resend.start_time,
+        "the first request's span ended at {:?}, after the resend's began at {:?}",
+        first.end_time,
+        resend.start_time
+    );
+}
+
+#[tokio::test]
 async fn a_hedged_copy_is_a_client_span_of_its_own_beside_the_original() {
     // The original is slow; the copy, sent 20 ms later, answers at once and wins.
     let up = upstream(
