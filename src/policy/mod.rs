@@ -24,6 +24,7 @@ mod handles;
 mod hedged;
 mod history;
 mod idempotency;
+mod old_names;
 mod pause;
 mod progress;
 mod report;
@@ -54,6 +55,8 @@ pub(crate) use idempotency::{
     carries_key, standard_index, MethodSet, IDEMPOTENCY_KEY_HEADER, STANDARD_METHODS,
 };
 pub use idempotency::{is_idempotent, Keyed};
+#[allow(deprecated)]
+pub use old_names::{AttemptProgress, Breaker, Budget, IdempotencyKey, Unsafe};
 pub(crate) use pause::{is_overloaded, may_hint_pause, meet, pause_hint, pause_until, HintTaken};
 pub use pause::{Pause, PauseChange};
 pub use progress::{AttemptLog, Progress};

@@ -48,3 +48,38 @@ fn every_renamed_item_keeps_its_old_name() {
         progress::ProgressTrackingLayer,
     >());
 }
+
+#[test]
+fn the_renamed_vocabulary_keeps_its_old_names() {
+    use backstop::policy;
+    use std::sync::Arc;
+    assert!(same::<policy::Unsafe, policy::NoRetry>());
+    assert_eq!(
+        policy::Unsafe::MaybeProcessed,
+        policy::NoRetry::MaybeProcessed
+    );
+    assert!(same::<policy::IdempotencyKey, policy::Keyed>());
+    assert!(same::<policy::AttemptProgress, policy::AttemptLog>());
+    // The marker as a value, as it was inserted before.
+    let mut ext = http::Extensions::new();
+    ext.insert(policy::IdempotencyKey);
+    assert!(ext.get::<policy::Keyed>().is_some());
+
+    // The old traits: every account and gate is one, usable as before.
+    struct Account;
+    impl policy::BudgetAccount for Account {
+        fn try_withdraw(&self) -> bool {
+            true
+        }
+    }
+    struct Gate;
+    impl policy::BreakerGate for Gate {
+        fn allows_retry(&self) -> bool {
+            false
+        }
+    }
+    let account: Arc<dyn policy::Budget> = Arc::new(Account);
+    let gate: &dyn policy::Breaker = &Gate;
+    assert!(account.try_withdraw());
+    assert!(!gate.allows_retry());
+}
