@@ -16,7 +16,7 @@ use crate::circuit_breaker::{CircuitBreakerLayer, CircuitBreakerPolicy};
 use crate::hedge::HedgePolicy;
 use crate::idempotency_key::IdempotencyKeyLayer;
 use crate::observe::Observer;
-use crate::policy::{Deadline, Keyed};
+use crate::policy::{Deadline, Keyed, Rules};
 use crate::retry::{RetryPolicy, Routes};
 use crate::stack::{Backstop, BackstopLayer, WithHedge};
 use crate::throttle::{ThrottleLayer, ThrottlePolicy};
@@ -87,8 +87,13 @@ struct Config {
     hedge: Option<HedgePolicy>,
     key: Option<IdempotencyKeyLayer>,
     breaker: Option<CircuitBreakerLayer>,
+    /// The settings of the breaker when it is the middleware's own
+    /// ([`with_circuit_breaker`](BackstopMiddleware::with_circuit_breaker)): its
+    /// layer is built again with the rules when they are given.
+    own_breaker: Option<CircuitBreakerPolicy>,
     budget: Option<BudgetLayer>,
     throttle: Option<ThrottleLayer>,
+    rules: Option<Rules>,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -101,12 +106,23 @@ impl std::fmt::Debug for Config {
             .field("breaker", &self.breaker)
             .field("budget", &self.budget)
             .field("throttle", &self.throttle)
+            .field("rules", &self.rules)
             .field("observer", &self.observer.is_some())
             .finish()
     }
 }
 
 impl Config {
+    /// The layer of a breaker of the middleware's own, with `policy`, deciding by
+    /// the rules when they are given.
+    fn own_breaker_layer(&self, policy: &CircuitBreakerPolicy) -> CircuitBreakerLayer {
+        let policy = match &self.rules {
+            Some(rules) => policy.clone().with_rules(rules.clone()),
+            None => policy.clone(),
+        };
+        CircuitBreakerLayer::new(policy)
+    }
+
     /// The stack these settings make.
     fn stack(&self) -> Stack {
         // Routes that hedge without a hedge policy of the middleware's: a hedge
@@ -132,6 +148,9 @@ impl Config {
             Some(budget) => builder.budget_of(budget),
             None => builder.no_budget(),
         };
+        if let Some(rules) = &self.rules {
+            builder = builder.rules(rules.clone());
+        }
         if let Some(observer) = &self.observer {
             builder = builder.shared_observer(observer.clone());
         }
@@ -142,7 +161,7 @@ impl Config {
         match built {
             Ok(stack) => stack,
             // Routes alone (hedging only with the stack's hedge layer), one budget
-            // (or none) and a breaker without rules.
+            // (or none) and one breaker (or none).
             Err(_) => unreachable!("the middleware's settings are a valid stack"),
         }
     }
@@ -162,8 +181,10 @@ impl BackstopMiddleware {
             hedge: None,
             key: None,
             breaker: None,
+            own_breaker: None,
             budget: None,
             throttle: None,
+            rules: None,
             observer: None,
         };
         let stack = config.stack();
@@ -193,15 +214,54 @@ impl BackstopMiddleware {
     }
 
     /// A circuit breaker per origin, with this configuration, for this middleware
-    /// and its clones.
+    /// and its clones. It decides by the [rules](BackstopMiddleware::with_rules)
+    /// when they are given, before or after this call.
     pub fn with_circuit_breaker(self, policy: CircuitBreakerPolicy) -> Self {
-        self.with_circuit_breaker_layer(CircuitBreakerLayer::new(policy))
+        self.set(|config| {
+            config.breaker = Some(config.own_breaker_layer(&policy));
+            config.own_breaker = Some(policy);
+        })
     }
 
     /// The breakers of `layer`: every middleware and tower stack given a clone of
-    /// the same layer sees the same breaker states.
+    /// the same layer sees the same breaker states. They decide by the rules the
+    /// layer's policy was built with, not by
+    /// [`with_rules`](BackstopMiddleware::with_rules): the layer is shared.
     pub fn with_circuit_breaker_layer(self, layer: CircuitBreakerLayer) -> Self {
-        self.set(|config| config.breaker = Some(layer))
+        self.set(|config| {
+            config.breaker = Some(layer);
+            config.own_breaker = None;
+        })
+    }
+
+    /// The rules that decide for every policy of the middleware, given once: the
+    /// retry policy (and each route's), the hedge policy, and the breaker of its
+    /// own ([`with_circuit_breaker`](BackstopMiddleware::with_circuit_breaker)),
+    /// whichever order they are given in; as
+    /// [`BackstopBuilder::rules`](crate::stack::BackstopBuilder::rules).
+    ///
+    /// ```
+    /// use backstop::policy::Rules;
+    /// use backstop::reqwest::BackstopMiddleware;
+    /// use backstop::{CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
+    /// use std::time::Duration;
+    ///
+    /// // 429 is retried, and counts as a failure for the breaker, for every policy.
+    /// let rules = Rules::builder().retry_on(429).build()?;
+    /// let middleware = BackstopMiddleware::new(RetryPolicy::default())
+    ///     .with_rules(rules)
+    ///     .with_hedge(HedgePolicy::after(Duration::from_millis(50)))
+    ///     .with_circuit_breaker(CircuitBreakerPolicy::default());
+    /// # let _ = middleware;
+    /// # Ok::<(), backstop::policy::InvalidConfig>(())
+    /// ```
+    pub fn with_rules(self, rules: Rules) -> Self {
+        self.set(|config| {
+            config.rules = Some(rules);
+            if let Some(policy) = config.own_breaker.clone() {
+                config.breaker = Some(config.own_breaker_layer(&policy));
+            }
+        })
     }
 
     /// Adaptive throttling per origin, with these settings, for this middleware and

@@ -153,7 +153,9 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     #[cfg(feature = "reqwest-middleware")]
     /// The breakers of `layer` instead of a breaker of the stack's own: calls
     /// through the stack and through the layer (or its clones, or other stacks given
-    /// it) count in the same breakers. Its settings and rules are the layer's.
+    /// it) count in the same breakers. Its settings and rules are the layer's: the
+    /// stack's [`rules`](BackstopBuilder::rules) do not reach it (the reqwest
+    /// adapter builds the layer of a breaker of its own with them).
     ///
     /// Crate-private: it keeps the reqwest adapter's `with_circuit_breaker_layer`.
     pub(crate) fn circuit_breaker_of(mut self, layer: &crate::CircuitBreakerLayer) -> Self {
@@ -225,11 +227,11 @@ impl<H: HedgeMode> BackstopBuilder<H> {
             (_, false, Some(_)) => None,
             (budget, false, None) => Some(budget.unwrap_or_default()),
         };
-        if self.shared.breaker.is_some() && (self.breaker.is_some() || self.rules.is_some()) {
+        if self.shared.breaker.is_some() && self.breaker.is_some() {
             return Err(InvalidConfig::new(
                 "circuit_breaker",
-                "a layer's breakers keep their own settings and rules; give them, or a \
-                 breaker (and rules) of the stack's own"
+                "a layer's breakers were given with a breaker of the stack's own; give \
+                 one or the other"
                     .to_owned(),
             ));
         }
@@ -432,9 +434,6 @@ mod tests {
             Backstop::builder().no_budget().budget_of(&budget),
             Backstop::builder()
                 .circuit_breaker(CircuitBreakerPolicy::default())
-                .circuit_breaker_of(&breaker),
-            Backstop::builder()
-                .rules(Rules::default())
                 .circuit_breaker_of(&breaker),
             Backstop::builder()
                 .throttle(ThrottlePolicy::default())

@@ -804,3 +804,80 @@ async fn routes_that_hedge_are_followed_without_a_hedge_policy_of_the_middleware
     })
     .await
 }
+
+#[tokio::test]
+async fn rules_given_once_reach_the_retry_policy_and_the_breaker_in_either_order() {
+    within_10s(async {
+        // A 418 is retried, and counts as a breaker failure, only under these rules
+        // (their classifier says so).
+        let rules = || {
+            use backstop::policy::{classify_fn, Decision, Observed, Rules, Verdict};
+            Rules::builder()
+                .classifier(classify_fn(|outcome: Observed<'_>| -> Decision {
+                    match outcome {
+                        Observed::Response { status, .. } if status == 418 => {
+                            Verdict::IfIdempotent.into()
+                        }
+                        _ => Verdict::NoOpinion.into(),
+                    }
+                }))
+                .build()
+                .unwrap()
+        };
+        let breaker = || {
+            CircuitBreakerPolicy::builder()
+                .consecutive_failures(2)
+                .cooldown(Duration::from_secs(60))
+                .build()
+                .unwrap()
+        };
+        // The rules given before the breaker, or after it.
+        let middleware = |policy: RetryPolicy, rules_first: bool| {
+            let middleware = BackstopMiddleware::new(policy);
+            if rules_first {
+                middleware
+                    .with_rules(rules())
+                    .with_circuit_breaker(breaker())
+            } else {
+                middleware
+                    .with_circuit_breaker(breaker())
+                    .with_rules(rules())
+            }
+        };
+        for rules_first in [true, false] {
+            // The retry policy: the 418 is sent again, and the second answer is it.
+            let up = upstream(
+                Protocol::Http1,
+                vec![Reply::status(418).into(), Reply::ok().into()],
+            )
+            .await;
+            let c = client(Protocol::Http1, middleware(quick(), rules_first));
+            let res = c.get(url(&up, "/")).send().await.unwrap();
+            assert_eq!(res.status(), 200, "rules first: {rules_first}");
+            assert_eq!(up.requests().len(), 2, "rules first: {rules_first}");
+
+            // The breaker: two calls that each end in a 418 open it.
+            let teapot = Upstream::builder()
+                .protocol(Protocol::Http1)
+                .then(Reply::status(418))
+                .start()
+                .await
+                .unwrap();
+            let c = client(
+                Protocol::Http1,
+                middleware(RetryPolicy::none(), rules_first),
+            );
+            for _ in 0..2 {
+                let res = c.get(url(&teapot, "/")).send().await.unwrap();
+                assert_eq!(res.status(), 418, "rules first: {rules_first}");
+            }
+            let err = c.get(url(&teapot, "/")).send().await.expect_err("refused");
+            assert!(
+                err.backstop().expect("backstop's error").is_circuit_open(),
+                "rules first: {rules_first}"
+            );
+            assert_eq!(teapot.requests().len(), 2, "rules first: {rules_first}");
+        }
+    })
+    .await
+}
