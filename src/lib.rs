@@ -54,9 +54,10 @@
 //! ([`IdempotencyKeyLayer`], [`CircuitBreakerLayer`], [`ThrottleLayer`],
 //! [`BudgetLayer`], [`RetryLayer`], [`HedgeLayer`], [`ProgressTrackingLayer`]); the
 //! key, breaker, throttle and budget layers run the same admission code as the
-//! stack. The stack alone bounds a call held for a paused origin by the retry
-//! policy's total timeout, which layers above a retry layer cannot see (see
-//! [`stack`]).
+//! stack. A call held for a paused origin is bounded by its retry policy's total
+//! timeout in both: a [`BudgetLayer`] above a [`RetryLayer`] hands the hold down to
+//! it, once a call has shown it that a retry layer is beneath (see
+//! [`budget`](budget#the-origin-pause) for the first calls of a new service).
 //!
 //! The layers share one value per call, the [`CallContext`](policy::CallContext)
 //! in the request's extensions: the outermost backstop layer puts it there and the
@@ -174,7 +175,7 @@
 //! ```
 //! use std::time::Duration;
 //! use backstop::policy::{classify_fn, Observed, Rules, Verdict};
-//! use backstop::{CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
+//! use backstop::{Backstop, CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
 //!
 //! // This API answers "busy" with a 200 and `x-busy: <seconds>`.
 //! let rules = Rules::builder()
@@ -193,6 +194,14 @@
 //!         Observed::Error { .. } => Verdict::NoOpinion.into(),
 //!     }))
 //!     .build()?;
+//! // Given once: the retry policy, the hedge policy and the breaker decide by them.
+//! let stack = Backstop::builder()
+//!     .hedge(HedgePolicy::after(Duration::from_millis(50)))
+//!     .circuit_breaker(CircuitBreakerPolicy::default())
+//!     .rules(rules.clone())
+//!     .build()?;
+//! # let _ = stack;
+//! // With separate layers, each policy is given the same rules.
 //! let retry = RetryPolicy::builder().rules(rules.clone()).build()?;
 //! let hedge = HedgePolicy::builder().rules(rules.clone()).build()?;
 //! let breaker = CircuitBreakerPolicy::builder().rules(rules).build()?;

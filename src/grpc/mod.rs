@@ -47,7 +47,7 @@
 //! ```
 //! use std::time::Duration;
 //! use backstop::grpc::{self, Code};
-//! use backstop::{CircuitBreakerPolicy, RetryLayer, RetryPolicy};
+//! use backstop::{Backstop, CircuitBreakerPolicy, HedgePolicy, RetryLayer, RetryPolicy};
 //!
 //! let rules = grpc::rules()
 //!     .retryable_codes([Code::Unavailable, Code::ResourceExhausted])
@@ -55,13 +55,20 @@
 //!     .idempotent("/shop.Orders/GetOrder")   // one method
 //!     .build()?;
 //! let policy = RetryPolicy::builder()
-//!     .rules(rules.clone())
 //!     .timeout(Duration::from_secs(2))
 //!     .build()?;
-//! // The breaker counts an UNAVAILABLE as a failure too.
-//! let breaker = CircuitBreakerPolicy::builder().rules(rules).build()?;
-//! let layer = RetryLayer::new(policy);
-//! # let _ = (layer, breaker);
+//! // Given to the stack once, the rules decide for the retry policy, the hedge
+//! // policy (idempotent methods are hedged) and the breaker (an UNAVAILABLE counts
+//! // as a failure).
+//! let stack = Backstop::builder()
+//!     .retry(policy.clone())
+//!     .hedge(HedgePolicy::after(Duration::from_millis(50)))
+//!     .circuit_breaker(CircuitBreakerPolicy::default())
+//!     .rules(rules.clone())
+//!     .build()?;
+//! // A retry layer on its own is given them with its policy.
+//! let layer = RetryLayer::new(RetryPolicy::builder().rules(rules).timeout(Duration::from_secs(2)).build()?);
+//! # let _ = (stack, layer);
 //! # Ok::<(), backstop::policy::InvalidConfig>(())
 //! ```
 //!

@@ -27,7 +27,11 @@
 //! layer cannot see its route: its observer events name the route the call
 //! matched. (A held call is bounded alike in both: a `BudgetLayer` above a
 //! `RetryLayer` hands the hold down to it, and the retry layer meets it within its
-//! policy's total timeout, as the stack does.)
+//! policy's total timeout, as the stack does. A new budget service learns that a
+//! retry layer is beneath from the first call it sends; a call held before then is
+//! held by the budget layer to the pause's end, and refused unsent by the retry
+//! layer if its timeout ended meanwhile: see
+//! [`budget`](crate::budget#the-origin-pause).)
 //!
 //! What the stack guarantees by construction:
 //!
