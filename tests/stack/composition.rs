@@ -248,3 +248,23 @@ fn the_stack_does_not_depend_on_the_order_of_the_calls() {
     });
     assert!(layer.contains("500"), "the stack's rules: {layer}");
 }
+
+#[test]
+fn the_stack_is_one_clone_send_sync_service_over_a_hyper_util_client() {
+    use backstop::progress::ProgressTracking;
+    use backstop::stack::BackstopLayer;
+    use tower::Service;
+
+    fn clone_send_sync<T: Clone + Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    // What a gateway keeps in its state: the stack over a hyper-util client.
+    type Transport = ProgressTracking<crate::support::wire::Transport>;
+    type Req = Request<crate::support::wire::Body>;
+    clone_send_sync::<Backstop<Transport>>();
+    clone_send_sync::<Backstop<Transport, WithHedge>>();
+    clone_send_sync::<BackstopLayer>();
+    clone_send_sync::<BackstopLayer<WithHedge>>();
+    // Its futures can be spawned.
+    send::<<Backstop<Transport> as Service<Req>>::Future>();
+    send::<<Backstop<Transport, WithHedge> as Service<Req>>::Future>();
+}
