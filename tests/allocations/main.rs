@@ -199,8 +199,8 @@ fn a_body_costs_its_reader_and_what_replays_need_and_no_more() {
 }
 
 /// A call in the stack records itself for its observer once, for the breaker's permit,
-/// the guard's pause and the retry's own events alike: an observer costs a guarded
-/// call what it costs the retry layer alone.
+/// the pause and the retry's own events alike: an observer costs a call through
+/// the stack what it costs the retry layer alone.
 #[test]
 fn a_stacked_call_records_itself_once_for_its_observer() {
     use backstop::observe::{Event, ObserveLayer, Observer};
@@ -211,7 +211,7 @@ fn a_stacked_call_records_itself_once_for_its_observer() {
         fn on_event(&self, _: &Event<'_>) {}
     }
     let retry = || RetryLayer::new(RetryPolicy::default());
-    let guarded = || {
+    let stack = || {
         backstop::Backstop::builder()
             .circuit_breaker(CircuitBreakerPolicy::default())
             .budget(BudgetPolicy::default())
@@ -222,18 +222,18 @@ fn a_stacked_call_records_itself_once_for_its_observer() {
     let observed = ObserveLayer::new(Quiet);
     let mut plain = retry().layer(inner());
     let mut plain_observed = observed.layer(retry().layer(inner()));
-    let mut guard = guarded().layer(inner());
-    let mut guard_observed = observed.layer(guarded().layer(inner()));
-    // The first call through a guard makes its origin's entry.
-    allocations_of_one_call(&mut guard, 0);
-    allocations_of_one_call(&mut guard_observed, 0);
+    let mut stacked = stack().layer(inner());
+    let mut stack_observed = observed.layer(stack().layer(inner()));
+    // The first call through a stack makes its origin's entry.
+    allocations_of_one_call(&mut stacked, 0);
+    allocations_of_one_call(&mut stack_observed, 0);
 
     let observer_alone =
         allocations_of_one_call(&mut plain_observed, 0) - allocations_of_one_call(&mut plain, 0);
-    let observer_guarded =
-        allocations_of_one_call(&mut guard_observed, 0) - allocations_of_one_call(&mut guard, 0);
+    let observer_stacked =
+        allocations_of_one_call(&mut stack_observed, 0) - allocations_of_one_call(&mut stacked, 0);
     assert!(observer_alone > 0);
-    assert_eq!(observer_guarded, observer_alone);
+    assert_eq!(observer_stacked, observer_alone);
 }
 
 #[test]

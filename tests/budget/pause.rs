@@ -170,7 +170,7 @@ async fn a_call_whose_deadline_ends_inside_the_pause_fails_at_once_with_the_hint
 use crate::support::policies::three_within as within;
 
 #[tokio::test(start_paused = true)]
-async fn a_guarded_call_is_held_within_its_policys_total_timeout() {
+async fn a_call_behind_a_budget_layer_is_held_within_its_retry_policys_total_timeout() {
     let layer = BudgetLayer::default();
     pause_with(&layer, &[("retry-after", "2")]).await;
     let t0 = Instant::now();

@@ -238,44 +238,44 @@ async fn a_hundred_thousand_healthy_hosts_are_forgotten_after_the_window() {
 #[tokio::test(start_paused = true)]
 async fn a_stack_forgets_ten_thousand_idle_origins_too() {
     use backstop::{Backstop, ReplayBody, RetryPolicy};
-    let guard = Backstop::builder()
+    let stack = Backstop::builder()
         .retry(RetryPolicy::none())
         .circuit_breaker(breaker())
         .budget(BudgetPolicy::default())
         .build()
         .unwrap();
     let (release, upstream) = upstream(|_: &Request<ReplayBody<Full<Bytes>>>| {});
-    let client = guard.layer(upstream);
+    let client = stack.layer(upstream);
 
     let in_flight = call_slow(&client).await;
 
     assert_eq!(call_every_origin(&client).await, (1_000, 500));
     let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;
     assert_eq!(
-        guard.breaker_state(&head("http://o0.test/")),
+        stack.breaker_state(&head("http://o0.test/")),
         Some(backstop::circuit_breaker::State::Open)
     );
-    assert_eq!(guard.origins(), ORIGINS + 1);
+    assert_eq!(stack.origins(), ORIGINS + 1);
 
     // Past the budget's window an entry stays for its breaker's longest cooldown.
     advance(Duration::from_secs(20)).await;
-    assert_eq!(guard.origins(), ORIGINS + 1);
+    assert_eq!(stack.origins(), ORIGINS + 1);
     // Idle past every limit: only the call in flight holds its entry.
     advance(Duration::from_secs(100)).await;
-    assert_eq!(guard.origins(), 1);
+    assert_eq!(stack.origins(), 1);
 
     let res = finish_slow(release, in_flight).await;
     assert_eq!(res.status(), 200);
     // The breaker just counted the call's outcome, a success: the entry stays
     // until it leaves the breaker's window.
     advance(Duration::from_secs(29)).await;
-    assert_eq!(guard.origins(), 1);
+    assert_eq!(stack.origins(), 1);
     advance(Duration::from_secs(1)).await;
-    assert_eq!(guard.origins(), 0);
+    assert_eq!(stack.origins(), 0);
 
     // A forgotten breaker starts afresh, closed.
     opens_after_two_failures(&client).await;
-    assert_eq!(guard.origins(), 1);
+    assert_eq!(stack.origins(), 1);
 }
 
 /// A stack whose breaker and budget partition calls differently keeps each in its
@@ -283,7 +283,7 @@ async fn a_stack_forgets_ten_thousand_idle_origins_too() {
 #[tokio::test(start_paused = true)]
 async fn a_stack_keeps_breaker_and_budget_apart_when_they_partition_differently() {
     use backstop::{Backstop, Partition, ReplayBody, RetryPolicy};
-    let guard = Backstop::builder()
+    let stack = Backstop::builder()
         .retry(RetryPolicy::none())
         .circuit_breaker(
             CircuitBreakerPolicy::builder()
@@ -309,7 +309,7 @@ async fn a_stack_keeps_breaker_and_budget_apart_when_they_partition_differently(
             Ok::<_, std::io::Error>(res)
         }
     });
-    let mut client = guard.layer(upstream);
+    let mut client = stack.layer(upstream);
     for _ in 0..2 {
         assert_eq!(
             call(&mut client, "http://o0.test/").await.unwrap().status(),
@@ -323,13 +323,13 @@ async fn a_stack_keeps_breaker_and_budget_apart_when_they_partition_differently(
         .is_circuit_open());
     let head = |uri| Request::get(uri).body(()).unwrap().into_parts().0;
     let (a, b) = (head("http://o0.test/"), head("http://o1.test/"));
-    assert_eq!(guard.breaker_state(&a), guard.breaker_state(&b));
+    assert_eq!(stack.breaker_state(&a), stack.breaker_state(&b));
     // Two accounts (o0 deposited twice, o1 was refused before the budget) and the
     // global breaker.
-    assert_eq!(guard.origins(), 3);
+    assert_eq!(stack.origins(), 3);
     let (a, b) = (
-        guard.budget_account(&a).unwrap(),
-        guard.budget_account(&b).unwrap(),
+        stack.budget_account(&a).unwrap(),
+        stack.budget_account(&b).unwrap(),
     );
     assert_eq!((a.available(), b.available()), (2, 0));
 }

@@ -162,7 +162,7 @@ fn observed(shape: Shape, stack: &Stack, recorder: &Recorder, mock: &Script) -> 
     observed_whole(shape, stack, recorder, &Recorder::default(), mock)
 }
 
-fn guard(retry: RetryPolicy, breaker: &CircuitBreakerLayer, budget: &BudgetLayer) -> Stack {
+fn admitting(retry: RetryPolicy, breaker: &CircuitBreakerLayer, budget: &BudgetLayer) -> Stack {
     Stack::new(retry)
         .keys(IdempotencyKeyLayer::new())
         .breaker(breaker)
@@ -174,7 +174,7 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
     let lines = same_in_every_shape(|shape| async move {
         let recorder = Recorder::default();
         let mock = Script::new([status(503), status(503), status(200)]);
-        let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default());
+        let stack = admitting(retries(), &breaker(5, ms(1000)), &BudgetLayer::default());
         let mut client = observed(shape, &stack, &recorder, &mock);
         let req = Request::post(A).body(Full::default()).unwrap();
         let res = client.ready().await.unwrap().call(req).await.unwrap();
@@ -196,7 +196,7 @@ async fn a_retried_call_tells_the_same_events_in_every_shape() {
         ],
         "{lines:#?}"
     );
-    // Keyed by the guard, so the POST was retried for its key.
+    // Keyed by admission, so the POST was retried for its key.
     assert!(lines[1].contains("reason=keyed"), "{lines:#?}");
 }
 
@@ -207,7 +207,7 @@ async fn a_refused_call_tells_the_same_events_in_every_shape() {
         let every_field = Recorder::default();
         let mock = Script::new([status(503)]);
         let breakers = breaker(1, ms(1000));
-        let stack = guard(RetryPolicy::none(), &breakers, &BudgetLayer::default());
+        let stack = admitting(RetryPolicy::none(), &breakers, &BudgetLayer::default());
         let mut client = observed_whole(shape, &stack, &recorder, &every_field, &mock);
         call(&mut client, A).await.unwrap();
         let err = call(&mut client, A).await.unwrap_err();
@@ -249,7 +249,7 @@ async fn a_paused_call_tells_the_same_events_in_every_shape() {
             .unwrap();
         let mock = Script::new([status_with(429, &[("retry-after", "2")])]);
         let budget = unspread();
-        let stack = guard(retry, &breaker(5, ms(1000)), &budget);
+        let stack = admitting(retry, &breaker(5, ms(1000)), &budget);
         let mut client = observed_whole(shape, &stack, &recorder, &every_field, &mock);
         let t0 = Instant::now();
         let res = call(&mut client, A).await.unwrap();
@@ -408,7 +408,7 @@ async fn the_layers_and_the_stack_admit_alike() {
         // one retry, and there is no floor.
         let breakers = breaker(2, ms(5000));
         let budget = one_retry_per_call();
-        let stack = guard(retries(), &breakers, &budget);
+        let stack = admitting(retries(), &breakers, &budget);
         let mock = Script::new((0..6).map(|i| status(if i == 1 { 201 } else { 503 })));
         let mut client: Client = crate::shaped!(shape, stack, mock.clone());
         let mut answers = Vec::new();
@@ -474,7 +474,7 @@ async fn the_layers_and_the_stack_admit_alike() {
 async fn the_layers_given_to_the_guard_count_its_calls_origins() {
     let breakers = breaker(5, ms(1000));
     let budget = BudgetLayer::default();
-    let stack = guard(retries(), &breakers, &budget);
+    let stack = admitting(retries(), &breakers, &budget);
     let mut client: Client = crate::stacked!(stack, Script::new([]));
     for uri in ["http://a.test/", "http://b.test/", "http://c.test/x"] {
         call(&mut client, uri).await.unwrap();
@@ -612,7 +612,7 @@ async fn a_held_call_whose_service_fails_readiness_ends_with_that_error() {
             mock: mock.clone(),
             broken: broken.clone(),
         };
-        let stack = guard(retries(), &breakers, &budget);
+        let stack = admitting(retries(), &breakers, &budget);
         let mut client: Client = crate::shaped!(shape, stack, transport);
         budget.account(&head(A)).pause(Instant::now() + ms(1000));
         let future = client.ready().await.unwrap().call(get(A));
@@ -647,7 +647,7 @@ async fn a_held_probe_dropped_gives_its_slot_back() {
     let mock = Script::new([status_with(503, &[("retry-after", "5")])]);
     let breakers = breaker(1, ms(1000));
     let budget = unspread();
-    let stack = guard(RetryPolicy::none(), &breakers, &budget);
+    let stack = admitting(RetryPolicy::none(), &breakers, &budget);
     let mut client: Client = crate::stacked!(stack, mock.clone());
     call(&mut client, A).await.unwrap();
     assert_eq!(breakers.state(&head(A)), State::Open);
@@ -675,7 +675,7 @@ async fn a_held_probe_dropped_gives_its_slot_back() {
 }
 
 // ---------------------------------------------------------------------------------
-// What the guard hands down
+// What admission hands down
 
 /// What a transport's call context held: a budget, a breaker, the keyed mark.
 type Handed = Arc<std::sync::Mutex<Vec<(bool, bool, bool)>>>;
@@ -695,7 +695,7 @@ fn recording(handed: &Handed) -> Script {
 #[tokio::test(start_paused = true)]
 async fn a_stack_that_may_hedge_hands_the_budget_and_breaker_to_every_call() {
     let handed = Handed::default();
-    let stack = guard(retries(), &breaker(5, ms(1000)), &BudgetLayer::default())
+    let stack = admitting(retries(), &breaker(5, ms(1000)), &BudgetLayer::default())
         .hedge(HedgePolicy::after(ms(100)));
     let mut client: Client = crate::stacked!(stack, recording(&handed));
     let post = Request::post(A).body(Full::default()).unwrap();
@@ -779,7 +779,7 @@ mod wire {
                 .await;
                 let breakers = breaker(5, ms(1000));
                 let budget = BudgetLayer::default();
-                let stack = guard(quick(), &breakers, &budget);
+                let stack = admitting(quick(), &breakers, &budget);
                 let mut client: WireClient = crate::stacked!(stack, transport(protocol));
                 let post = Request::post(up.uri("/orders"))
                     .body(crate::support::wire::full("amount=42"))
@@ -821,9 +821,9 @@ mod wire {
                 // Each client has made a call: a budget layer's service learns from
                 // its first call that a retry layer is beneath it.
                 let short = RetryPolicy::builder().timeout(ms(100)).build().unwrap();
-                let short = guard(short, &breakers, &budget);
+                let short = admitting(short, &breakers, &budget);
                 let mut short: WireClient = crate::shaped!(shape, short, transport(protocol));
-                let stack = guard(quick(), &breakers, &budget);
+                let stack = admitting(quick(), &breakers, &budget);
                 let mut client: WireClient = crate::shaped!(shape, stack, transport(protocol));
                 for c in [&mut short, &mut client] {
                     let res = c.ready().await.unwrap().call(get()).await.unwrap();

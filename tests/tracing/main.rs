@@ -5,8 +5,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admission;
 mod breaker;
-mod guard;
 mod pause;
 mod retry;
 mod routes;

@@ -14,7 +14,7 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use tower::{Service, ServiceExt};
 
-/// A boxed client (also for `guard.rs`).
+/// A boxed client (also for `admission.rs`).
 pub(crate) type Client =
     tower::util::BoxCloneService<Request<Full<Bytes>>, http::Response<Reply>, backstop::Error>;
 

@@ -14,7 +14,7 @@ use backstop::idempotency_key::IdempotencyKeyLayer;
 use backstop::RetryPolicy;
 use http::StatusCode;
 
-fn guard() -> Stack {
+fn admitting() -> Stack {
     // The 503 opens it (the pause's refusal sent nothing and counts neither way).
     let breaker = super::breaker::opening_after(1);
     let budget = BudgetPolicy::builder()
@@ -34,7 +34,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let (out, guard_) = Captured::debug();
-    run(crate::shaped!(shape, guard(), Script::new(script()))).await;
+    run(crate::shaped!(shape, admitting(), Script::new(script()))).await;
     drop(guard_);
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     text.lines()
