@@ -25,6 +25,41 @@ use crate::retry::{RetryLayer, Routes};
 ///
 /// `H` says whether the stack hedges: [`NoHedge`] until
 /// [`hedge`](BackstopBuilder::hedge) is called, [`WithHedge`] after.
+///
+/// # Examples
+///
+/// Every setter, once:
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop::observe::Event;
+/// use backstop::policy::Rules;
+/// use backstop::retry::{Route, RoutePolicy, Routes};
+/// use backstop::{
+///     Backstop, BudgetPolicy, CircuitBreakerPolicy, HedgePolicy, IdempotencyKeyLayer,
+///     RetryPolicy, ThrottlePolicy,
+/// };
+///
+/// // Payments are retried once more, within 2 s; everything else by the default.
+/// let payments = RetryPolicy::builder()
+///     .max_attempts(4)
+///     .timeout(Duration::from_secs(2))
+///     .build()?;
+/// let routes = Routes::new(RetryPolicy::default())
+///     .route(Route::path_prefix("/pay"), RoutePolicy::new(payments));
+/// let layer = Backstop::builder()
+///     .routes(routes)
+///     .hedge(HedgePolicy::after(Duration::from_millis(50)))
+///     .budget(BudgetPolicy::default())
+///     .circuit_breaker(CircuitBreakerPolicy::default())
+///     .throttle(ThrottlePolicy::default())
+///     .idempotency_key(IdempotencyKeyLayer::new())
+///     .rules(Rules::default())
+///     .observer(|event: &Event<'_>| tracing::debug!(?event, "backstop"))
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), backstop::policy::InvalidConfig>(())
+/// ```
 #[derive(Clone, Default)]
 #[must_use]
 pub struct BackstopBuilder<H: HedgeMode = NoHedge> {
@@ -194,6 +229,21 @@ impl<H: HedgeMode> BackstopBuilder<H> {
     /// [`budget`](BackstopBuilder::budget) and
     /// [`no_budget`](BackstopBuilder::no_budget), or when a route hedges and the
     /// stack was given no [`hedge`](BackstopBuilder::hedge) policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use backstop::{Backstop, BudgetPolicy};
+    ///
+    /// // A budget given and turned off is refused, in either order.
+    /// let err = Backstop::builder()
+    ///     .no_budget()
+    ///     .budget(BudgetPolicy::default())
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.setting(), "budget");
+    /// assert!(Backstop::builder().budget(BudgetPolicy::default()).no_budget().build().is_err());
+    /// ```
     pub fn build(self) -> Result<BackstopLayer<H>, InvalidConfig> {
         let routes = match (self.retry, self.routes) {
             (Some(_), Some(_)) => {

@@ -164,6 +164,48 @@ use crate::retry::Retry;
 ///
 /// A stack that does not hedge has no hedge layer at all (`H` defaults to
 /// [`NoHedge`]), so it costs nothing for a capability it does not use.
+///
+/// # Examples
+///
+/// A gateway keeps one client in its state, named once, whatever the stack holds:
+///
+/// ```
+/// use backstop::progress::ProgressTracking;
+/// use backstop::stack::WithHedge;
+/// use backstop::{Backstop, CircuitBreakerPolicy, HedgePolicy, ProgressTrackingLayer, ReplayBody};
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use hyper_util::client::legacy::{connect::HttpConnector, Client};
+/// use hyper_util::rt::TokioExecutor;
+/// use std::time::Duration;
+/// use tower::Layer;
+///
+/// type Transport = ProgressTracking<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
+///
+/// #[derive(Clone)]
+/// struct AppState {
+///     client: Backstop<Transport>,
+///     // A stack that hedges says so in its type.
+///     hedged: Backstop<Transport, WithHedge>,
+/// }
+///
+/// # fn main() -> Result<(), backstop::policy::InvalidConfig> {
+/// let transport = ProgressTrackingLayer::new()
+///     .layer(Client::builder(TokioExecutor::new()).build_http());
+/// let state = AppState {
+///     client: Backstop::builder()
+///         .circuit_breaker(CircuitBreakerPolicy::default())
+///         .build()?
+///         .layer(transport.clone()),
+///     hedged: Backstop::builder()
+///         .hedge(HedgePolicy::after(Duration::from_millis(50)))
+///         .build()?
+///         .layer(transport),
+/// };
+/// # let _ = state;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Backstop<S, H: HedgeMode = NoHedge> {
     inner: Retry<H::Over<S>>,
     observer: Option<Arc<dyn Observer>>,
