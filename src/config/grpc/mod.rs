@@ -38,9 +38,10 @@
 //!   ends it once every copy sent has failed, where gRPC sends the next copy at
 //!   once on a non-fatal code. So a method that hedges also retries its non-fatal
 //!   codes, at once, up to `maxAttempts` attempts, each hedged again: a copy that
-//!   fails fast is followed by another at once, as in gRPC, but copies that are
-//!   slow and then fail can add up to more than `maxAttempts` sends (each paid from
-//!   the budget). A fatal code ends the call, as in gRPC. The method is taken as
+//!   fails fast is followed by another at once, as in gRPC, but each attempt
+//!   starts its own `hedgingDelay`, so an attempt answered later than that (after
+//!   a fast failure too) is copied again, and sends can add up to more than
+//!   `maxAttempts` (each paid from the budget; at most `maxAttempts` squared). A fatal code ends the call, as in gRPC. The method is taken as
 //!   idempotent (its service config declares it safe to send twice). Every route
 //!   (and the default) chooses its own hedging, so [`StackConfig::hedge`] is set,
 //!   to the first entry's hedging policy, only to give the stack the hedge layer
