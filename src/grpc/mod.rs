@@ -47,28 +47,25 @@
 //! ```
 //! use std::time::Duration;
 //! use backstop::grpc::{self, Code};
-//! use backstop::{Backstop, CircuitBreakerPolicy, HedgePolicy, RetryLayer, RetryPolicy};
+//! use backstop::{Backstop, CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
 //!
 //! let rules = grpc::rules()
 //!     .retryable_codes([Code::Unavailable, Code::ResourceExhausted])
 //!     .idempotent("/shop.Catalog/")          // every method of a service
 //!     .idempotent("/shop.Orders/GetOrder")   // one method
 //!     .build()?;
-//! let policy = RetryPolicy::builder()
-//!     .timeout(Duration::from_secs(2))
-//!     .build()?;
+//! let policy = RetryPolicy::builder().timeout(Duration::from_secs(2)).build()?;
 //! // Given to the stack once, the rules decide for the retry policy, the hedge
 //! // policy (idempotent methods are hedged) and the breaker (an UNAVAILABLE counts
 //! // as a failure).
 //! let stack = Backstop::builder()
-//!     .retry(policy.clone())
+//!     .retry(policy)
 //!     .hedge(HedgePolicy::after(Duration::from_millis(50)))
 //!     .circuit_breaker(CircuitBreakerPolicy::default())
 //!     .rules(rules.clone())
 //!     .build()?;
-//! // A retry layer on its own is given them with its policy.
-//! let layer = RetryLayer::new(RetryPolicy::builder().rules(rules).timeout(Duration::from_secs(2)).build()?);
-//! # let _ = (stack, layer);
+//! // With separate layers, each policy is given them: `RetryPolicy::builder().rules(rules)`.
+//! # let _ = (stack, rules);
 //! # Ok::<(), backstop::policy::InvalidConfig>(())
 //! ```
 //!
