@@ -83,17 +83,19 @@ fn assert_request_attrs(span: &SpanData, upstream: &Upstream) {
     assert_eq!(attr(span, "url.scheme"), Some(&Value::from("http")));
 }
 
-#[tokio::test]
-async fn each_attempt_is_a_client_span_under_the_call_span() {
+/// An upstream that answers a 503, then a 200; and the spans exported while a GET
+/// of `path` is sent to it through a retry layer with `policy`, inside a user's
+/// span named `checkout`, and ends with the 200.
+async fn a_503_then_ok(policy: backstop::RetryPolicy, path: &str) -> (Upstream, Vec<SpanData>) {
     let up = upstream(
         Protocol::Http1,
         vec![Reply::status(503).into(), Reply::ok().into()],
     )
     .await;
-    let uri = up.uri("/items?token=s3cret");
+    let uri = up.uri(path);
     let spans = exported(async {
         let client = ServiceBuilder::new()
-            .layer(RetryLayer::new(quick()))
+            .layer(RetryLayer::new(policy))
             .service(transport(Protocol::Http1));
         let req = Request::get(uri).body(empty()).unwrap();
         let res = client
@@ -104,6 +106,12 @@ async fn each_attempt_is_a_client_span_under_the_call_span() {
         assert_eq!(res.status(), StatusCode::OK);
     })
     .await;
+    (up, spans)
+}
+
+#[tokio::test]
+async fn each_attempt_is_a_client_span_under_the_call_span() {
+    let (up, spans) = a_503_then_ok(quick(), "/items?token=s3cret").await;
 
     let user = named(&spans, "checkout");
     let call = named(&spans, "backstop.retry");
@@ -158,29 +166,11 @@ async fn a_resend_sent_at_once_starts_after_the_first_request_span_ended() {
     // No backoff: the poll that reads the 503 drains it and sends the request again
     // at once. The first request's span ends when its outcome is known, not at the
     // end of that poll, so the two spans do not overlap.
-    let up = upstream(
-        Protocol::Http1,
-        vec![Reply::status(503).into(), Reply::ok().into()],
-    )
-    .await;
-    let uri = up.uri("/items");
-    let spans = exported(async {
-        let policy = backstop::RetryPolicy::builder()
-            .backoff(Duration::ZERO, Duration::ZERO)
-            .build()
-            .unwrap();
-        let client = ServiceBuilder::new()
-            .layer(RetryLayer::new(policy))
-            .service(transport(Protocol::Http1));
-        let req = Request::get(uri).body(empty()).unwrap();
-        let res = client
-            .oneshot(req)
-            .instrument(tracing::info_span!("checkout"))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-    })
-    .await;
+    let at_once = backstop::RetryPolicy::builder()
+        .backoff(Duration::ZERO, Duration::ZERO)
+        .build()
+        .unwrap();
+    let (_up, spans) = a_503_then_ok(at_once, "/items").await;
 
     let sent = named(&spans, "GET");
     assert_eq!(sent.len(), 2, "{spans:#?}");
