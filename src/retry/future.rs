@@ -75,12 +75,23 @@ impl Spans {
         self.request.as_ref()
     }
 
-    /// Enters the call's span and the current request's, for one poll.
+    /// Enters the call's span and, inside it, the current request's, for one poll.
     #[cold]
     fn enter(&self) -> EnteredSpans {
+        let call = self.call.clone().entered();
         EnteredSpans {
             request: self.request.clone().map(Span::entered),
-            _call: self.call.clone().entered(),
+            _call: call,
+        }
+    }
+
+    /// Enters the span of the request just opened for a resend, inside the call's
+    /// span this poll entered: the rest of the poll (the resend's first poll) runs
+    /// in it.
+    #[cold]
+    fn enter_request(&self, entered: Option<&mut EnteredSpans>) {
+        if let Some(entered) = entered {
+            entered.request = self.request.clone().map(Span::entered);
         }
     }
 
@@ -451,6 +462,9 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
+                    if let Some(spans) = this.span.as_deref() {
+                        spans.enter_request(entered.as_mut());
+                    }
                     this.state.set(State::Attempt {
                         future,
                         timeout: timer(timeout),

@@ -57,3 +57,69 @@ async fn tracing_tells_retries_scheduled_and_skipped_without_urls() {
         assert!(!text.contains(secret), "{secret} leaked into {text}");
     }
 }
+
+/// A transport's answer that says when it is polled, and is ready on its second
+/// poll.
+struct Announced {
+    polled: bool,
+    status: u16,
+}
+
+impl std::future::Future for Announced {
+    type Output = Result<http::Response<Full<Bytes>>, io::Error>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        tracing::debug!("transport polled");
+        if !self.polled {
+            self.polled = true;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        let mut res = http::Response::new(Full::default());
+        *res.status_mut() = StatusCode::from_u16(self.status).unwrap();
+        std::task::Poll::Ready(Ok(res))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_transport_is_polled_inside_its_request_span_inside_the_call_span() {
+    let (out, _guard) = Captured::debug();
+    // A 503, then a 200; no backoff, so the resend goes (and is first polled) in
+    // the poll that read the 503.
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(vec![200, 503]));
+    let transport = tower::service_fn(move |_req: Request<backstop::ReplayBody<Full<Bytes>>>| {
+        let status = answers.lock().unwrap().pop().unwrap();
+        Announced {
+            polled: false,
+            status,
+        }
+    });
+    let policy = RetryPolicy::builder()
+        .backoff(Duration::ZERO, Duration::ZERO)
+        .build()
+        .unwrap();
+    let req = Request::get("http://upstream.test/")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let mut svc = RetryLayer::new(policy).layer(transport);
+    let res = call_with(&mut svc, req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let polls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("transport polled"))
+        .collect();
+    assert_eq!(polls.len(), 4, "{text}");
+    for poll in polls {
+        let call = poll.find("backstop.retry").expect(poll);
+        let request = poll.find("backstop.request").expect(poll);
+        assert!(
+            call < request,
+            "the request span is inside the call's: {poll}"
+        );
+    }
+}
