@@ -12,15 +12,14 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
-use tracing::Span;
 
 use super::call::{Call, CallResult, Lazy, Next};
+use super::spans::Spans;
 use super::RetryPolicy;
 use crate::admit::{Admitted, Pass, Paused};
 use crate::body::ReplayBody;
-use crate::observe::otel;
 use crate::policy::error::{BoxError, Error};
-use crate::policy::{AttemptOutcome, CallContext, StopReason};
+use crate::policy::{AttemptOutcome, StopReason};
 use std::mem;
 use std::sync::Arc;
 
@@ -36,76 +35,6 @@ pin_project! {
         // The call's span and its current request's, left out when nothing takes
         // them (`Span::none()` does nothing), which keeps the future small.
         pub(super) span: Lazy<Spans>,
-    }
-}
-
-/// The call's span, `backstop.retry`, and the span of the request being sent, one
-/// of OpenTelemetry's HTTP client spans (see `observe::otel`), its child.
-pub(crate) struct Spans {
-    call: Span,
-    request: Option<Span>,
-}
-
-/// The call's span and its current request's, entered for one poll (the request's
-/// inside the call's). Each holds a handle of its own; the request's is exited and
-/// let go when the poll learns the request's outcome ([`Spans::sent`]), so the span
-/// ends then, before the poll can open the next attempt's.
-pub(super) struct EnteredSpans {
-    // Exited first.
-    request: Option<tracing::span::EnteredSpan>,
-    _call: tracing::span::EnteredSpan,
-}
-
-impl Spans {
-    /// Opens the span of attempt `attempt`'s request, to be entered while the call
-    /// sends it; leaves the call's span on the request for a hedge layer beneath.
-    #[cold]
-    pub(super) fn open<T>(&mut self, req: &mut Request<T>, attempt: u32) {
-        let parent = self.call.id();
-        let span = otel::request_span(parent.clone(), req.method(), req.uri(), attempt, None);
-        if let Some(parent) = parent {
-            req.extensions_mut()
-                .insert(otel::AttemptSpan { parent, attempt });
-        }
-        self.request = Some(span);
-    }
-
-    /// The current request's span, while it is being sent.
-    pub(super) fn request(&self) -> Option<&Span> {
-        self.request.as_ref()
-    }
-
-    /// Enters the call's span and, inside it, the current request's, for one poll.
-    #[cold]
-    fn enter(&self) -> EnteredSpans {
-        let call = self.call.clone().entered();
-        EnteredSpans {
-            request: self.request.clone().map(Span::entered),
-            _call: call,
-        }
-    }
-
-    /// Enters the span of the request just opened for a resend, inside the call's
-    /// span this poll entered: the rest of the poll (the resend's first poll) runs
-    /// in it.
-    #[cold]
-    fn enter_request(&self, entered: Option<&mut EnteredSpans>) {
-        if let Some(entered) = entered {
-            entered.request = self.request.clone().map(Span::entered);
-        }
-    }
-
-    /// Closes the current request's span with its outcome: records it, exits the
-    /// span where this poll entered it, and lets go of the last handle, so the span
-    /// ends now (an attempt sent later in the same poll starts after it).
-    #[cold]
-    fn sent(&mut self, entered: Option<&mut EnteredSpans>, outcome: AttemptOutcome) {
-        if let Some(entered) = entered {
-            entered.request = None;
-        }
-        if let Some(span) = self.request.take() {
-            otel::request_ended(&span, outcome);
-        }
     }
 }
 
@@ -221,32 +150,7 @@ where
     /// The call's span, left out when nothing takes it.
     #[inline(always)]
     pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Spans>> {
-        // Checked first: when a subscriber is set and DEBUG is off, making a
-        // disabled span and dropping it costs more than this look. Without any
-        // subscriber the macro decides, as `tracing`'s `log` output may want the
-        // span then.
-        if tracing::dispatcher::has_been_set() && !tracing::level_enabled!(tracing::Level::DEBUG) {
-            return None;
-        }
-        let span = tracing::debug_span!(
-            "backstop.retry",
-            http.request.method = %req.method(),
-            http.request.resend_count = tracing::field::Empty,
-            route = tracing::field::Empty,
-        );
-        // `Span::none()` is what the macro gives when nothing takes the span; a
-        // disabled span kept for `tracing`'s `log` output is kept here too.
-        if span.is_none() {
-            return None;
-        }
-        // The route's name, when the route table named it (a name, never a URL).
-        if let Some(route) = CallContext::of(req.extensions()).and_then(CallContext::route) {
-            span.record("route", route);
-        }
-        Some(Box::new(Spans {
-            call: span,
-            request: None,
-        }))
+        Spans::for_call(req)
     }
 
     /// The deadline left no time for a first attempt: the call is refused.
@@ -483,21 +387,11 @@ where
         this.state.set(State::Done);
         drop(entered);
         if let Some(spans) = this.span.take() {
-            finished(&spans.call, call.attempt);
+            spans.finished(call.attempt);
         }
         call.ended(&ended);
         Poll::Ready(ended)
     }
-}
-
-/// Records on the call's span, once, how many times the request was sent again,
-/// and tells that the call ended.
-#[cold]
-fn finished(span: &Span, attempts: u32) {
-    if attempts > 1 {
-        span.record("http.request.resend_count", i64::from(attempts - 1));
-    }
-    span.in_scope(|| tracing::debug!(attempts, "call finished"));
 }
 
 impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>

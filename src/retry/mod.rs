@@ -87,6 +87,7 @@ mod head;
 mod layer;
 mod policy;
 mod route;
+mod spans;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};

@@ -20,8 +20,9 @@ mod outcome;
 mod start;
 mod tell;
 
-use super::future::{ResponseFuture, Spans, State};
+use super::future::{ResponseFuture, State};
 use super::head::Head;
+use super::spans::Spans;
 use crate::admit::{Admitted, Pass};
 use crate::body::{ReplayBody, ReplaySource};
 use crate::observe::{self, pause_told, paused_told, Event, Observed};
