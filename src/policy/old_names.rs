@@ -4,7 +4,9 @@
 
 use super::{AttemptLog, BreakerGate, BudgetAccount, Keyed, NoRetry};
 
-/// The old name of [`NoRetry`].
+/// The old name of [`NoRetry`]. Its variants are reached through it
+/// (`Unsafe::MaybeProcessed`), but not imported from it: `use
+/// backstop::policy::Unsafe::MaybeProcessed` names [`NoRetry`] instead.
 #[deprecated(since = "0.1.0", note = "renamed `NoRetry`")]
 pub type Unsafe = NoRetry;
 

@@ -104,6 +104,7 @@ impl std::fmt::Debug for Config {
             .field("hedge", &self.hedge)
             .field("key", &self.key)
             .field("breaker", &self.breaker)
+            .field("own_breaker", &self.own_breaker.is_some())
             .field("budget", &self.budget)
             .field("throttle", &self.throttle)
             .field("rules", &self.rules)
@@ -238,16 +239,33 @@ impl BackstopMiddleware {
     /// retry policy (and each route's), the hedge policy, and the breaker of its
     /// own ([`with_circuit_breaker`](BackstopMiddleware::with_circuit_breaker)),
     /// whichever order they are given in; as
-    /// [`BackstopBuilder::rules`](crate::stack::BackstopBuilder::rules).
+    /// [`BackstopBuilder::rules`](crate::stack::BackstopBuilder::rules). (The
+    /// breaker asks the rules' classifier what a failure is.)
+    ///
+    /// A breaker of the middleware's own decides by the rules it was made with, so
+    /// rules given after [`with_circuit_breaker`](BackstopMiddleware::with_circuit_breaker)
+    /// make it again, with the same settings and no state: a handle taken from
+    /// [`circuit_breaker`](BackstopMiddleware::circuit_breaker) before, or a clone
+    /// of the middleware made before, keeps the old one. Give the rules while
+    /// configuring, before any call.
     ///
     /// ```
-    /// use backstop::policy::Rules;
+    /// use backstop::policy::{classify_fn, Decision, Observed, Rules, Verdict};
     /// use backstop::reqwest::BackstopMiddleware;
     /// use backstop::{CircuitBreakerPolicy, HedgePolicy, RetryPolicy};
     /// use std::time::Duration;
     ///
-    /// // 429 is retried, and counts as a failure for the breaker, for every policy.
-    /// let rules = Rules::builder().retry_on(429).build()?;
+    /// // A 200 with `x-busy` is retried, and counts as a failure for the breaker.
+    /// let rules = Rules::builder()
+    ///     .classifier(classify_fn(|outcome: Observed<'_>| -> Decision {
+    ///         match outcome {
+    ///             Observed::Response { headers, .. } if headers.contains_key("x-busy") => {
+    ///                 Verdict::IfIdempotent.into()
+    ///             }
+    ///             _ => Verdict::NoOpinion.into(),
+    ///         }
+    ///     }))
+    ///     .build()?;
     /// let middleware = BackstopMiddleware::new(RetryPolicy::default())
     ///     .with_rules(rules)
     ///     .with_hedge(HedgePolicy::after(Duration::from_millis(50)))

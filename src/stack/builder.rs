@@ -28,7 +28,8 @@ use crate::retry::{RetryLayer, Routes};
 ///
 /// # Examples
 ///
-/// Every setter, once:
+/// Every setter that combines with the others, once (`retry`, `no_budget` and
+/// `shared_observer` are alternatives to `routes`, `budget` and `observer`):
 ///
 /// ```
 /// use std::time::Duration;

@@ -471,7 +471,7 @@ async fn the_layers_and_the_stack_admit_alike() {
 // Breaker and budget records
 
 #[tokio::test(start_paused = true)]
-async fn the_layers_given_to_the_guard_count_its_calls_origins() {
+async fn the_layers_given_to_a_stack_count_its_calls_origins() {
     let breakers = breaker(5, ms(1000));
     let budget = BudgetLayer::default();
     let stack = admitting(retries(), &breakers, &budget);

@@ -68,7 +68,7 @@ async fn scenario(mut svc: Client) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_guarded_layer_traces_what_the_layers_trace() {
+async fn the_stack_traces_what_the_layers_trace() {
     let layers = traced(Shape::Layers, scenario).await;
     for message in [
         "origin paused pause_ms=2000",

@@ -41,8 +41,9 @@
 //!   fails fast is followed by another at once, as in gRPC, but each attempt
 //!   starts its own `hedgingDelay`, so an attempt answered later than that (after
 //!   a fast failure too) is copied again, and sends can add up to more than
-//!   `maxAttempts` (each paid from the budget; at most `maxAttempts` squared). A fatal code ends the call, as in gRPC. The method is taken as
-//!   idempotent (its service config declares it safe to send twice). Every route
+//!   `maxAttempts` (each paid from the budget; at most `maxAttempts` squared). A
+//!   fatal code ends the call, as in gRPC. The method is taken as idempotent (its
+//!   service config declares it safe to send twice). Every route
 //!   (and the default) chooses its own hedging, so [`StackConfig::hedge`] is set,
 //!   to the first entry's hedging policy, only to give the stack the hedge layer
 //!   its routes need: give it to
