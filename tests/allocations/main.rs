@@ -240,10 +240,10 @@ fn a_stacked_call_records_itself_once_for_its_observer() {
 fn a_stack_that_holds_nothing_for_a_call_keeps_no_block_for_it() {
     use backstop::IdempotencyKeyLayer;
 
-    // One attempt: nothing is kept for later attempts. A guard with only a key holds
+    // One attempt: nothing is kept for later attempts. A stack with only a key holds
     // nothing for the call either (no breaker permit, no budget account, no
     // observer), so it costs the call no block of its own: a GET is not stamped, so
-    // the guarded layer allocates what the plain one does.
+    // the stack allocates what the plain retry layer does.
     let inner = || tower::service_fn(ok::<ReplayBody<Full<Bytes>>>);
     let mut plain = RetryLayer::new(RetryPolicy::none()).layer(inner());
     let mut keyed = backstop::Backstop::builder()

@@ -28,7 +28,7 @@ pub enum Shape {
 /// The stack layer whose breakers and accounts every stack built with the same
 /// breaker and budget shares, once one is built. With it, whether it was built with
 /// a breaker and with a budget.
-type GuardCell = Arc<OnceLock<(Built, bool, bool)>>;
+type StackCell = Arc<OnceLock<(Built, bool, bool)>>;
 
 /// A stack layer, hedging or not.
 #[derive(Clone)]
@@ -76,41 +76,41 @@ impl Built {
 }
 
 /// A circuit breaker under test: backstop's layer in the [`Shape::Layers`] shape,
-/// the breakers of the guard built with it in the guarded ones. It reads as the
+/// the breakers of the stack built with it in the [`Shape::Stack`] one. It reads as the
 /// layer does, whichever shape the test runs.
 #[derive(Clone)]
 pub struct CircuitBreakerLayer {
     layer: backstop::CircuitBreakerLayer,
-    guard: GuardCell,
+    stack: StackCell,
 }
 
 impl CircuitBreakerLayer {
     pub fn new(policy: CircuitBreakerPolicy) -> Self {
         CircuitBreakerLayer {
             layer: backstop::CircuitBreakerLayer::new(policy),
-            guard: GuardCell::default(),
+            stack: StackCell::default(),
         }
     }
 
     pub fn state(&self, head: &Parts) -> State {
-        match self.guard.get() {
-            Some((guard, ..)) => guard.breaker_state(head).expect("the guard has a breaker"),
+        match self.stack.get() {
+            Some((stack, ..)) => stack.breaker_state(head).expect("the stack has a breaker"),
             None => self.layer.state(head),
         }
     }
 
     pub fn next_probe_at(&self, head: &Parts) -> Option<Instant> {
-        match self.guard.get() {
-            Some((guard, ..)) => guard.next_probe_at(head),
+        match self.stack.get() {
+            Some((stack, ..)) => stack.next_probe_at(head),
             None => self.layer.next_probe_at(head),
         }
     }
 
-    /// The breakers held; for a guard, its entries (a breaker and an account each
+    /// The breakers held; for a stack, its entries (a breaker and an account each
     /// when both partition by origin).
     pub fn origins(&self) -> usize {
-        match self.guard.get() {
-            Some((guard, ..)) => guard.origins(),
+        match self.stack.get() {
+            Some((stack, ..)) => stack.origins(),
             None => self.layer.origins(),
         }
     }
@@ -134,29 +134,29 @@ impl<S> tower::Layer<S> for CircuitBreakerLayer {
 #[derive(Clone)]
 pub struct BudgetLayer {
     layer: backstop::BudgetLayer,
-    guard: GuardCell,
+    stack: StackCell,
 }
 
 impl BudgetLayer {
     pub fn new(policy: BudgetPolicy) -> Self {
         BudgetLayer {
             layer: backstop::BudgetLayer::new(policy),
-            guard: GuardCell::default(),
+            stack: StackCell::default(),
         }
     }
 
     pub fn account(&self, head: &Parts) -> OriginAccount {
-        match self.guard.get() {
-            Some((guard, ..)) => guard.budget_account(head).expect("the guard has a budget"),
+        match self.stack.get() {
+            Some((stack, ..)) => stack.budget_account(head).expect("the stack has a budget"),
             None => self.layer.account(head),
         }
     }
 
-    /// The accounts held; for a guard, its entries (see
+    /// The accounts held; for a stack, its entries (see
     /// [`CircuitBreakerLayer::origins`]).
     pub fn origins(&self) -> usize {
-        match self.guard.get() {
-            Some((guard, ..)) => guard.origins(),
+        match self.stack.get() {
+            Some((stack, ..)) => stack.origins(),
             None => self.layer.origins(),
         }
     }
@@ -240,13 +240,13 @@ impl Stack {
 
     /// The stack of the [`Shape::Stack`] shape: `None` for [`Shape::Layers`]. Every
     /// stack built with the same breaker (or budget) shares one state.
-    pub fn guarded(&self, shape: Shape) -> Option<Built> {
+    pub fn stack_for(&self, shape: Shape) -> Option<Built> {
         if shape == Shape::Layers {
             return None;
         }
-        let cells: Vec<&GuardCell> = [
-            self.breaker.as_ref().map(|b| &b.guard),
-            self.budget.as_ref().map(|b| &b.guard),
+        let cells: Vec<&StackCell> = [
+            self.breaker.as_ref().map(|b| &b.stack),
+            self.budget.as_ref().map(|b| &b.stack),
         ]
         .into_iter()
         .flatten()
@@ -297,7 +297,7 @@ macro_rules! shaped {
     ($shape:expr, $stack:expr, $inner:expr) => {{
         let stack: &$crate::support::shape::Stack = &$stack;
         let inner = $inner;
-        match stack.guarded($shape) {
+        match stack.stack_for($shape) {
             None => {
                 let (keys, breaker, budget, retry, hedge) = stack.layers();
                 let outer = tower::ServiceBuilder::new()
