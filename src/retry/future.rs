@@ -102,7 +102,7 @@ where
             at: self.dated,
         };
         let policy = idle.policy.clone();
-        let span = ResponseFuture::<S, B, RB>::span(&request);
+        let span = Spans::for_call(&request);
         let started = Call::start(&mut self.service, policy, request, span, Some(admitted));
         // It went, unless its deadline refused it at the last moment: only a call
         // that goes counts as a first attempt, at its date.
@@ -147,12 +147,6 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    /// The call's span, left out when nothing takes it.
-    #[inline(always)]
-    pub(crate) fn span(req: &http::Request<B>) -> Option<Box<Spans>> {
-        Spans::for_call(req)
-    }
-
     /// The deadline left no time for a first attempt: the call is refused.
     #[cold]
     pub(super) fn refused_by_deadline(mut call: Call<S, B>, span: Option<Box<Spans>>) -> Self {
@@ -366,8 +360,8 @@ where
                         Ok(next) => next,
                         Err(result) => break result,
                     };
-                    if let Some(spans) = this.span.as_deref() {
-                        spans.enter_request(entered.as_mut());
+                    if let (Some(spans), Some(entered)) = (this.span.as_deref(), entered.as_mut()) {
+                        spans.enter_request(entered);
                     }
                     this.state.set(State::Attempt {
                         future,

@@ -243,7 +243,7 @@ where
             self.noted(&mut req, policy.timeout())
         } else {
             let Some(admission) = &self.settings.admission else {
-                let span = ResponseFuture::<S, B, RB>::span(&req);
+                let span = spans::Spans::for_call(&req);
                 return call::Call::start(&mut self.inner, policy, req, span, None);
             };
             admission.enter_call(&mut req, policy.timeout())
@@ -252,7 +252,7 @@ where
         // copied, even into a function that is always inlined.
         match entered {
             Entered::Go(admitted) => {
-                let span = ResponseFuture::<S, B, RB>::span(&req);
+                let span = spans::Spans::for_call(&req);
                 call::Call::start(&mut self.inner, policy, req, span, Some(admitted))
             }
             Entered::Held { admitted, paused } => {

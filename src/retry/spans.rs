@@ -90,21 +90,20 @@ impl Spans {
     /// Enters the call's span and, inside it, the current request's, for one poll.
     #[cold]
     pub(super) fn enter(&self) -> EnteredSpans {
-        let call = self.call.clone().entered();
-        EnteredSpans {
-            request: self.request.clone().map(Span::entered),
-            _call: call,
-        }
+        let mut entered = EnteredSpans {
+            request: None,
+            _call: self.call.clone().entered(),
+        };
+        self.enter_request(&mut entered);
+        entered
     }
 
-    /// Enters the span of the request just opened for a resend, inside the call's
-    /// span this poll entered: the rest of the poll (the resend's first poll) runs
-    /// in it.
+    /// Enters the current request's span inside the call's span this poll
+    /// entered: at the poll's start, and for a resend opened during the poll (its
+    /// first poll then runs in it).
     #[cold]
-    pub(super) fn enter_request(&self, entered: Option<&mut EnteredSpans>) {
-        if let Some(entered) = entered {
-            entered.request = self.request.clone().map(Span::entered);
-        }
+    pub(super) fn enter_request(&self, entered: &mut EnteredSpans) {
+        entered.request = self.request.clone().map(Span::entered);
     }
 
     /// Closes the current request's span with its outcome: records it, exits the
